@@ -1,0 +1,67 @@
+# confidential.tee: the two commands are `make demo` and `make test` (see README.md).
+# Everything else here is a building block of those two.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+BUILD := $(abspath .build)
+# Ansible finds this checkout as the collection confidential.tee through a symlink in the build dir.
+COLLECTIONS := $(BUILD)/collections
+COLLECTION_LINK := $(COLLECTIONS)/ansible_collections/confidential/tee
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export PATH := $(BIN):$(PATH)
+
+.PHONY: help venv collection demo test lint sanity pytest molecule sysdeps benchmark clean
+
+help:
+	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
+	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule"
+	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+$(COLLECTION_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn ../../../.. $@
+
+collection: venv $(COLLECTION_LINK)
+
+demo: collection
+	$(BIN)/python scripts/demo.py
+
+lint: collection
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint --offline --profile production
+
+sanity: collection
+	scripts/ansible-test.sh sanity
+
+pytest: collection
+	$(BIN)/python -m pytest
+
+sysdeps:
+	scripts/sysdeps.sh
+
+molecule: collection sysdeps
+	scripts/molecule.sh
+
+test: lint sanity pytest molecule
+
+benchmark: collection
+	$(BIN)/python benchmarks/bench_modules.py
+	$(BIN)/python benchmarks/bench_simulator.py
+
+clean:
+	rm -rf $(BUILD) tests/output .pytest_cache .ruff_cache .hypothesis
