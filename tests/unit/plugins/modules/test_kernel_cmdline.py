@@ -1,0 +1,135 @@
+"""The kernel_cmdline module driven through main(), with run_command mocked (no real update-grub)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.confidential.tee.plugins.modules import kernel_cmdline
+
+GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="console=ttyS0 iommu=pt"\n'
+
+
+class ExitJson(Exception):
+    pass
+
+
+class FailJson(Exception):
+    pass
+
+
+@pytest.fixture
+def module_result(monkeypatch):
+    calls = []
+
+    def exit_json(self, **kwargs):
+        raise ExitJson(kwargs)
+
+    def fail_json(self, msg, **kwargs):
+        raise FailJson({"msg": msg, **kwargs})
+
+    def run_command(self, argv, **kwargs):
+        calls.append(list(argv))
+        return 0, "", ""
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+
+    def run(args, expect=ExitJson):
+        with patch_module_args(args), pytest.raises(expect) as caught:
+            kernel_cmdline.main()
+        result = caught.value.args[0]
+        result["_calls"] = list(calls)
+        calls.clear()
+        json.dumps({k: v for k, v in result.items() if k != "exception"})  # results must be JSON
+        return result
+
+    return run
+
+
+def grub_tree(tmp_path, running="BOOT_IMAGE=/vmlinuz ro quiet\n"):
+    (tmp_path / "etc/default").mkdir(parents=True)
+    (tmp_path / "etc/default/grub").write_text(GRUB)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cmdline").write_text(running)
+    tool = tmp_path / "usr/sbin/update-grub"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    return str(tmp_path)
+
+
+def test_converge_then_idempotent(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    request = {"host_root": root, "present": ["kvm_intel.tdx=1", "nohibernate"], "name": "90-tdx-host"}
+    first = module_result(request)
+    assert first["changed"] is True and first["setup"] == "grub"
+    assert first["reboot_required"] is True
+    assert first["_calls"] == [["chroot", root, "/usr/sbin/update-grub"]]
+    assert first["configured"] == ["console=ttyS0", "iommu=pt", "kvm_intel.tdx=1", "nohibernate", "quiet"]
+    assert first["running"] == ["BOOT_IMAGE=/vmlinuz", "ro", "quiet"]
+    assert len(first["backups"]) == 0  # only a new drop-in was written
+    second = module_result(request)
+    assert second["changed"] is False and second["actions"] == [] and second["_calls"] == []
+    assert second["reboot_required"] is True  # still not running what is configured
+
+
+def test_check_mode_and_diff_change_nothing(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    result = module_result(
+        {
+            "host_root": root,
+            "present": ["nohibernate"],
+            "absent": ["iommu"],
+            "_ansible_check_mode": True,
+            "_ansible_diff": True,
+            "name": "tee",
+        }
+    )
+    assert result["changed"] is True and result["_calls"] == []
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert [a["kind"] for a in result["actions"]] == ["write", "write", "command"]
+    token_diff = result["diff"][0]
+    assert token_diff["before"] == "console=ttyS0\niommu=pt\nquiet\n"
+    assert token_diff["after"] == "console=ttyS0\nnohibernate\nquiet\n"
+    file_diffs = {d["after_header"]: d for d in result["diff"][1:]}
+    assert file_diffs[f"{root}/etc/default/grub"]["after"] == GRUB.replace(" iommu=pt", "")
+    assert "nohibernate" in file_diffs[f"{root}/etc/default/grub.d/tee.cfg"]["after"]
+
+
+def test_running_kernel_already_has_it(tmp_path, module_result):
+    root = grub_tree(tmp_path, running="ro quiet kvm_intel.tdx=1\n")
+    result = module_result({"host_root": root, "present": ["kvm_intel.tdx=1"]})
+    assert result["changed"] is True and result["reboot_required"] is False
+
+
+def test_backup_disabled(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    result = module_result({"host_root": root, "absent": ["iommu"], "backup": False})
+    assert result["changed"] is True and result["backups"] == []
+    assert not list((tmp_path / "etc/default").glob("grub.*~"))
+
+
+def test_unknown_boot_setup_fails_naming_what_was_found(tmp_path, module_result):
+    result = module_result({"host_root": str(tmp_path), "present": ["nohibernate"]}, expect=FailJson)
+    assert "no supported boot setup" in result["msg"] and "/etc/default/grub absent" in result["msg"]
+
+
+def test_bad_argument_and_bad_root_fail_clearly(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    result = module_result({"host_root": root, "present": ["a b"]}, expect=FailJson)
+    assert "single plain tokens" in result["msg"]
+    result = module_result({"host_root": str(tmp_path / "missing")}, expect=FailJson)
+    assert "is not a directory" in result["msg"]
+
+
+def test_explicit_boot_setup_with_missing_file(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    result = module_result(
+        {"host_root": root, "present": ["a"], "boot_setup": "kernel_install"}, expect=FailJson
+    )
+    assert "/etc/kernel/cmdline, which is missing" in result["msg"]
