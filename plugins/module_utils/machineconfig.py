@@ -80,7 +80,8 @@ def ignition_problems(config: object) -> list[str]:
     version = config.get("ignition", {}).get("version") if isinstance(config.get("ignition"), dict) else None
     if not isinstance(version, str) or not re.fullmatch(r"3\.\d+\.\d+", version):
         problems.append(f"ignition.version must be 3.x.y, got {version!r}")
-    files = config.get("storage", {}).get("files", []) if isinstance(config.get("storage"), dict) else None
+    storage = config.get("storage", {})
+    files = storage.get("files", []) if isinstance(storage, dict) else None
     if not isinstance(files, list):
         return [*problems, "storage.files must be a list"]
     for idx, entry in enumerate(files):

@@ -278,9 +278,7 @@ def test_grub_check_mode_reports_but_changes_nothing(tmp_path):
 
 
 def test_grub_opaque_line_is_never_edited(tmp_path):
-    root = grub_root(
-        tmp_path, {"/etc/default/grub.d/50-cloud.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$EXTRA iommu=pt"\n'}
-    )
+    root = grub_root(tmp_path, {"/etc/default/grub.d/50-cloud.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$EXTRA iommu=pt"\n'})
     with pytest.raises(kc.CmdlineError, match=r"50-cloud.cfg:1 .*iommu=pt"):
         kc.plan(root, [], ["iommu"], name="tee")
 
@@ -301,9 +299,7 @@ def test_grub_single_quotes_and_unquoted_values(tmp_path):
     result = kc.plan(root, [], ["iommu", "quiet"], name="tee")
     assert result.actions[-1].argv == ["/usr/sbin/grub-mkconfig", "-o", "/boot/grub/grub.cfg"]
     apply_plan(root, result)
-    assert (
-        tmp_path / "etc/default/grub"
-    ).read_text() == "GRUB_CMDLINE_LINUX='ro'\nGRUB_CMDLINE_LINUX_DEFAULT=\n"
+    assert (tmp_path / "etc/default/grub").read_text() == "GRUB_CMDLINE_LINUX='ro'\nGRUB_CMDLINE_LINUX_DEFAULT=\n"
 
 
 def test_grub_without_update_tool_warns(tmp_path):
@@ -320,12 +316,8 @@ def bls_root(tmp_path, extra_new="kvm_amd.sev=0", extra_old=""):
     return tree(
         tmp_path,
         {
-            "/boot/loader/entries/abc-6.8.5-301.fc40.x86_64.conf": BLS_ENTRY.format(
-                ver="6.8.5", extra=extra_old
-            ),
-            "/boot/loader/entries/abc-6.9.7-200.fc40.x86_64.conf": BLS_ENTRY.format(
-                ver="6.9.7", extra=extra_new
-            ),
+            "/boot/loader/entries/abc-6.8.5-301.fc40.x86_64.conf": BLS_ENTRY.format(ver="6.8.5", extra=extra_old),
+            "/boot/loader/entries/abc-6.9.7-200.fc40.x86_64.conf": BLS_ENTRY.format(ver="6.9.7", extra=extra_new),
             "/etc/default/grub": 'GRUB_CMDLINE_LINUX="rhgb quiet"\n',
         },
         executables=["/usr/bin/grubby"],

@@ -6,42 +6,25 @@ import json
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.confidential.tee.plugins.modules import kernel_cmdline
 
 GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="console=ttyS0 iommu=pt"\n'
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
 @pytest.fixture
-def module_result(monkeypatch):
+def module_result(run_module, monkeypatch):
+    """run_module (tests/unit/plugins/modules/conftest.py) with run_command recorded instead of run."""
     calls = []
-
-    def exit_json(self, **kwargs):
-        raise ExitJson(kwargs)
-
-    def fail_json(self, msg, **kwargs):
-        raise FailJson({"msg": msg, **kwargs})
 
     def run_command(self, argv, **kwargs):
         calls.append(list(argv))
         return 0, "", ""
 
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
 
-    def run(args, expect=ExitJson):
-        with patch_module_args(args), pytest.raises(expect) as caught:
-            kernel_cmdline.main()
-        result = caught.value.args[0]
+    def run(args, failed=False, check_mode=False):
+        result = run_module(kernel_cmdline, args, check_mode=check_mode)
+        assert result["failed"] is failed, result.get("msg")
         result["_calls"] = list(calls)
         calls.clear()
         json.dumps({k: v for k, v in result.items() if k != "exception"})  # results must be JSON
@@ -115,21 +98,19 @@ def test_backup_disabled(tmp_path, module_result):
 
 
 def test_unknown_boot_setup_fails_naming_what_was_found(tmp_path, module_result):
-    result = module_result({"host_root": str(tmp_path), "present": ["nohibernate"]}, expect=FailJson)
+    result = module_result({"host_root": str(tmp_path), "present": ["nohibernate"]}, failed=True)
     assert "no supported boot setup" in result["msg"] and "/etc/default/grub absent" in result["msg"]
 
 
 def test_bad_argument_and_bad_root_fail_clearly(tmp_path, module_result):
     root = grub_tree(tmp_path)
-    result = module_result({"host_root": root, "present": ["a b"]}, expect=FailJson)
+    result = module_result({"host_root": root, "present": ["a b"]}, failed=True)
     assert "single plain tokens" in result["msg"]
-    result = module_result({"host_root": str(tmp_path / "missing")}, expect=FailJson)
+    result = module_result({"host_root": str(tmp_path / "missing")}, failed=True)
     assert "is not a directory" in result["msg"]
 
 
 def test_explicit_boot_setup_with_missing_file(tmp_path, module_result):
     root = grub_tree(tmp_path)
-    result = module_result(
-        {"host_root": root, "present": ["a"], "boot_setup": "kernel_install"}, expect=FailJson
-    )
+    result = module_result({"host_root": root, "present": ["a"], "boot_setup": "kernel_install"}, failed=True)
     assert "/etc/kernel/cmdline, which is missing" in result["msg"]
