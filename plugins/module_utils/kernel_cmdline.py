@@ -87,9 +87,7 @@ def _token(raw: str, start: int = 0, end: int = 0) -> Token:
 def parse_arg(spec: object, where: str = "argument") -> Token:
     """Validate one requested argument (``name`` or ``name=value``)."""
     if not isinstance(spec, str):
-        raise CmdlineError(
-            f"{where} {spec!r} is a {type(spec).__name__}, expected a string like 'name=value'"
-        )
+        raise CmdlineError(f"{where} {spec!r} is a {type(spec).__name__}, expected a string like 'name=value'")
     if not spec or spec != spec.strip():
         raise CmdlineError(f"{where} {spec!r} is empty or has surrounding whitespace")
     if spec == "--":
@@ -345,11 +343,7 @@ def _grub_assignment(path: str, lineno: int, offset: int, line: str) -> GrubLine
     opaque = opaque or not re.fullmatch(r"\s*(#.*)?", tail)
     appends = False
     for prefix in (f"${{{var}}}", f"${var}"):
-        if (
-            quote != "'"
-            and body.startswith(prefix)
-            and (len(body) == len(prefix) or body[len(prefix)] == " ")
-        ):
+        if quote != "'" and body.startswith(prefix) and (len(body) == len(prefix) or body[len(prefix)] == " "):
             appends = True
             base += len(prefix)
             body = body[len(prefix) :]
@@ -390,9 +384,7 @@ def dropin_text(name: str, raws: list[str]) -> str:
 def plan_grub(host_root: str, present: list[Token], absent: list[Token], name: str) -> Plan:
     main = read_text(host_root, "/etc/default/grub")
     if main is None:
-        raise CmdlineError(
-            f"boot setup 'grub' needs {host_path(host_root, '/etc/default/grub')}, which is missing"
-        )
+        raise CmdlineError(f"boot setup 'grub' needs {host_path(host_root, '/etc/default/grub')}, which is missing")
     dropin = f"/etc/default/grub.d/{name}.cfg"
     paths = list_dir(host_root, "/etc/default/grub.d", ".cfg")
     if dropin not in paths:
@@ -449,9 +441,7 @@ def plan_grub(host_root: str, present: list[Token], absent: list[Token], name: s
         if path == dropin and not new_own:
             actions.append(Action("remove", f"remove {path} (no managed arguments left)", path=path))
         else:
-            action = write_action(
-                path, texts[path] if existed else None, new_texts[path], "GRUB_CMDLINE_LINUX"
-            )
+            action = write_action(path, texts[path] if existed else None, new_texts[path], "GRUB_CMDLINE_LINUX")
             actions.append(action)
     configured = [tok.raw for _, tok in grub_effective([(p, new_texts[p]) for p in order])]
     plan = Plan("grub", actions, before, configured, "GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT")
@@ -517,9 +507,7 @@ def _bls_options(text: str, grubenv: str | None) -> str:
 def plan_bls(host_root: str, present: list[Token], absent: list[Token]) -> Plan:
     entries = list_dir(host_root, "/boot/loader/entries", ".conf")
     if not entries:
-        raise CmdlineError(
-            f"boot setup 'bls' needs entries in {host_path(host_root, '/boot/loader/entries')}"
-        )
+        raise CmdlineError(f"boot setup 'bls' needs entries in {host_path(host_root, '/boot/loader/entries')}")
     grubenv = read_text(host_root, "/boot/grub2/grubenv")
     per_entry = {p: split_cmdline(_bls_options(read_text(host_root, p) or "", grubenv)) for p in entries}
     remove: list[str] = []
@@ -527,10 +515,7 @@ def plan_bls(host_root: str, present: list[Token], absent: list[Token]) -> Plan:
     for tokens in per_entry.values():
         kernel = _kernel_part(tokens)
         for spec in absent:
-            if (
-                any(t.key == spec.key and spec.value in (None, t.value) for t in kernel)
-                and spec.raw not in remove
-            ):
+            if any(t.key == spec.key and spec.value in (None, t.value) for t in kernel) and spec.raw not in remove:
                 remove.append(spec.raw)
         for spec in present:
             matches = [t for t in kernel if t.key == spec.key]
@@ -566,9 +551,7 @@ def plan_kernel_install(host_root: str, present: list[Token], absent: list[Token
     path = "/etc/kernel/cmdline"
     text = read_text(host_root, path)
     if text is None:
-        raise CmdlineError(
-            f"boot setup 'kernel_install' needs {host_path(host_root, path)}, which is missing"
-        )
+        raise CmdlineError(f"boot setup 'kernel_install' needs {host_path(host_root, path)}, which is missing")
     new = edit_cmdline(text, present, absent)
     if new and not new.endswith("\n"):
         new += "\n" if text.endswith("\n") or not text else ""
@@ -589,9 +572,7 @@ def plan_kernel_install(host_root: str, present: list[Token], absent: list[Token
         )
         if tool and image:
             plan.actions.append(
-                Action(
-                    "command", f"regenerate the boot entry of {release}", argv=[tool, "add", release, image]
-                )
+                Action("command", f"regenerate the boot entry of {release}", argv=[tool, "add", release, image])
             )
         else:
             plan.warnings.append(
@@ -617,9 +598,7 @@ def plan_ostree(host_root: str, present: list[Token], absent: list[Token]) -> Pl
             best, current = number, split_cmdline(_bls_options(text, None))
     edit = plan_edits(current, present, absent)
     after = apply_to_list(current, edit)
-    args: list[str] = [
-        f"--delete-if-present={current[i].raw}" for i in sorted(edit.deletes | set(edit.replaces))
-    ]
+    args: list[str] = [f"--delete-if-present={current[i].raw}" for i in sorted(edit.deletes | set(edit.replaces))]
     args += [f"--append-if-missing={raw}" for raw in [*edit.replaces.values(), *edit.inserts]]
     plan = Plan("ostree", [], [t.raw for t in current], after, "default ostree deployment")
     if args:

@@ -175,9 +175,7 @@ def main():
             present=dict(type="list", elements="str", default=[]),
             absent=dict(type="list", elements="str", default=[]),
             name=dict(type="str", default="confidential-tee"),
-            boot_setup=dict(
-                type="str", default="auto", choices=["auto", "grub", "bls", "kernel_install", "ostree"]
-            ),
+            boot_setup=dict(type="str", default="auto", choices=["auto", "grub", "bls", "kernel_install", "ostree"]),
             backup=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -185,18 +183,14 @@ def main():
     params = module.params
     host_root = params["host_root"]
     if not os.path.isdir(host_root):
-        module.fail_json(
-            msg=f"host_root {host_root} is not a directory; point it at the host's root filesystem"
-        )
+        module.fail_json(msg=f"host_root {host_root} is not a directory; point it at the host's root filesystem")
 
     def run(argv):
         return module.run_command(argv)
 
     executor = Executor(host_root, module.check_mode, run, backup=params["backup"])
     try:
-        result_plan = plan(
-            host_root, params["present"], params["absent"], params["name"], params["boot_setup"]
-        )
+        result_plan = plan(host_root, params["present"], params["absent"], params["name"], params["boot_setup"])
         for action in result_plan.actions:
             executor.apply(action)
         running = running_cmdline(host_root)

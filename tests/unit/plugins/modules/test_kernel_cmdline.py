@@ -68,10 +68,10 @@ def test_check_mode_and_diff_change_nothing(tmp_path, module_result):
             "host_root": root,
             "present": ["nohibernate"],
             "absent": ["iommu"],
-            "_ansible_check_mode": True,
             "_ansible_diff": True,
             "name": "tee",
-        }
+        },
+        check_mode=True,
     )
     assert result["changed"] is True and result["_calls"] == []
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
