@@ -50,7 +50,7 @@ if [ ! -s "$tarball" ] || [ "${FORCE_REBUILD:-0}" = 1 ]; then
   mirror="${DEBIAN_MIRROR:-$(mirror_from_apt)}"
   mkdir -p "$cache_dir"
   rootfs="$(mktemp -d "$cache_dir/rootfs.XXXXXX")"
-  trap 'rm -rf "$rootfs" "$tarball.partial"' EXIT
+  trap 'rm -rf "$rootfs" "$rootfs.log" "$tarball.partial"' EXIT
   log "debootstrap $suite from $mirror (about 80 s)"
   start=$SECONDS
   debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \

@@ -697,7 +697,10 @@ def backup_file(full_path: str, stamp: str) -> str | None:
     """Copy an existing file next to itself; the suffix keeps it out of *.cfg / *.conf globs."""
     if not os.path.isfile(full_path):
         return None
-    dest = f"{full_path}.{stamp}~"
+    dest, n = f"{full_path}.{stamp}~", 1
+    # Two runs within one second must not overwrite the earlier, older copy.
+    while os.path.exists(dest):
+        dest, n = f"{full_path}.{stamp}.{n}~", n + 1
     shutil.copy2(full_path, dest)
     return dest
 
