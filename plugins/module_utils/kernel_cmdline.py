@@ -439,7 +439,9 @@ def plan_grub(host_root: str, present: list[Token], absent: list[Token], name: s
             continue
         existed = os.path.exists(host_path(host_root, path))
         if path == dropin and not new_own:
-            actions.append(Action("remove", f"remove {path} (no managed arguments left)", path=path))
+            actions.append(
+                Action("remove", f"remove {path} (no managed arguments left)", path=path, before=texts[path])
+            )
         else:
             action = write_action(path, texts[path] if existed else None, new_texts[path], "GRUB_CMDLINE_LINUX")
             actions.append(action)

@@ -461,3 +461,43 @@ def test_unreadable_file_is_a_clear_error(tmp_path):
     (tmp_path / "etc/default/grub").mkdir()  # a directory where a file belongs
     with pytest.raises(kc.CmdlineError, match=r"cannot read .*etc/default/grub"):
         kc.plan(str(tmp_path), ["a"], [], setup="grub")
+
+
+def test_ostree_nothing_to_do_needs_no_tool(tmp_path):
+    root = ostree_root(tmp_path, [])
+    result = kc.plan(root, ["kvm_intel.tdx=0"], ["nohibernate"])
+    assert result.actions == [] and result.setup == "ostree"
+
+
+def test_remove_action_backs_up_and_diff_has_the_old_content(tmp_path):
+    root = grub_root(tmp_path)
+    apply_plan(root, kc.plan(root, ["nohibernate"], [], name="tee"))
+    result = kc.plan(root, [], ["nohibernate"], name="tee")
+    remove = next(a for a in result.actions if a.kind == "remove")
+    assert "nohibernate" in remove.before
+    executor = apply_plan(root, result)
+    assert any(b.startswith(str(tmp_path / "etc/default/grub.d/tee.cfg.")) for b in executor.backups)
+
+
+def test_backups_never_overwrite_an_earlier_copy(tmp_path):
+    target = tmp_path / "cmdline"
+    target.write_text("one\n")
+    first = kc.backup_file(str(target), "same-second")
+    target.write_text("two\n")
+    second = kc.backup_file(str(target), "same-second")
+    assert first != second
+    assert Path(first).read_text() == "one\n" and Path(second).read_text() == "two\n"
+
+
+def test_atomic_write_leaves_no_temporary_file_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "cmdline"
+    target.write_text("keep\n")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(kc.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        kc.atomic_write(str(target), "new\n")
+    assert target.read_text() == "keep\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmdline"]
