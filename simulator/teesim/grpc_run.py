@@ -70,6 +70,7 @@ class PluginProcess:
             str(poll_interval),
             *(extra or []),
         ]
+        self.output = ""
         self.process = subprocess.Popen(self.args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def __enter__(self) -> PluginProcess:
@@ -96,10 +97,11 @@ class PluginProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=timeout)
-        out = self.process.stdout.read().decode(errors="replace") if self.process.stdout else ""
-        if self.process.stdout:
-            self.process.stdout.close()
-        return out
+        stdout = self.process.stdout
+        if stdout is not None and not stdout.closed:
+            self.output += stdout.read().decode(errors="replace")
+            stdout.close()
+        return self.output
 
 
 @dataclass

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -39,6 +40,7 @@ from teesim.kubelet.devicemanager import (
     PodRef,
     RegistrationError,
     extended_resource_name_problem,
+    natural_key,
 )
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -61,6 +63,14 @@ class _PluginClient:
     options: dp.DevicePluginOptions
     thread: threading.Thread | None = None
     closing: bool = False
+
+
+def _plugin_call(what: str, method: Callable[..., Any], request: Any) -> Any:
+    """One admission-time RPC to a plugin; its failure fails the pod's admission."""
+    try:
+        return method(request, timeout=RPC_TIMEOUT)
+    except grpc.RpcError as exc:
+        raise AllocationError(f"{what} failed: {exc.details()}") from exc
 
 
 class _Registration(dp_grpc.RegistrationServicer):
@@ -121,6 +131,8 @@ class Kubelet:
         sockets.check_socket_path(self.registration_socket)
         sockets.check_socket_path(self.pod_resources_socket)
         self.clock = clock
+        # How long Register waits for the plugin's socket to answer (upstream: 10 s).
+        self.dial_timeout = sockets.DIAL_TIMEOUT
         self.device_manager = DeviceManager()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -215,7 +227,7 @@ class Kubelet:
         if problem:
             raise RegistrationError(f"invalid resource name: {problem}")
         socket = self.plugin_dir / request.endpoint
-        channel = sockets.dial(socket)
+        channel = sockets.dial(socket, timeout=self.dial_timeout)
         try:
             stub = dp_grpc.DevicePluginStub(channel)
             options = stub.GetDevicePluginOptions(dp.Empty(), timeout=RPC_TIMEOUT)
@@ -281,18 +293,15 @@ class Kubelet:
                     return dp.ContainerAllocateResponse()
                 if client is None:
                     raise AllocationError(f"no plugin connected for {resource}")
-                available = sorted(set(dm.healthy_ids(resource)) - dm.allocated_ids(resource))
+                available = sorted(
+                    set(dm.healthy_ids(resource)) - dm.allocated_ids(resource), key=natural_key
+                )
             if client.options.get_preferred_allocation_available:
                 preferred = self._preferred(client, available, count)
                 with self._lock:
                     ids = self.device_manager.devices_to_allocate(pod, container, resource, count, preferred)
             request = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)])
-            try:
-                response = client.stub.Allocate(request, timeout=RPC_TIMEOUT)
-            except grpc.RpcError as exc:
-                raise AllocationError(
-                    f"Allocate of {resource} devices {ids} failed: {exc.details()}"
-                ) from exc
+            response = _plugin_call(f"Allocate of {resource} devices {ids}", client.stub.Allocate, request)
             if len(response.container_responses) != 1:
                 raise AllocationError(
                     f"plugin for {resource} answered {len(response.container_responses)} "
@@ -310,13 +319,9 @@ class Kubelet:
                 dp.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=count)
             ]
         )
-        try:
-            response = client.stub.GetPreferredAllocation(request, timeout=RPC_TIMEOUT)
-        except grpc.RpcError as exc:
-            # The kubelet treats a failing preference as an admission error too.
-            raise AllocationError(
-                f"GetPreferredAllocation for {client.resource} failed: {exc.details()}"
-            ) from exc
+        # The kubelet treats a failing preference as an admission error too.
+        what = f"GetPreferredAllocation for {client.resource}"
+        response = _plugin_call(what, client.stub.GetPreferredAllocation, request)
         if not response.container_responses:
             return None
         return list(response.container_responses[0].deviceIDs)

@@ -39,7 +39,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         self.options = options or dp.DevicePluginOptions()
         self._devices: tuple[Device, ...] = ()
         self._version = 0
-        self._closed = False
+        # Bumped by close(): a stream opened in an earlier epoch ends, even if the plugin re-serves
+        # before that stream's thread wakes up.
+        self._epoch = 0
         self._cond = threading.Condition()
         self.allocations: list[list[str]] = []
 
@@ -60,14 +62,10 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
             return True
 
     def close(self) -> None:
-        """End every ListAndWatch stream (the plugin is going away or re-serving)."""
+        """End every open ListAndWatch stream (the plugin is going away or re-serving)."""
         with self._cond:
-            self._closed = True
+            self._epoch += 1
             self._cond.notify_all()
-
-    def reopen(self) -> None:
-        with self._cond:
-            self._closed = False
 
     def GetDevicePluginOptions(self, request, context):
         return self.options
@@ -79,11 +77,13 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
 
         context.add_callback(wake)
         sent = -1
+        with self._cond:
+            epoch = self._epoch
         while True:
             with self._cond:
-                while self._version == sent and not self._closed and context.is_active():
+                while self._version == sent and self._epoch == epoch and context.is_active():
                     self._cond.wait(1.0)
-                if self._closed or not context.is_active():
+                if self._epoch != epoch or not context.is_active():
                     return
                 sent = self._version
                 devices = self._devices
@@ -149,7 +149,6 @@ class PluginServer:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         if os.path.lexists(self.socket):
             os.unlink(self.socket)
-        self.service.reopen()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="plugin"))
         dp_grpc.add_DevicePluginServicer_to_server(self.service, server)
         if not server.add_insecure_port(sockets.socket_target(self.socket)):
