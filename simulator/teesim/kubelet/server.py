@@ -80,8 +80,8 @@ class _Registration(dp_grpc.RegistrationServicer):
     def Register(self, request, context):
         try:
             self._kubelet._register(request)
-        except (RegistrationError, grpc.RpcError, grpc.FutureTimeoutError, ValueError) as exc:
-            message = str(exc) or f"cannot connect to the plugin at endpoint {request.endpoint!r}"
+        except (RegistrationError, ValueError) as exc:
+            message = str(exc)
             log.warning("registration of %s failed: %s", request.resource_name, message)
             context.abort(grpc.StatusCode.UNKNOWN, message)
         return dp.Empty()
@@ -227,10 +227,17 @@ class Kubelet:
         if problem:
             raise RegistrationError(f"invalid resource name: {problem}")
         socket = self.plugin_dir / request.endpoint
-        channel = sockets.dial(socket, timeout=self.dial_timeout)
+        channel = sockets.channel(socket)
         try:
             stub = dp_grpc.DevicePluginStub(channel)
-            options = stub.GetDevicePluginOptions(dp.Empty(), timeout=RPC_TIMEOUT)
+            # Upstream dials with a 10 s blocking deadline, then asks for the options.
+            options = stub.GetDevicePluginOptions(dp.Empty(), wait_for_ready=True, timeout=self.dial_timeout)
+        except grpc.RpcError as exc:
+            channel.close()
+            raise RegistrationError(
+                f"failed to connect to the device plugin at {socket} within {self.dial_timeout} s "
+                f"({exc.code().name}: {exc.details()}); is it serving there?"
+            ) from exc
         except BaseException:
             channel.close()
             raise

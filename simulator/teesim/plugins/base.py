@@ -163,9 +163,9 @@ class PluginServer:
             self._server = None
 
     def register(self) -> None:
-        """Register with the kubelet; raises grpc.RpcError / grpc.FutureTimeoutError on failure."""
+        """Register with the kubelet; raises grpc.RpcError on failure."""
         identity = sockets.socket_identity(self.kubelet_socket)
-        channel = sockets.dial(self.kubelet_socket, timeout=REGISTER_TIMEOUT)
+        channel = sockets.channel(self.kubelet_socket)
         try:
             dp_grpc.RegistrationStub(channel).Register(
                 dp.RegisterRequest(
@@ -174,6 +174,7 @@ class PluginServer:
                     resource_name=self.service.resource_name,
                     options=self.service.options,
                 ),
+                wait_for_ready=True,
                 timeout=REGISTER_TIMEOUT,
             )
         finally:
@@ -196,7 +197,7 @@ class PluginServer:
                 try:
                     self.serve()
                     self.register()
-                except (grpc.RpcError, grpc.FutureTimeoutError, OSError) as exc:
+                except (grpc.RpcError, OSError) as exc:
                     log.warning("registration with %s failed, will retry: %s", self.kubelet_socket, exc)
                     self._kubelet_identity = None
             stop.wait(watch_interval)

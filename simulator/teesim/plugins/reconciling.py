@@ -64,10 +64,10 @@ class Reconciler:
 
     def _list(self) -> pr.ListPodResourcesResponse:
         if self._channel is None:
-            self._channel = sockets.dial(self.pod_resources_socket, timeout=LIST_TIMEOUT)
+            self._channel = sockets.channel(self.pod_resources_socket)
         try:
             return pr_grpc.PodResourcesListerStub(self._channel).List(
-                pr.ListPodResourcesRequest(), timeout=LIST_TIMEOUT
+                pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=LIST_TIMEOUT
             )
         except grpc.RpcError:
             # A restarted kubelet is a new socket: dial again next time.
@@ -93,7 +93,7 @@ class Reconciler:
                 self._ids = device_ids(self.misc_resource, capacity)
             try:
                 own = own_allocated_ids(self._list(), self.service.resource_name)
-            except (grpc.RpcError, grpc.FutureTimeoutError, ValueError, OSError) as exc:
+            except (grpc.RpcError, ValueError, OSError) as exc:
                 self.skipped += 1
                 log.info("pod-resources List unavailable, keeping the last device list: %s", exc)
                 return
