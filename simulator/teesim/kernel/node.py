@@ -125,6 +125,10 @@ class Node:
             files["sys/module/kvm_amd/parameters/sev_snp"] = enabled
         return files
 
+    def static_files(self) -> dict[str, str]:
+        """Everything but the misc files (they never change during a run)."""
+        return dict(self._static)
+
     def misc_files(self) -> dict[str, str]:
         """The misc files only, keyed by host-relative path (they change as guests come and go)."""
         if self.misc is None:
