@@ -30,6 +30,8 @@ class SimNode:
         self.name = spec.name
         self.devices = DeviceManager()
         self.nfd: dict[str, int] = {}
+        # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
+        self.status_devices: dict[str, int] = {}
         self.pods: dict[str, Pod] = {}
         self.unreadable: set[str] = set()
         self.kubelet_up = True
@@ -52,7 +54,7 @@ class SimNode:
             and (directory + "/").startswith(CGROUP_ROOT + "/")
         ):
             cgroup = directory[len(CGROUP_ROOT) + 1 :]
-            if cgroup in self._cgroup_set():
+            if misc.has_cgroup(cgroup):
                 text = misc.render(cgroup).get(f"{cgroup}/{filename}" if cgroup else filename)
                 if text is not None:
                     return text
@@ -62,12 +64,10 @@ class SimNode:
                 return text
         raise FileNotFoundError(errno.ENOENT, f"no such file: {relpath}")
 
-    def _cgroup_set(self) -> set[str]:
-        return set(self.kernel.misc.cgroups()) if self.kernel.misc else set()
-
     def top_level_cgroups(self) -> list[str]:
         """``ls /sys/fs/cgroup``: the directories an old-kernel reader sums."""
-        return [c for c in self._cgroup_set() if c and "/" not in c]
+        misc = self.kernel.misc
+        return [c for c in misc.cgroups() if c and "/" not in c] if misc else []
 
     # -- kernel charges -------------------------------------------------------------------------------
     def capacity(self, resource: str) -> int:
@@ -100,8 +100,19 @@ class SimNode:
 
     # -- scheduling view ---------------------------------------------------------------------------
     def allocatable(self, now: float | None = None) -> dict[str, int]:
-        """Node status allocatable for extended resources: device plugins' healthy devices plus NFD's."""
+        """The kubelet's current allocatable: device plugins' healthy devices plus NFD's resources."""
         merged = dict(self.devices.allocatable(now))
+        merged.update(self.nfd)
+        return merged
+
+    def sync_status(self, now: float) -> None:
+        """The kubelet's node status update (every ``nodeStatusUpdateFrequency``, 10 s by default)."""
+        if self.kubelet_up:
+            self.status_devices = dict(self.devices.allocatable(now))
+
+    def status_allocatable(self) -> dict[str, int]:
+        """What the scheduler sees: the last synced device counts plus NFD's (patched directly)."""
+        merged = dict(self.status_devices)
         merged.update(self.nfd)
         return merged
 
@@ -129,5 +140,5 @@ class SimNode:
         """The same as :meth:`requested`, recomputed from the pods (a consistency check for tests)."""
         return sum_needs(p.need() for p in self.pods.values() if p.holds_resources)
 
-    def view(self, now: float) -> NodeView:
-        return NodeView(self.name, self.allocatable(now), self.requested())
+    def view(self) -> NodeView:
+        return NodeView(self.name, self.status_allocatable(), self.requested())

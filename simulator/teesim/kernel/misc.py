@@ -145,6 +145,9 @@ class MiscController:
             stack.extend(node.children[name] for name in sorted(node.children, reverse=True))
         return out
 
+    def has_cgroup(self, path: str) -> bool:
+        return _norm(path) in self._cgroups
+
     def set_max(self, path: str, resource: str, value: int | None) -> None:
         """Write ``<res> <value>`` (``None`` = ``max``) to a child's ``misc.max``."""
         node = self._get(path)

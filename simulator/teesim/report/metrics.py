@@ -93,6 +93,9 @@ class MetricsRecorder:
                 snap.charged[Consumer.EXTERNAL.value],
             )
             series = self.timelines[key].rows
+            if series and series[-1][0] == now:
+                # Several events at one instant: only the state after the last one is ever visible.
+                series.pop()
             if not series or series[-1][1:] != row[1:]:
                 series.append(row)
         self._pending = len(sim.pending)

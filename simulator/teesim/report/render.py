@@ -108,13 +108,13 @@ def write_timelines(report: dict[str, Any], out: Path) -> list[Path]:
         for ax in axes[-1]:
             ax.set_xlabel("virtual time (s)", fontsize=8)
         handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="upper center", ncol=7, fontsize=8, frameon=False)
+        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
         fig.suptitle(
             f"{report['scenario']}: {node['name']} ({node['vendor']}, kernel {node['profile']})",
             y=0.995,
             fontsize=10,
         )
-        fig.tight_layout(rect=(0, 0, 1, 0.95))
+        fig.tight_layout(rect=(0, 0.05, 1, 0.97))
         path = out / f"timeline-{node['name']}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)

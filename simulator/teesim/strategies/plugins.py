@@ -69,7 +69,7 @@ class InProcessPlugin:
         self.ids: tuple[str, ...] = ()
         self.generation: int | None = None
         self.running = False
-        self.sent: list[Device] | None = None
+        self._sent_state: object = None
         self.registrations = 0
 
     def start(self) -> None:
@@ -84,7 +84,7 @@ class InProcessPlugin:
             return
         self.generation = self.node.devices.register(self.resource_name).generation
         self.registrations += 1
-        self.sent = None
+        self._sent_state = None
         self.refresh()
 
     def devices(self) -> list[Device]:
@@ -94,10 +94,14 @@ class InProcessPlugin:
         """Send a ListAndWatch response when the list changed."""
         if not self.running or self.generation is None:
             return
-        devices = self.devices()
-        if devices != self.sent:
-            self.node.devices.update_devices(self.resource_name, devices, self.generation)
-            self.sent = devices
+        state = self.state()
+        if state != self._sent_state:
+            self.node.devices.update_devices(self.resource_name, self.devices(), self.generation)
+            self._sent_state = state
+
+    def state(self) -> object:
+        """What the device list depends on (cheap to compare)."""
+        return self.ids
 
     def crash(self) -> None:
         if not self.running:
@@ -119,6 +123,8 @@ class ReconcilingPlugin(InProcessPlugin):
         super().__init__(node, clock, resource_name, misc_resource)
         self.unhealthy: frozenset[str] = frozenset()
         self.polls = 0
+        # next_unhealthy is pure: the same inputs give the same set, so skip recomputing it.
+        self._last_inputs: tuple[int | None, frozenset[str], frozenset[str]] | None = None
 
     def own_allocated(self) -> set[str]:
         """Device IDs pod-resources ``List`` reports for this resource (active pods only)."""
@@ -134,15 +140,28 @@ class ReconcilingPlugin(InProcessPlugin):
         if not self.running or not self.node.kubelet_up:
             return
         self.polls += 1
-        current = read_current(self.node, self.misc_resource)
-        self.unhealthy = next_unhealthy(self.ids, self.own_allocated(), current, self.unhealthy)
+        self._decide()
         self.refresh()
+
+    def _decide(self) -> None:
+        current = read_current(self.node, self.misc_resource)
+        own = frozenset(self.own_allocated())
+        inputs = (current, own, self.unhealthy)
+        if inputs != self._last_inputs:
+            self.unhealthy = next_unhealthy(self.ids, own, current, self.unhealthy)
+            self._last_inputs = (current, own, self.unhealthy)
+
+    def start(self) -> None:
+        self._last_inputs = None
+        super().start()
 
     def register(self) -> None:
         if self.running and self.node.kubelet_up:
-            current = read_current(self.node, self.misc_resource)
-            self.unhealthy = next_unhealthy(self.ids, self.own_allocated(), current, self.unhealthy)
+            self._decide()
         super().register()
 
     def devices(self) -> list[Device]:
         return [Device(i, UNHEALTHY if i in self.unhealthy else HEALTHY) for i in self.ids]
+
+    def state(self) -> object:
+        return (self.ids, self.unhealthy)

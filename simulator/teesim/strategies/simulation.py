@@ -53,6 +53,7 @@ class Settings:
     kubelet_restart_downtime: float = 10.0
     plugin_restart_delay: float = 10.0
     reregister_delay: float = 1.0
+    node_status_interval: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ class ResourceSnapshot:
     capacity: int
     current: int
     vmi_resource: str
-    advertised: int  # node allocatable of the VMI resource
+    advertised: int  # the kubelet's allocatable of the VMI resource (the advertised device set)
+    published: int  # the same as the scheduler sees it (node status, synced periodically)
     requested: int  # what pods bound here need of the VMI resource
     claims: int  # pods bound here whose guest is not charged yet
     nfd_advertised: int
@@ -98,7 +100,7 @@ class ResourceSnapshot:
     @property
     def schedulable(self) -> int:
         """Keys the scheduler would still give a new VMI here."""
-        return max(self.advertised - self.requested, 0)
+        return max(self.published - self.requested, 0)
 
     @property
     def truly_free(self) -> int:
@@ -173,6 +175,13 @@ class Simulation:
                         start=settings.poll_interval,
                         until=self.world.duration,
                     )
+            # Scheduled after the plugins' start so the first sync at t=0 already sees their devices.
+            clock.every(
+                settings.node_status_interval,
+                lambda n=node: n.sync_status(clock.now),
+                start=0.0,
+                until=self.world.duration,
+            )
         for arrival in self.world.arrivals:
             clock.at(arrival.time, lambda a=arrival: self._arrive(a))
         for fault in self.world.faults:
@@ -229,7 +238,7 @@ class Simulation:
             return
         now = self.clock.now
         still: list[Pod] = []
-        views = {name: node.view(now) for name, node in self.nodes.items()}
+        views = {name: node.view() for name, node in self.nodes.items()}
         for pod in self.pending:
             choice = choose_node(pod.need(), list(views.values()))
             if choice is None:
@@ -238,7 +247,7 @@ class Simulation:
             node = self.nodes[choice]
             pod.phase, pod.node, pod.bound_at = Phase.BOUND, choice, now
             node.bind(pod)
-            views[choice] = node.view(now)
+            views[choice] = node.view()
             if node.kubelet_up:
                 self._admit(node, pod)
             else:
@@ -303,7 +312,8 @@ class Simulation:
         since: float,
         now: float,
     ) -> None:
-        window_start = since - self.settings.poll_interval
+        # The race window: a plugin poll, then a node status sync, then the guest's launch delay.
+        window_start = since - self.settings.poll_interval - self.settings.node_status_interval
         recent = self._charge_times[(node.name, resource)]
         in_race = any(window_start <= t <= now for t in recent)
         message = str(exc)
@@ -362,6 +372,7 @@ class Simulation:
             current=node.usage(resource),
             vmi_resource=vmi,
             advertised=allocatable.get(vmi, 0),
+            published=node.status_allocatable().get(vmi, 0),
             requested=node.requested().get(vmi, 0),
             claims=node.claims[resource],
             nfd_advertised=node.nfd.get(nfd_name, 0) if nfd_name else 0,
