@@ -9,7 +9,6 @@ device plugins read. Usage given with ``--usage`` is charged through the kernel 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +77,3 @@ def register(subparsers: Any) -> None:
     build.add_argument("--name", default="node-1", help="host name")
     build.add_argument("--out", required=True, help="directory to write (created; existing files replaced)")
     build.set_defaults(func=_cmd_build)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from teesim.cli import main
-
-    sys.exit(main(["node", *sys.argv[1:]]))
