@@ -35,6 +35,9 @@ class SimNode:
         self.pods: dict[str, Pod] = {}
         self.unreadable: set[str] = set()
         self.kubelet_up = True
+        # Bumped whenever pods are added to or finished in the device manager, so in-process readers
+        # of pod-resources can cache what they derived from it.
+        self.pod_generation = 0
         # Keys charged right now, per (consumer, misc resource): the timeline's "allocated by consumer".
         self.charged: Counter[tuple[Consumer, str]] = Counter()
         # Needs of pods bound here (the scheduler's "requested"), and keys bound but not yet charged.

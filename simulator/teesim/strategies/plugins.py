@@ -125,16 +125,20 @@ class ReconcilingPlugin(InProcessPlugin):
         self.polls = 0
         # next_unhealthy is pure: the same inputs give the same set, so skip recomputing it.
         self._last_inputs: tuple[int | None, frozenset[str], frozenset[str]] | None = None
+        self._own_cache: tuple[int, frozenset[str]] | None = None
 
-    def own_allocated(self) -> set[str]:
+    def own_allocated(self) -> frozenset[str]:
         """Device IDs pod-resources ``List`` reports for this resource (active pods only)."""
         if not self.node.kubelet_up:
-            return set()
+            return frozenset()
+        if self._own_cache is not None and self._own_cache[0] == self.node.pod_generation:
+            return self._own_cache[1]
         own: set[str] = set()
         for pod in self.node.devices.active_pods():
             for per_resource in self.node.devices.pod_devices(pod).values():
                 own.update(per_resource.get(self.resource_name, ()))
-        return own
+        self._own_cache = (self.node.pod_generation, frozenset(own))
+        return self._own_cache[1]
 
     def poll(self) -> None:
         if not self.running or not self.node.kubelet_up:
@@ -145,7 +149,7 @@ class ReconcilingPlugin(InProcessPlugin):
 
     def _decide(self) -> None:
         current = read_current(self.node, self.misc_resource)
-        own = frozenset(self.own_allocated())
+        own = self.own_allocated()
         inputs = (current, own, self.unhealthy)
         if inputs != self._last_inputs:
             self.unhealthy = next_unhealthy(self.ids, own, current, self.unhealthy)

@@ -268,7 +268,9 @@ class Simulation:
             except AllocationError as exc:
                 self._fail(node, pod, "admission", exc)
                 return
+            node.pod_generation += 1
         node.devices.add_pod(ref)
+        node.pod_generation += 1
         self.clock.after(pod.launch_delay, lambda: self._launch(node, pod))
 
     def _launch(self, node: SimNode, pod: Pod) -> None:
@@ -290,6 +292,7 @@ class Simulation:
         pod.phase, pod.ended_at = Phase.SUCCEEDED, self.clock.now
         node.release(pod, was_running=True)
         node.devices.finish_pod(self._ref(pod))
+        node.pod_generation += 1
         self.completed[pod.consumer.value] += 1
         self._changed(node, pod.misc_resource, pod.consumer, charged=False)
 
@@ -298,6 +301,7 @@ class Simulation:
         pod.phase, pod.ended_at, pod.reason = Phase.FAILED, now, str(exc)
         node.release(pod, was_running=False)
         node.devices.finish_pod(self._ref(pod))
+        node.pod_generation += 1
         since = pod.bound_at if pod.bound_at is not None else now
         self._fail_record(node, pod.consumer, pod.misc_resource, pod.uid, kind, exc, since, now)
 
@@ -336,6 +340,7 @@ class Simulation:
         clock = self.clock
         if fault.kind == "kubelet-restart":
             node.devices.restart(clock.now)
+            node.pod_generation += 1
             node.kubelet_up = False
             for plugin in self.plugins[node.name]:
                 plugin.generation = None
