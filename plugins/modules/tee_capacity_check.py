@@ -13,7 +13,7 @@ description:
     requirements given, and fails with a message that says what is wrong, where, why, and how to fix it.
   - Every requested check is evaluated and returned in RV(checks), passing or not.
 author:
-  - confidential.tee contributors
+  - confidential.tee maintainers (@confidential-tee)
 extends_documentation_fragment:
   - confidential.tee.host_root
 attributes:

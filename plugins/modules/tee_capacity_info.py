@@ -14,11 +14,11 @@ description:
     its source, the free keys and the peak.
   - SEV-ES and SEV-SNP guests both consume C(sev_es); there is no C(snp) resource in the kernel.
   - On kernels without a root C(misc.current) the usage is the sum of the top-level child cgroups, a lower
-    bound, and the result says so (RV(resources.tdx.current_source=children_sum)).
+    bound, and each entry of RV(resources) says so with C(current_source=children_sum).
   - A host without the misc controller is a fact (RV(misc_controller.present=false)), not an error.
   - Finds the controller on cgroup v2 (C(/sys/fs/cgroup)) and on cgroup v1 (C(/sys/fs/cgroup/misc)).
 author:
-  - confidential.tee contributors
+  - confidential.tee maintainers (@confidential-tee)
 extends_documentation_fragment:
   - confidential.tee.host_root
 attributes:
@@ -37,7 +37,7 @@ options:
     type: list
     elements: str
     choices: [tdx, sev, sev_es, snp]
-    default: [tdx, sev, sev_es]
+    default: [sev, sev_es, tdx]
   cgroups:
     description:
       - Also report every child cgroup that has misc files, with its C(misc.current), C(misc.max),
@@ -131,7 +131,7 @@ resources:
       description: Capacity minus usage, never negative; null when either is unknown.
       type: int
     free_is_upper_bound:
-      description: True when RV(resources.tdx.free) may overstate the free keys.
+      description: True when C(free) may overstate the free keys (usage is a lower bound).
       type: bool
     peak:
       description: High-water mark from C(misc.peak); null on kernels without it.
