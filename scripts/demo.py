@@ -60,15 +60,17 @@ def main() -> int:
 
     step("1/3 simulated TDX node")
     run(
-        [BIN / "teesim", "node", "build", "--profile", "current", "--vendor", "intel"]
-        + ["--capacity", args.capacity, "--usage", args.usage, "--name", "sim-tdx-node", "--out", node_root]
+        [
+            *(BIN / "teesim", "node", "build", "--profile", "current", "--vendor", "intel"),
+            *("--capacity", args.capacity, "--usage", args.usage, "--name", "sim-tdx-node", "--out", node_root),
+        ]
     )
     inventory = out / "inventory.yml"
     write_inventory(inventory, node_root)
 
     step("2/3 plan and validate with ansible-playbook")
     run(
-        [BIN / "ansible-playbook", "-i", inventory, "playbooks/demo.yml", "-e", f"tee_manifest_dir={out / 'manifests'}"],
+        [BIN / "ansible-playbook", "-i", inventory, "playbooks/demo.yml", "-e", f"tee_manifest_dir={out}/manifests"],
         env=env,
     )
 
