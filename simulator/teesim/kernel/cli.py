@@ -52,7 +52,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     misc = node.misc
     summary = (
-        ", ".join(f"{r} {misc.usage(r)}/{misc.capacity(r)}" for r in misc.resources()) if misc else "no misc controller"
+        ", ".join(f"{r} {misc.usage(r)}/{misc.capacity(r)}" for r in misc.resources())
+        if misc
+        else "no misc controller"
     )
     print(f"wrote {args.out}: {node.name}, kernel profile {args.profile}, {args.vendor}, {summary}")
     return 0
