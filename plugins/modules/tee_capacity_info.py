@@ -180,51 +180,8 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import (
-    KNOWN_RESOURCES,
-    RESOURCE_ALIASES,
-    ResourceState,
-    canonical_resource,
-    read_misc_state,
-)
-
-CONSUMERS = {
-    "tdx": ["TDX guests (TDs)"],
-    "sev": ["SEV guests"],
-    "sev_es": ["SEV-ES guests", "SEV-SNP guests"],
-}
-
-
-def capacity_facts(host_root: str, resources: list[str], cgroups: bool, cgroup_depth: int) -> dict:
-    """Everything the module returns, as plain data."""
-    state = read_misc_state(host_root, include_cgroups=cgroups, cgroup_depth=cgroup_depth)
-    layout = state.layout
-    wanted = list(dict.fromkeys(canonical_resource(name) for name in resources))
-    reported = {}
-    if layout.present:
-        for name in wanted:
-            entry = state.resources.get(name)
-            if entry is None:
-                # The kernel omits capacity-0 resources; nobody can have charged one, so usage is 0 too.
-                entry = ResourceState(name=name, capacity=0, current=0, current_source=state.usage_source, peak=None)
-            reported[name] = dict(entry.as_dict(), consumers=CONSUMERS.get(name, []))
-    result = {
-        "changed": False,
-        "misc_controller": {
-            "present": layout.present,
-            "cgroup_version": layout.cgroup_version,
-            "path": layout.directory,
-            "reason": layout.reason,
-        },
-        "resources": reported,
-        "unknown_resources": {name: state.resources[name].as_dict() for name in state.unknown_resources},
-        "resource_aliases": dict(RESOURCE_ALIASES),
-        "issues": [issue.as_dict() for issue in state.issues],
-        "notes": list(state.notes),
-    }
-    if cgroups:
-        result["cgroups"] = [cgroup.as_dict() for cgroup in state.cgroups]
-    return result
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import KNOWN_RESOURCES
 
 
 def main() -> None:
@@ -246,6 +203,7 @@ def main() -> None:
     if params["cgroup_depth"] < 1:
         module.fail_json(msg=f"cgroup_depth must be at least 1, got {params['cgroup_depth']}")
     result = capacity_facts(params["host_root"], params["resources"], params["cgroups"], params["cgroup_depth"])
+    result["changed"] = False
     for issue in result["issues"]:
         module.warn(
             f"{issue['path']}{':' + str(issue['line_number']) if issue['line_number'] else ''}: {issue['problem']}"
