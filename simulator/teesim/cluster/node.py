@@ -51,11 +51,7 @@ class SimNode:
             raise OSError(errno.EISDIR, f"cannot read {relpath}: Is a directory")
         misc = self.kernel.misc
         directory, _, filename = relpath.rpartition("/")
-        if (
-            misc is not None
-            and filename.startswith("misc.")
-            and (directory + "/").startswith(CGROUP_ROOT + "/")
-        ):
+        if misc is not None and filename.startswith("misc.") and (directory + "/").startswith(CGROUP_ROOT + "/"):
             cgroup = directory[len(CGROUP_ROOT) + 1 :]
             if misc.has_cgroup(cgroup):
                 text = misc.render(cgroup).get(f"{cgroup}/{filename}" if cgroup else filename)

@@ -25,9 +25,7 @@ CGROUP_ROOT = "sys/fs/cgroup"
 VENDOR_RESOURCES: dict[str, tuple[str, ...]] = {"intel": ("tdx",), "amd": ("sev", "sev_es")}
 DEFAULT_CAPACITY: dict[str, dict[str, int]] = {"intel": {"tdx": 63}, "amd": {"sev": 410, "sev_es": 99}}
 
-_BASE_FLAGS = (
-    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2"
-)
+_BASE_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2"
 _CPU: dict[str, dict[str, str]] = {
     "intel": {
         "vendor_id": "GenuineIntel",

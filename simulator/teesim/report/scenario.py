@@ -83,9 +83,7 @@ def _range(value: Any, where: str) -> Range:
     raise ScenarioError(f"{where}: expected seconds or [low, high] with 0 <= low <= high, got {value!r}")
 
 
-def _number(
-    data: dict, key: str, where: str, default: float | None = None, minimum: float = 0.0
-) -> float | None:
+def _number(data: dict, key: str, where: str, default: float | None = None, minimum: float = 0.0) -> float | None:
     value = data.get(key, default)
     if value is None:
         return None
@@ -103,9 +101,7 @@ def _mapping(value: Any, where: str) -> dict:
 def _check_keys(data: dict, allowed: set[str], where: str) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise ScenarioError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
-        )
+        raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
 
 
 def _counts(value: Any, where: str) -> dict[str, int]:
@@ -177,14 +173,10 @@ def _workloads(raw: Any, where: str, node_names: set[str]) -> list[WorkloadSpec]
                 f"{at}.consumer: expected kata, kubevirt or external, got {data.get('consumer')!r}"
             ) from None
         if ("rate" in data) == ("count" in data):
-            raise ScenarioError(
-                f"{at}: give exactly one of rate (Poisson arrivals per second) or count (a burst)"
-            )
+            raise ScenarioError(f"{at}: give exactly one of rate (Poisson arrivals per second) or count (a burst)")
         node = data.get("node")
         if node is not None and str(node) not in node_names:
-            raise ScenarioError(
-                f"{at}.node: unknown node {node!r}; nodes are {', '.join(sorted(node_names))}"
-            )
+            raise ScenarioError(f"{at}.node: unknown node {node!r}; nodes are {', '.join(sorted(node_names))}")
         if consumer is Consumer.EXTERNAL and node is None and len(node_names) > 1:
             raise ScenarioError(f"{at}.node: external VMs run on one node; name it")
         spec = WorkloadSpec(
@@ -201,9 +193,7 @@ def _workloads(raw: Any, where: str, node_names: set[str]) -> list[WorkloadSpec]
             node=None if node is None else str(node),
         )
         if spec.resource not in ("tdx", "sev", "sev_es"):
-            raise ScenarioError(
-                f"{at}.resource: expected tdx, sev, sev_es (or snp), got {data.get('resource')!r}"
-            )
+            raise ScenarioError(f"{at}.resource: expected tdx, sev, sev_es (or snp), got {data.get('resource')!r}")
         if consumer is Consumer.KATA and spec.resource == "sev":
             raise ScenarioError(f"{at}: Kata confidential guests are TDX or SNP (sev_es), not plain SEV")
         out.append(spec)
@@ -225,9 +215,7 @@ def _faults(raw: Any, where: str, node_names: set[str]) -> list[FaultSpec]:
             raise ScenarioError(f"{at}.kind: expected one of {', '.join(FAULT_KINDS)}, got {kind!r}")
         node = str(data.get("node", ""))
         if node not in node_names:
-            raise ScenarioError(
-                f"{at}.node: unknown node {node!r}; nodes are {', '.join(sorted(node_names))}"
-            )
+            raise ScenarioError(f"{at}.node: unknown node {node!r}; nodes are {', '.join(sorted(node_names))}")
         filename = str(data.get("file", "misc.current"))
         if filename not in ("misc.current", "misc.capacity"):
             raise ScenarioError(f"{at}.file: expected misc.current or misc.capacity, got {filename!r}")
@@ -265,9 +253,7 @@ def _settings(raw: Any, where: str) -> Settings:
 def parse_scenario(data: Any, source: str = "<scenario>", seed: int | None = None) -> Scenario:
     """Validate a loaded YAML document; ``seed`` overrides the file's."""
     root = _mapping(data, source)
-    _check_keys(
-        root, {"name", "description", "seed", "duration", "settings", "nodes", "workloads", "faults"}, source
-    )
+    _check_keys(root, {"name", "description", "seed", "duration", "settings", "nodes", "workloads", "faults"}, source)
     nodes = _nodes(root.get("nodes"), f"{source}: nodes")
     names = {n.name for n in nodes}
     workloads = _workloads(root.get("workloads", []), f"{source}: workloads", names)

@@ -115,9 +115,7 @@ class ResourceSnapshot:
 
 class Observer(Protocol):
     def after_event(self, sim: Simulation, now: float) -> None: ...
-    def on_kernel_change(
-        self, sim: Simulation, node: str, resource: str, consumer: str, now: float
-    ) -> None: ...
+    def on_kernel_change(self, sim: Simulation, node: str, resource: str, consumer: str, now: float) -> None: ...
     def on_failure(self, sim: Simulation, failure: Failure) -> None: ...
 
 
@@ -156,9 +154,7 @@ class Simulation:
         settings = self.settings
         clock = self.clock
         for node in self.nodes.values():
-            clock.every(
-                settings.nfd_sleep_interval, lambda n=node: self._nfd(n), start=0.0, until=self.world.duration
-            )
+            clock.every(settings.nfd_sleep_interval, lambda n=node: self._nfd(n), start=0.0, until=self.world.duration)
             for resource in self.resources(node):
                 kind = self.strategy.plugin_for(resource)
                 if kind is None:

@@ -12,9 +12,7 @@ from teesim.report.runner import run_scenario
 from teesim.report.scenario import bundled_scenarios, load_scenario
 
 
-def test_quick_run_writes_report_and_one_png_per_node(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_quick_run_writes_report_and_one_png_per_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "quick", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     for name in ("kubevirt-static", "nfd-shared", "reconciling", "secure-guest-resources"):
@@ -72,8 +70,7 @@ def test_external_vms_scenario_orders_the_strategies() -> None:
     assert metrics["reconciling"]["detection"]["p99_s"] <= 1.0
     # The reservation strands keys; the others strand (almost) none.
     assert (
-        metrics["secure-guest-resources"]["stranded_key_seconds"]
-        > 10 * metrics["reconciling"]["stranded_key_seconds"]
+        metrics["secure-guest-resources"]["stranded_key_seconds"] > 10 * metrics["reconciling"]["stranded_key_seconds"]
     )
 
 

@@ -113,9 +113,7 @@ def test_reconciling_fails_only_inside_the_race_window() -> None:
 
 
 def test_nfd_shared_counts_kata_and_vmis_together_but_overcommits_with_external_vms() -> None:
-    kata_and_vmis = [
-        (10.0 * i, Consumer.KATA if i % 2 else Consumer.KUBEVIRT, FOREVER, 2.0) for i in range(12)
-    ]
+    kata_and_vmis = [(10.0 * i, Consumer.KATA if i % 2 else Consumer.KUBEVIRT, FOREVER, 2.0) for i in range(12)]
     world = World(
         nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),),
         arrivals=_arrivals(*kata_and_vmis),
@@ -129,9 +127,7 @@ def test_nfd_shared_counts_kata_and_vmis_together_but_overcommits_with_external_
     assert static["failed_launches"] == 2
     with_external = World(
         nodes=world.nodes,
-        arrivals=_arrivals(
-            (0.0, Consumer.EXTERNAL, FOREVER, 0.0), *[(a[0] + 1, *a[1:]) for a in kata_and_vmis]
-        ),
+        arrivals=_arrivals((0.0, Consumer.EXTERNAL, FOREVER, 0.0), *[(a[0] + 1, *a[1:]) for a in kata_and_vmis]),
         duration=400.0,
     )
     _, shared_ext = _run(with_external, "nfd-shared")
@@ -189,9 +185,7 @@ def test_reconciling_never_marks_an_allocated_device_unhealthy() -> None:
     for i in range(60):
         consumer = (Consumer.KATA, Consumer.KUBEVIRT, Consumer.EXTERNAL)[i % 3]
         items.append((7.0 * i, consumer, 90.0 + (i * 37) % 200, 1.0 + (i % 4)))
-    world = World(
-        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 8}),), arrivals=_arrivals(*items), duration=900.0
-    )
+    world = World(nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 8}),), arrivals=_arrivals(*items), duration=900.0)
     sim = Simulation(world, get_strategy("reconciling"))
     violations: list[float] = []
 
