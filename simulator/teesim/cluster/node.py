@@ -80,11 +80,13 @@ class SimNode:
         misc = self.kernel.misc
         if misc is None:
             raise ChargeError(errno.EINVAL, cgroup, resource, 1, None, "no misc controller on this kernel")
+        created = not misc.has_cgroup(cgroup)
         misc.ensure_cgroup(cgroup)
         try:
             misc.try_charge(cgroup, resource, 1)
         except ChargeError:
-            if cgroup != EXTERNAL_CGROUP and not misc.usage(resource, cgroup):
+            if created:
+                # The guest never started, so its scope goes away again (the charge left nothing behind).
                 misc.remove_cgroup(cgroup)
             raise
         self.charged[(consumer, resource)] += 1

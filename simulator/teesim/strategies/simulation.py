@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from teesim.cluster.clock import VirtualClock
-from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
+from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, NFD_RESOURCES, discover
 from teesim.cluster.node import EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
 from teesim.cluster.scheduler import choose_node
@@ -214,8 +214,6 @@ class Simulation:
         try:
             node.charge(Consumer.EXTERNAL, cgroup, arrival.resource)
         except ChargeError as exc:
-            if node.kernel.misc is not None and cgroup in node.kernel.misc.cgroups():
-                node.kernel.misc.remove_cgroup(cgroup)
             self._fail_record(node, Consumer.EXTERNAL, arrival.resource, uid, "launch", exc, now, now)
             return
         self._changed(node, arrival.resource, Consumer.EXTERNAL)
@@ -365,7 +363,7 @@ class Simulation:
     def snapshot(self, node: SimNode, resource: str) -> ResourceSnapshot:
         vmi = self.strategy.vmi_resource(resource)
         allocatable = node.allocatable(self.clock.now)
-        nfd_name = {"tdx": "tdx.intel.com/keys", "sev_es": "sev-snp.amd.com/esids"}.get(resource)
+        nfd_name = NFD_RESOURCES.get(resource)
         return ResourceSnapshot(
             node=node.name,
             resource=resource,
