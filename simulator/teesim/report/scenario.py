@@ -7,7 +7,8 @@ Format (every key except ``nodes`` and ``workloads`` optional)::
     seed: 7
     duration: 1800            # seconds of virtual time
     settings: {nfd_sleep_interval: 60, poll_interval: 1, reserved: {tdx: 4},
-               kubelet_restart_downtime: 10, plugin_restart_delay: 10, reregister_delay: 1}
+               kubelet_restart_downtime: 10, plugin_restart_delay: 10, reregister_delay: 1,
+               node_status_interval: 10}
     nodes:
       - {name: node-a, vendor: intel, profile: current, capacity: {tdx: 15}, count: 2}
     workloads:
@@ -239,6 +240,7 @@ def _settings(raw: Any, where: str) -> Settings:
         "kubelet_restart_downtime",
         "plugin_restart_delay",
         "reregister_delay",
+        "node_status_interval",
     }
     _check_keys(data, numeric | {"reserved"}, where)
     values: dict[str, Any] = {}

@@ -78,3 +78,10 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
     bad.write_text("nodes: [\n")
     with pytest.raises(ScenarioError, match="not valid YAML"):
         load_scenario(str(bad))
+
+
+def test_settings_are_read() -> None:
+    data = _base()
+    data["settings"] = {"poll_interval": 0.5, "node_status_interval": 5, "reserved": {"tdx": 2}}
+    settings = parse_scenario(data, "x.yaml").world.settings
+    assert (settings.poll_interval, settings.node_status_interval, dict(settings.reserved)) == (0.5, 5.0, {"tdx": 2})
