@@ -64,7 +64,12 @@ class ParseIssue:
         return f"{where}: {self.problem}{shown}"
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "line_number": self.line_number, "line": self.line, "problem": self.problem}
+        return {
+            "path": self.path,
+            "line_number": self.line_number,
+            "line": self.line,
+            "problem": self.problem,
+        }
 
 
 @dataclass
@@ -97,7 +102,10 @@ def _parse_value(token: str, allow_max: bool, signed: bool) -> tuple[int | None,
         return None, f"value {token!r} is not a decimal integer"
     value = int(digits)
     if negative and (value != 0 or not signed):
-        return None, f"negative value {token}: the kernel never prints one here (its accounting is inconsistent)"
+        return (
+            None,
+            f"negative value {token}: the kernel never prints one here (its accounting is inconsistent)",
+        )
     limit = S64_MAX if signed else U64_MAX
     if value > limit:
         return None, f"value {value} exceeds the kernel's {'s64' if signed else 'u64'} range"
@@ -105,7 +113,12 @@ def _parse_value(token: str, allow_max: bool, signed: bool) -> tuple[int | None,
 
 
 def parse_misc_text(
-    data: bytes | str, path: str = "<text>", *, allow_max: bool = False, signed: bool = False, suffix: str = ""
+    data: bytes | str,
+    path: str = "<text>",
+    *,
+    allow_max: bool = False,
+    signed: bool = False,
+    suffix: str = "",
 ) -> MiscFile:
     """Parse the text of one misc file.
 
@@ -312,6 +325,8 @@ class MiscState:
     issues: list[ParseIssue] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cgroups: list[CgroupState] = field(default_factory=list)
+    # Where usage came from: root misc.current, the children's sum (old kernels), or nowhere.
+    usage_source: str = SOURCE_UNAVAILABLE
 
     @property
     def unknown_resources(self) -> list[str]:
@@ -361,9 +376,7 @@ def _walk_cgroups(directory: str, max_depth: int, issues: list[ParseIssue]) -> l
         if files["current"].exists or files["max"].exists:
             for parsed in files.values():
                 issues.extend(parsed.issues)
-            found.append(
-                CgroupState(path=os.path.relpath(path, directory), **{k: v.values for k, v in files.items()})
-            )
+            found.append(CgroupState(path=os.path.relpath(path, directory), **{k: v.values for k, v in files.items()}))
         if depth < max_depth:
             stack.extend((child, depth + 1) for child in reversed(_child_dirs(path)))
     return found
@@ -399,6 +412,7 @@ def read_misc_state(host_root: str = "/", *, include_cgroups: bool = False, cgro
             "from the root cgroup itself are invisible"
         )
 
+    state.usage_source = source
     names = set(capacity.values) | {n for n, v in usage.items() if v}
     for name in sorted(names):
         cap = capacity.values.get(name, 0 if capacity.readable else None)
@@ -435,7 +449,9 @@ def read_misc_state(host_root: str = "/", *, include_cgroups: bool = False, cgro
                 )
             )
     for name in state.unknown_resources:
-        state.notes.append(f"unknown misc resource {name!r} kept as read; this module knows {', '.join(KNOWN_RESOURCES)}")
+        state.notes.append(
+            f"unknown misc resource {name!r} kept as read; this module knows {', '.join(KNOWN_RESOURCES)}"
+        )
     if include_cgroups:
         state.cgroups = _walk_cgroups(directory, cgroup_depth, state.issues)
     return state

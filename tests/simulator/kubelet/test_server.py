@@ -50,9 +50,7 @@ def pod_resources(kubelet: Kubelet) -> Iterator[pr_grpc.PodResourcesListerStub]:
 
 def _listed(response: pr.ListPodResourcesResponse) -> dict[str, dict[str, list[str]]]:
     return {
-        f"{p.namespace}/{p.name}": {
-            c.name: sorted(i for d in c.devices for i in d.device_ids) for c in p.containers
-        }
+        f"{p.namespace}/{p.name}": {c.name: sorted(i for d in c.devices for i in d.device_ids) for c in p.containers}
         for p in response.pod_resources
     }
 
@@ -114,9 +112,7 @@ def test_allocate_once_per_container_and_pod_resources_lists_it(kubelet, plugin,
         "default/virt-launcher-a": {"compute": ["tdx-0", "tdx-1"], "sidecar": ["tdx-2"]},
         "default/kata-b": {"app": []},
     }
-    got = stub.Get(
-        pr.GetPodResourcesRequest(pod_name="virt-launcher-a", pod_namespace="default"), timeout=WAIT
-    )
+    got = stub.Get(pr.GetPodResourcesRequest(pod_name="virt-launcher-a", pod_namespace="default"), timeout=WAIT)
     assert {d.resource_name for c in got.pod_resources.containers for d in c.devices} == {RES}
     allocatable = stub.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=WAIT)
     assert sorted(i for d in allocatable.devices for i in d.device_ids) == [f"tdx-{i}" for i in range(4)]

@@ -101,9 +101,7 @@ def test_reconciling_plugin_reregisters_after_kubelet_restart(node, processes):
     registrations = node.kubelet.registrations
 
     node.kubelet.restart()
-    assert node.kubelet.wait_for(
-        lambda k: k.registrations > registrations and unhealthy_count(k, RES) == 1, WAIT
-    )
+    assert node.kubelet.wait_for(lambda k: k.registrations > registrations and unhealthy_count(k, RES) == 1, WAIT)
     assert proc.alive()
     assert node.kubelet.device_manager.capacity() == {RES: 8}
     assert vm[0] not in _unhealthy(node.kubelet), "the checkpointed allocation is still its own"

@@ -1,0 +1,160 @@
+#!/usr/bin/python
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tee_capacity_check
+short_description: Fail a play when a host's TEE key capacity or headroom is not what the workload needs
+version_added: 0.1.0
+description:
+  - Validates one misc cgroup resource (C(tdx), C(sev), C(sev_es); C(snp) means C(sev_es)) against the
+    requirements given, and fails with a message that says what is wrong, where, why, and how to fix it.
+  - Every requested check is evaluated and returned in RV(checks), passing or not.
+author:
+  - confidential.tee maintainers (@confidential-tee)
+extends_documentation_fragment:
+  - confidential.tee.host_root
+attributes:
+  check_mode:
+    support: full
+    description: Only reads files; runs unchanged in check mode.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+options:
+  resource:
+    description:
+      - The misc resource to validate. C(snp) is validated as C(sev_es), which SEV-SNP guests charge.
+    type: str
+    required: true
+    choices: [tdx, sev, sev_es, snp]
+  min_capacity:
+    description:
+      - Least capacity the host must report. The default fails on a host where the resource is not
+        initialised at all (capacity 0).
+    type: int
+    default: 1
+  min_free:
+    description:
+      - Least number of free keys (capacity minus C(misc.current)).
+    type: int
+  max_utilization:
+    description:
+      - Highest acceptable usage, in percent of capacity (0 to 100).
+    type: float
+  expected_capacity:
+    description:
+      - Exact capacity the host must report, for example the value recorded when the BIOS key split was set.
+    type: int
+notes:
+  - On kernels without a root C(misc.current) usage is a lower bound; the messages say so.
+seealso:
+  - module: confidential.tee.tee_capacity_info
+"""
+
+EXAMPLES = r"""
+- name: Refuse to schedule TDs on a host without TDX keys
+  confidential.tee.tee_capacity_check:
+    resource: tdx
+
+- name: Keep headroom for four more SNP guests
+  confidential.tee.tee_capacity_check:
+    resource: snp
+    min_free: 4
+    max_utilization: 90
+
+- name: Detect a changed BIOS key split on a node root mounted at /host
+  confidential.tee.tee_capacity_check:
+    host_root: /host
+    resource: tdx
+    expected_capacity: 63
+"""
+
+RETURN = r"""
+resource:
+  description: The kernel resource name validated.
+  returned: always
+  type: str
+  sample: tdx
+capacity:
+  description: Capacity read from C(misc.capacity); null when it could not be read.
+  returned: always
+  type: int
+  sample: 63
+current:
+  description: Usage read from C(misc.current); null when unknown.
+  returned: always
+  type: int
+  sample: 5
+free:
+  description: Free keys; null when unknown.
+  returned: always
+  type: int
+  sample: 58
+current_is_lower_bound:
+  description: True on kernels without a root C(misc.current), where usage is summed from children.
+  returned: always
+  type: bool
+  sample: false
+checks:
+  description: Every check evaluated, with its outcome and message.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: min_capacity
+      ok: true
+      message: tdx capacity 63 >= 1
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_check import evaluate
+from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import read_misc_state
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "host_root": {"type": "path", "default": "/"},
+            "resource": {"type": "str", "required": True, "choices": ["tdx", "sev", "sev_es", "snp"]},
+            "min_capacity": {"type": "int", "default": 1},
+            "min_free": {"type": "int"},
+            "max_utilization": {"type": "float"},
+            "expected_capacity": {"type": "int"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    for name in ("min_capacity", "min_free", "expected_capacity"):
+        if params[name] is not None and params[name] < 0:
+            module.fail_json(msg=f"{name} must be 0 or more, got {params[name]}")
+    utilization = params["max_utilization"]
+    if utilization is not None and not 0 <= utilization <= 100:
+        module.fail_json(msg=f"max_utilization is a percentage between 0 and 100, got {utilization}")
+
+    report = evaluate(
+        read_misc_state(params["host_root"]),
+        params["resource"],
+        min_capacity=params["min_capacity"],
+        min_free=params["min_free"],
+        max_utilization=utilization,
+        expected_capacity=params["expected_capacity"],
+    )
+    result = {
+        "changed": False,
+        "resource": report.resource,
+        "capacity": report.capacity,
+        "current": report.current,
+        "free": report.free,
+        "current_is_lower_bound": report.current_is_lower_bound,
+        "checks": [check.as_dict() for check in report.checks],
+    }
+    if not report.ok:
+        module.fail_json(msg=" | ".join(check.message for check in report.failures), **result)
+    module.exit_json(msg=f"{report.resource}: all {len(report.checks)} checks passed", **result)
+
+
+if __name__ == "__main__":
+    main()

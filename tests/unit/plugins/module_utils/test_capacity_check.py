@@ -1,0 +1,39 @@
+"""capacity_check.evaluate: rules and messages without Ansible."""
+
+from __future__ import annotations
+
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_check import evaluate
+from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import read_misc_state
+
+CG = "/sys/fs/cgroup"
+
+
+def test_unreadable_capacity_fails_with_the_parse_problem(fs):
+    fs.create_file(f"{CG}/misc.capacity", contents="tdx 63\ntdx 64\n")
+    report = evaluate(read_misc_state("/"), "tdx")
+    assert not report.ok
+    assert report.failures[0].name == "capacity_readable"
+    assert "duplicate line" in report.failures[0].message
+
+
+def test_unknown_usage_fails_usage_checks_only_when_asked(fs):
+    fs.create_file(f"{CG}/misc.capacity", contents="tdx 63\n")
+    fs.create_file(f"{CG}/misc.current", contents="tdx lots\n")
+    assert evaluate(read_misc_state("/"), "tdx").ok
+    report = evaluate(read_misc_state("/"), "tdx", min_free=1)
+    assert [f.name for f in report.failures] == ["usage_readable"]
+
+
+def test_utilization_and_expected_capacity(fs):
+    fs.create_file(f"{CG}/misc.capacity", contents="sev_es 99\n")
+    fs.create_file(f"{CG}/misc.current", contents="sev_es 90\n")
+    report = evaluate(read_misc_state("/"), "sev_es", max_utilization=90.0, expected_capacity=100)
+    assert [f.name for f in report.failures] == ["expected_capacity", "max_utilization"]
+    assert "90.91%" in report.failures[1].message
+
+
+def test_min_capacity_above_zero(fs):
+    fs.create_file(f"{CG}/misc.capacity", contents="tdx 15\n")
+    fs.create_file(f"{CG}/misc.current", contents="tdx 0\n")
+    report = evaluate(read_misc_state("/"), "tdx", min_capacity=32)
+    assert "fewer than required" in report.failures[0].message

@@ -1,0 +1,85 @@
+"""tee_capacity_check: pass/fail and the operator-facing messages."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.confidential.tee.plugins.modules import tee_capacity_check
+
+CG = "/sys/fs/cgroup"
+
+
+@pytest.fixture
+def tdx_host(fs):
+    fs.create_file(f"{CG}/misc.capacity", contents="tdx 63\n")
+    fs.create_file(f"{CG}/misc.current", contents="tdx 60\n")
+    return fs
+
+
+def test_passes_with_all_checks_listed(tdx_host, run_module):
+    result = run_module(
+        tee_capacity_check, {"resource": "tdx", "min_free": 3, "max_utilization": 96, "expected_capacity": 63}
+    )
+    assert not result["failed"], result["msg"]
+    assert [c["name"] for c in result["checks"]] == [
+        "min_capacity",
+        "expected_capacity",
+        "min_free",
+        "max_utilization",
+    ]
+    assert (result["capacity"], result["current"], result["free"]) == (63, 60, 3)
+
+
+def test_min_free_failure_says_what_where_and_how(tdx_host, run_module):
+    result = run_module(tee_capacity_check, {"resource": "tdx", "min_free": 4})
+    assert result["failed"]
+    assert "only 3 of 63 keys free" in result["msg"] and CG in result["msg"]
+    assert "stop unused guests" in result["msg"]
+    assert result["checks"][-1] == {"name": "min_free", "ok": False, "message": result["msg"]}
+
+
+def test_zero_tdx_capacity_points_at_dmesg_bios_and_kernel(fs, run_module):
+    fs.create_file(f"{CG}/misc.capacity", contents="")
+    fs.create_file(f"{CG}/misc.current", contents="")
+    result = run_module(tee_capacity_check, {"resource": "tdx"})
+    assert result["failed"] and result["capacity"] == 0
+    for hint in ("tdx capacity 0", "dmesg | grep virt/tdx", "BIOS", "6.16"):
+        assert hint in result["msg"]
+
+
+def test_snp_checks_sev_es(fs, run_module):
+    fs.create_file(f"{CG}/misc.capacity", contents="sev 410\n")
+    fs.create_file(f"{CG}/misc.current", contents="sev 0\n")
+    result = run_module(tee_capacity_check, {"resource": "snp"})
+    assert result["failed"] and result["resource"] == "sev_es"
+    assert "SEV-ES ASID Space Limit" in result["msg"]
+
+
+def test_no_controller(fs, run_module):
+    result = run_module(tee_capacity_check, {"resource": "sev"})
+    assert result["failed"] and "CONFIG_CGROUP_MISC" in result["msg"] and result["capacity"] is None
+
+
+def test_old_kernel_lower_bound_is_stated(fs, run_module):
+    fs.create_file(f"{CG}/misc.capacity", contents="tdx 4\n")
+    fs.create_file(f"{CG}/kubepods/misc.current", contents="tdx 3\n")
+    result = run_module(tee_capacity_check, {"resource": "tdx", "min_free": 2})
+    assert result["failed"] and result["current_is_lower_bound"]
+    assert "lower bound" in result["msg"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"min_free": -1}, "min_free must be 0 or more"),
+        ({"max_utilization": 150.0}, "between 0 and 100"),
+        ({"expected_capacity": -5}, "expected_capacity must be 0 or more"),
+    ],
+)
+def test_bad_arguments(tdx_host, run_module, args, message):
+    result = run_module(tee_capacity_check, {"resource": "tdx", **args})
+    assert result["failed"] and message in result["msg"]
+
+
+def test_unknown_resource_choice_is_rejected(tdx_host, run_module):
+    result = run_module(tee_capacity_check, {"resource": "sgx"})
+    assert result["failed"] and "resource" in result["msg"]
