@@ -1,3 +1,4 @@
+#!/usr/bin/python
 # Copyright: confidential.tee contributors
 # Apache License 2.0 (see LICENSE)
 
