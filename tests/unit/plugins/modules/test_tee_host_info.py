@@ -12,6 +12,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.confidential.tee.plugins.doc_fragments import host_root
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.modules import tee_host_info
 
 CC_QUERY = "\n    CC State                   : ON\n    GPU CC Capabilities        : CC Capable\n"
@@ -235,9 +236,23 @@ def test_documentation_matches_argument_spec():
     yaml.safe_load(tee_host_info.EXAMPLES)
 
 
+def test_capacity_in_the_same_round_trip(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    (root / "sys/fs/cgroup").mkdir(parents=True)
+    (root / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
+    (root / "sys/fs/cgroup/misc.current").write_text("tdx 2\n")
+    code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "capacity": True})
+    assert code == 0
+    tdx = result["host"]["capacity"]["resources"]["tdx"]
+    assert (tdx["capacity"], tdx["current"], tdx["free"]) == (63, 2, 61)
+    # Exactly what tee_capacity_info returns with its defaults.
+    assert result["host"]["capacity"] == capacity_facts(str(root))
+    assert "capacity" not in run_main(capsys, {"host_root": str(root), "gather_gpu": False})[1]["host"]
+
+
 def test_return_documents_every_key(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
-    result = run_main(capsys, {"host_root": str(root), "gather_gpu": False})[1]
+    result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "capacity": True})[1]
     returned = yaml.safe_load(tee_host_info.RETURN)["host"]
     assert set(returned["contains"]) == set(result["host"])
     assert set(returned["contains"]["gpu"]["sample"]) == set(result["host"]["gpu"])
