@@ -248,9 +248,7 @@ def measure_detection_latency(
                     node.stop_guest(guest)
                     guest, expected = None, 0
                 changed_at = time.monotonic()
-                seen = node.kubelet.wait_for(
-                    lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout
-                )
+                seen = node.kubelet.wait_for(lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout)
                 if seen:
                     samples.append(time.monotonic() - changed_at)
                 else:

@@ -113,9 +113,7 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
             pod = self._kubelet.device_manager.find_pod(request.pod_namespace, request.pod_name)
             if pod is not None:
                 return pr.GetPodResourcesResponse(pod_resources=self._kubelet._pod_resources(pod))
-        context.abort(
-            grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found in {request.pod_namespace}"
-        )
+        context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found in {request.pod_namespace}")
 
 
 class Kubelet:
@@ -285,9 +283,7 @@ class Kubelet:
 
     # -- pods ----------------------------------------------------------------------------------------
 
-    def allocate(
-        self, pod: PodRef, container: str, resource: str, count: int
-    ) -> dp.ContainerAllocateResponse:
+    def allocate(self, pod: PodRef, container: str, resource: str, count: int) -> dp.ContainerAllocateResponse:
         """Admit one container's request for ``count`` devices of ``resource`` (raises AllocationError)."""
         with self._admission:
             with self._lock:
@@ -300,9 +296,7 @@ class Kubelet:
                     return dp.ContainerAllocateResponse()
                 if client is None:
                     raise AllocationError(f"no plugin connected for {resource}")
-                available = sorted(
-                    set(dm.healthy_ids(resource)) - dm.allocated_ids(resource), key=natural_key
-                )
+                available = sorted(set(dm.healthy_ids(resource)) - dm.allocated_ids(resource), key=natural_key)
             if client.options.get_preferred_allocation_available:
                 preferred = self._preferred(client, available, count)
                 with self._lock:
@@ -375,10 +369,7 @@ class Kubelet:
         """resource -> {"healthy": [...], "unhealthy": [...]} as the kubelet sees it now."""
         with self._lock:
             dm = self.device_manager
-            return {
-                res: {"healthy": dm.healthy_ids(res), "unhealthy": dm.unhealthy_ids(res)}
-                for res in dm.resources()
-            }
+            return {res: {"healthy": dm.healthy_ids(res), "unhealthy": dm.unhealthy_ids(res)} for res in dm.resources()}
 
     def connected(self, resource: str) -> bool:
         with self._lock:

@@ -109,14 +109,11 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
             if unknown:
                 context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"{self.resource_name}: unknown device IDs {unknown}; "
-                    f"this plugin has {len(known)} devices",
+                    f"{self.resource_name}: unknown device IDs {unknown}; this plugin has {len(known)} devices",
                 )
             self.allocations.append(list(req.devices_ids))
             # A simulated key has no device node to pass in; the environment names what was given.
-            env_name = (
-                "TEESIM_" + self.resource_name.rpartition("/")[2].upper().replace("-", "_") + "_DEVICES"
-            )
+            env_name = "TEESIM_" + self.resource_name.rpartition("/")[2].upper().replace("-", "_") + "_DEVICES"
             responses.append(dp.ContainerAllocateResponse(envs={env_name: ",".join(req.devices_ids)}))
         return dp.AllocateResponse(container_responses=responses)
 
@@ -130,9 +127,7 @@ class PluginServer:
 
     def __init__(self, service: DevicePluginService, kubelet_dir: str | os.PathLike[str], socket_name: str):
         if "/" in socket_name:
-            raise ValueError(
-                f"socket name {socket_name!r} must be a plain file name inside the device-plugins dir"
-            )
+            raise ValueError(f"socket name {socket_name!r} must be a plain file name inside the device-plugins dir")
         self.service = service
         self.plugin_dir = sockets.device_plugin_dir(kubelet_dir)
         self.socket_name = socket_name
@@ -204,21 +199,13 @@ class PluginServer:
 
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host-root", required=True, help="node root holding sys/fs/cgroup and var/lib/kubelet"
-    )
-    parser.add_argument(
-        "--resource-name", default="devices.kubevirt.io/tdx", help="extended resource to advertise"
-    )
+    parser.add_argument("--host-root", required=True, help="node root holding sys/fs/cgroup and var/lib/kubelet")
+    parser.add_argument("--resource-name", default="devices.kubevirt.io/tdx", help="extended resource to advertise")
     parser.add_argument("--misc-resource", default="tdx", help="misc cgroup resource: tdx, sev, sev_es (snp)")
     parser.add_argument("--kubelet-dir", help="kubelet directory (default: HOST_ROOT/var/lib/kubelet)")
-    parser.add_argument(
-        "--socket-name", help="plugin socket file name (default: teesim-<misc-resource>.sock)"
-    )
+    parser.add_argument("--socket-name", help="plugin socket file name (default: teesim-<misc-resource>.sock)")
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between misc cgroup reads")
-    parser.add_argument(
-        "--watch-interval", type=float, default=0.05, help="seconds between kubelet.sock checks"
-    )
+    parser.add_argument("--watch-interval", type=float, default=0.05, help="seconds between kubelet.sock checks")
     parser.add_argument("--log-level", default="WARNING")
 
 
