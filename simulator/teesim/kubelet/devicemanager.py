@@ -170,7 +170,8 @@ class DeviceManager:
 
     def _live(self, resource: str, generation: int | None) -> bool:
         ep = self._endpoints.get(resource)
-        if ep is None:
+        # A stopped endpoint's stream is over: nothing it sends counts until the plugin registers again.
+        if ep is None or ep.stopped:
             return False
         return generation is None or ep.generation == generation
 

@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 REGISTER_TIMEOUT = 15.0  # the kubelet dials back within Register; allow for its 10 s dial timeout
 
 
+# Transport trouble (no kubelet yet, kubelet restarting) is retried; any other answer is the kubelet's
+# verdict on the request itself.
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+
+
+class RegistrationRejected(RuntimeError):
+    """The kubelet refused the registration; like upstream plugins, the process then exits."""
+
+
 class DevicePluginService(dp_grpc.DevicePluginServicer):
     """The plugin's gRPC service: a device list that streams to the kubelet on every change."""
 
@@ -158,7 +167,8 @@ class PluginServer:
             self._server = None
 
     def register(self) -> None:
-        """Register with the kubelet; raises grpc.RpcError on failure."""
+        """Register with the kubelet: grpc.RpcError when it cannot be reached, RegistrationRejected
+        when it answers no."""
         identity = sockets.socket_identity(self.kubelet_socket)
         channel = sockets.channel(self.kubelet_socket)
         try:
@@ -172,6 +182,12 @@ class PluginServer:
                 wait_for_ready=True,
                 timeout=REGISTER_TIMEOUT,
             )
+        except grpc.RpcError as exc:
+            if exc.code() in _RETRYABLE:
+                raise
+            raise RegistrationRejected(
+                f"the kubelet at {self.kubelet_socket} rejected {self.service.resource_name}: {exc.details()}"
+            ) from exc
         finally:
             channel.close()
         self._kubelet_identity = identity
@@ -233,6 +249,8 @@ def run_plugin(
         poller.start()
     try:
         server.keep_registered(stop, args.watch_interval)
+    except RegistrationRejected as exc:
+        return fail(str(exc))
     finally:
         stop.set()
         server.shutdown()

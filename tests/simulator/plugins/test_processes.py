@@ -69,6 +69,14 @@ def test_static_plugin_refuses_a_host_without_misc(processes):
         assert "misc cgroup controller is not available" in proc.stop()
 
 
+def test_plugin_exits_when_the_kubelet_rejects_it(node, processes):
+    proc = node.plugin("reconciling", resource_name="kubernetes.io/tdx")
+    processes.append(proc)
+    assert proc.process.wait(timeout=WAIT) == 2
+    assert "rejected kubernetes.io/tdx: invalid resource name" in proc.stop()
+    assert node.kubelet.device_manager.resources() == []
+
+
 def test_reconciling_marks_exactly_the_external_keys_and_never_an_allocated_device(node, processes):
     _start(node, processes, "reconciling")
     own = _admit_vm(node, "a") + _admit_vm(node, "b")
