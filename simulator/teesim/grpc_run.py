@@ -35,6 +35,7 @@ SIMULATOR_DIR = Path(__file__).resolve().parents[1]
 PLUGIN_MODULES = {"static": "teesim.plugins.static", "reconciling": "teesim.plugins.reconciling"}
 EXTERNAL_SLICE = "machine.slice"
 PODS_SLICE = "kubepods.slice"
+ROOT_CURRENT = "sys/fs/cgroup/misc.current"
 
 
 class PluginProcess:
@@ -105,6 +106,18 @@ class PluginProcess:
         return self.output
 
 
+class TimedDirBackend(RealDirBackend):
+    """A real directory that remembers when each file was last replaced (time.monotonic())."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        super().__init__(root)
+        self.written_at: dict[str, float] = {}
+
+    def write(self, relpath: str, data: bytes) -> None:
+        super().write(relpath, data)
+        self.written_at[relpath] = time.monotonic()
+
+
 @dataclass
 class GrpcNode:
     """A node directory with its kernel model, writer, and in-process kubelet."""
@@ -133,7 +146,7 @@ class GrpcNode:
         path = Path(tempfile.mkdtemp(prefix="ts-", dir="/tmp")) if root is None else Path(root)
         vendor = vendor or ("intel" if misc_resource == "tdx" else "amd")
         node = Node(NodeSpec(profile=get_profile(profile), vendor=vendor, capacity={misc_resource: capacity}))
-        writer = NodeWriter(RealDirBackend(path))
+        writer = NodeWriter(TimedDirBackend(path))
         writer.sync(node.files())
         kubelet = Kubelet(path)
         kubelet.start()
@@ -174,6 +187,12 @@ class GrpcNode:
         self.misc.uncharge(cgroup, self.misc_resource, 1)
         self.misc.remove_cgroup(cgroup)
         self.writer.sync(self.node.files())
+
+    def written_at(self, relpath: str) -> float:
+        backend = self.writer.backend
+        if not isinstance(backend, TimedDirBackend):
+            raise TypeError("this node's writer does not time its writes")
+        return backend.written_at[relpath]
 
     def current(self) -> int:
         return self.misc.usage(self.misc_resource)
@@ -248,10 +267,13 @@ def measure_detection_latency(
                 else:
                     node.stop_guest(guest)
                     guest, expected = None, 0
-                changed_at = time.monotonic()
+                # From the moment the new misc.current is on disk (the writer updates other files of the
+                # tree after it, and the plugin may already have reacted by then) ...
+                changed_at = node.written_at(ROOT_CURRENT)
                 seen = node.kubelet.wait_for(lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout)
                 if seen:
-                    samples.append(time.monotonic() - changed_at)
+                    # ... to the ListAndWatch response that made the kubelet's device set match.
+                    samples.append(node.kubelet.updated_at - changed_at)
                 else:
                     timeouts += 1
                 if progress:

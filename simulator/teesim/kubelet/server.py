@@ -142,6 +142,8 @@ class Kubelet:
         self._pod_resources_server: grpc.Server | None = None
         self.registrations = 0
         self.updates = 0
+        # time.monotonic() of the last ListAndWatch response that changed the device manager.
+        self.updated_at = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -267,6 +269,7 @@ class Kubelet:
                 with self._lock:
                     if self.device_manager.update_devices(client.resource, devices, client.generation):
                         self.updates += 1
+                        self.updated_at = time.monotonic()
                         self._changed.notify_all()
             reason = "stream ended"
         except (grpc.RpcError, ValueError) as exc:
