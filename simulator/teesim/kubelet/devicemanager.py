@@ -75,6 +75,17 @@ def extended_resource_name_problem(name: str) -> str | None:
     return None
 
 
+def check_registration(resource: str, version: str) -> None:
+    """Raise :class:`RegistrationError` with the kubelet's wording when Register must be refused."""
+    if version not in SUPPORTED_VERSIONS:
+        raise RegistrationError(
+            f"invalid version of api: {version!r}, supported versions: {', '.join(SUPPORTED_VERSIONS)}"
+        )
+    problem = extended_resource_name_problem(resource)
+    if problem:
+        raise RegistrationError(f"invalid resource name: {problem}")
+
+
 @dataclass(frozen=True)
 class Device:
     """One device as a plugin reports it in ``ListAndWatch``."""
@@ -149,13 +160,7 @@ class DeviceManager:
         get_preferred_allocation_available: bool = False,
     ) -> Endpoint:
         """Validate a Register request and install a live endpoint; return it (keep its generation)."""
-        if version not in SUPPORTED_VERSIONS:
-            raise RegistrationError(
-                f"invalid version of api: {version!r}, supported versions: {', '.join(SUPPORTED_VERSIONS)}"
-            )
-        problem = extended_resource_name_problem(resource)
-        if problem:
-            raise RegistrationError(f"invalid resource name: {problem}")
+        check_registration(resource, version)
         self._generation += 1
         ep = Endpoint(
             resource=resource,

@@ -32,14 +32,13 @@ from typing import Any
 import grpc
 
 from teesim.kubelet import sockets
-from teesim.kubelet.devicemanager import SUPPORTED_VERSIONS as _VERSIONS
 from teesim.kubelet.devicemanager import (
     AllocationError,
     Device,
     DeviceManager,
     PodRef,
     RegistrationError,
-    extended_resource_name_problem,
+    check_registration,
     natural_key,
 )
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
@@ -219,13 +218,7 @@ class Kubelet:
     # -- registration and ListAndWatch ---------------------------------------------------------------
 
     def _register(self, request: dp.RegisterRequest) -> None:
-        if request.version not in _VERSIONS:
-            raise RegistrationError(
-                f"invalid version of api: {request.version!r}, supported versions: {', '.join(_VERSIONS)}"
-            )
-        problem = extended_resource_name_problem(request.resource_name)
-        if problem:
-            raise RegistrationError(f"invalid resource name: {problem}")
+        check_registration(request.resource_name, request.version)
         socket = self.plugin_dir / request.endpoint
         channel = sockets.channel(socket)
         try:
