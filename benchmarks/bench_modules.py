@@ -60,8 +60,8 @@ VARIANTS: dict[str, list[dict]] = {
     + [
         {"name": "stat vhost-vsock", "ansible.builtin.stat": {"path": f"{ROOT}/dev/vhost-vsock"}},
         {
-            "name": "count iommu groups",
-            "ansible.builtin.command": {"cmd": f"find {ROOT}/sys/kernel -maxdepth 2 -name iommu_groups"},
+            "name": "list misc cgroup files",
+            "ansible.builtin.command": {"cmd": f"find {ROOT}/sys/fs/cgroup -maxdepth 1 -name misc.*"},
             "changed_when": False,
         },
     ],

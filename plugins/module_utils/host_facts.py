@@ -675,8 +675,7 @@ def summarize_tdx(cpu, kvm, cmdline, kernel, qgs):
             if not present
         ]
         advice.append(
-            "TDX works now but %s is not on the kernel command line: make it persistent"
-            % " and ".join(missing)
+            "TDX works now but %s is not on the kernel command line: make it persistent" % " and ".join(missing)
         )
     if ready and not qgs["is_socket"]:
         advice.append(
@@ -881,9 +880,7 @@ def summarize_gpu(nvidia_smi, outputs):
     if conf is not None:
         parsed = parse_conf_compute_query(conf)
         if parsed is None:
-            warnings.append(
-                {"path": command_text("conf_compute_query"), "problem": "no CC fields in the output"}
-            )
+            warnings.append({"path": command_text("conf_compute_query"), "problem": "no CC fields in the output"})
         else:
             gpu["cc_state"] = parsed["cc_state"]
             gpu["cc_enabled"] = _on_off(parsed["cc_state"])
@@ -900,9 +897,7 @@ def summarize_gpu(nvidia_smi, outputs):
             gpu["cc_state"] = status
             gpu["cc_enabled"] = _on_off(status)
         if not gpu["cc_features"]:
-            warnings.append(
-                {"path": command_text("conf_compute_features"), "problem": "no CC feature lines in output"}
-            )
+            warnings.append({"path": command_text("conf_compute_features"), "problem": "no CC feature lines in output"})
 
     ready_out = ok_output("ready_state")
     if ready_out is not None:
@@ -927,8 +922,7 @@ def summarize_gpu(nvidia_smi, outputs):
     elif gpu["cc_enabled"] is False:
         reasons.append(
             "GPU CC mode is off (CC state %s): switch it on with NVIDIA's gpu-admin-tools "
-            "(`nvidia_gpu_tools.py --set-cc-mode=on --reset-after-cc-mode-switch`) on the host"
-            % gpu["cc_state"]
+            "(`nvidia_gpu_tools.py --set-cc-mode=on --reset-after-cc-mode-switch`) on the host" % gpu["cc_state"]
         )
     elif gpu["cc_enabled"] is None:
         reasons.append("GPU CC state unknown: nvidia-smi conf-compute gave no usable answer")

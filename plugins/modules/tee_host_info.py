@@ -1,3 +1,4 @@
+#!/usr/bin/python
 # Copyright: confidential.tee contributors
 # Apache License 2.0 (see LICENSE)
 
@@ -54,6 +55,13 @@ options:
       - Seconds each C(nvidia-smi) command may run before it is killed and reported as timed out.
     type: int
     default: 20
+  capacity:
+    description:
+      - Also read the misc cgroup's TEE key capacity and usage, exactly as M(confidential.tee.tee_capacity_info)
+        returns them with its defaults, into RV(host.capacity).
+      - Saves a second module round trip per host when a play needs both.
+    type: bool
+    default: false
 notes:
   - Also sets the fact C(tee_host) to the same value as RV(host).
   - The timeout uses the C(timeout) command from coreutils when it is installed; without it, the
@@ -83,6 +91,11 @@ EXAMPLES = r"""
   confidential.tee.tee_host_info:
     host_root: /tmp/nodes/tdx-node-1
     gather_gpu: false
+
+- name: Host facts and TEE key capacity in one round trip
+  confidential.tee.tee_host_info:
+    capacity: true
+  register: node
 
 - name: Use the fact it sets
   ansible.builtin.debug:
@@ -263,6 +276,17 @@ host:
             cc_protected_memory_mib: {"total": 0, "used": 0, "free": 0}
         reasons:
           - "GPU CC mode is off (CC state OFF): switch it on with NVIDIA's gpu-admin-tools"
+    capacity:
+      description:
+        - Only with O(capacity=true). The misc cgroup facts C(misc_controller), C(resources),
+          C(unknown_resources), C(resource_aliases), C(issues) and C(notes), as returned by
+          M(confidential.tee.tee_capacity_info) with its default options.
+      returned: when O(capacity=true)
+      type: dict
+      sample:
+        misc_controller: {"present": true, "cgroup_version": 2, "path": "/sys/fs/cgroup", "reason": null}
+        resources:
+          tdx: {"name": tdx, "capacity": 63, "current": 2, "free": 61}
     warnings:
       description: Files that could not be read or parsed, and C(nvidia-smi) commands that failed, each
         with C(path) and C(problem). They are also emitted as module warnings.
@@ -274,6 +298,7 @@ host:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host_facts import (
     HostRootError,
     empty_gpu,
@@ -326,6 +351,7 @@ def main():
             gather_gpu=dict(type="bool", default=True),
             nvidia_smi_path=dict(type="path"),
             gpu_timeout=dict(type="int", default=20),
+            capacity=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -344,6 +370,11 @@ def main():
         facts = gather_host_facts(host_root, gpu=_gpu_facts(module, host_root))
     except HostRootError as exc:
         module.fail_json(msg=str(exc))
+    if module.params["capacity"]:
+        facts["capacity"] = capacity_facts(host_root)
+        for issue in facts["capacity"]["issues"]:
+            line = ":%s" % issue["line_number"] if issue["line_number"] else ""
+            module.warn("%s%s: %s" % (issue["path"], line, issue["problem"]))
     for warning in facts["warnings"]:
         module.warn("%s: %s" % (warning["path"], warning["problem"]))
     module.exit_json(changed=False, host=facts, ansible_facts={"tee_host": facts})

@@ -12,6 +12,7 @@ The same harness (:class:`GrpcNode`) backs the end-to-end tests and ``benchmarks
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import shutil
@@ -192,7 +193,7 @@ def unhealthy_count(kubelet: Kubelet, resource: str) -> int:
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty list."""
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
 
 
@@ -247,9 +248,7 @@ def measure_detection_latency(
                     node.stop_guest(guest)
                     guest, expected = None, 0
                 changed_at = time.monotonic()
-                seen = node.kubelet.wait_for(
-                    lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout
-                )
+                seen = node.kubelet.wait_for(lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout)
                 if seen:
                     samples.append(time.monotonic() - changed_at)
                 else:

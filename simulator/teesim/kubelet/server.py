@@ -80,8 +80,8 @@ class _Registration(dp_grpc.RegistrationServicer):
     def Register(self, request, context):
         try:
             self._kubelet._register(request)
-        except (RegistrationError, grpc.RpcError, grpc.FutureTimeoutError, ValueError) as exc:
-            message = str(exc) or f"cannot connect to the plugin at endpoint {request.endpoint!r}"
+        except (RegistrationError, ValueError) as exc:
+            message = str(exc)
             log.warning("registration of %s failed: %s", request.resource_name, message)
             context.abort(grpc.StatusCode.UNKNOWN, message)
         return dp.Empty()
@@ -113,9 +113,7 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
             pod = self._kubelet.device_manager.find_pod(request.pod_namespace, request.pod_name)
             if pod is not None:
                 return pr.GetPodResourcesResponse(pod_resources=self._kubelet._pod_resources(pod))
-        context.abort(
-            grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found in {request.pod_namespace}"
-        )
+        context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found in {request.pod_namespace}")
 
 
 class Kubelet:
@@ -227,10 +225,17 @@ class Kubelet:
         if problem:
             raise RegistrationError(f"invalid resource name: {problem}")
         socket = self.plugin_dir / request.endpoint
-        channel = sockets.dial(socket, timeout=self.dial_timeout)
+        channel = sockets.channel(socket)
         try:
             stub = dp_grpc.DevicePluginStub(channel)
-            options = stub.GetDevicePluginOptions(dp.Empty(), timeout=RPC_TIMEOUT)
+            # Upstream dials with a 10 s blocking deadline, then asks for the options.
+            options = stub.GetDevicePluginOptions(dp.Empty(), wait_for_ready=True, timeout=self.dial_timeout)
+        except grpc.RpcError as exc:
+            channel.close()
+            raise RegistrationError(
+                f"failed to connect to the device plugin at {socket} within {self.dial_timeout} s "
+                f"({exc.code().name}: {exc.details()}); is it serving there?"
+            ) from exc
         except BaseException:
             channel.close()
             raise
@@ -278,9 +283,7 @@ class Kubelet:
 
     # -- pods ----------------------------------------------------------------------------------------
 
-    def allocate(
-        self, pod: PodRef, container: str, resource: str, count: int
-    ) -> dp.ContainerAllocateResponse:
+    def allocate(self, pod: PodRef, container: str, resource: str, count: int) -> dp.ContainerAllocateResponse:
         """Admit one container's request for ``count`` devices of ``resource`` (raises AllocationError)."""
         with self._admission:
             with self._lock:
@@ -293,9 +296,7 @@ class Kubelet:
                     return dp.ContainerAllocateResponse()
                 if client is None:
                     raise AllocationError(f"no plugin connected for {resource}")
-                available = sorted(
-                    set(dm.healthy_ids(resource)) - dm.allocated_ids(resource), key=natural_key
-                )
+                available = sorted(set(dm.healthy_ids(resource)) - dm.allocated_ids(resource), key=natural_key)
             if client.options.get_preferred_allocation_available:
                 preferred = self._preferred(client, available, count)
                 with self._lock:
@@ -368,10 +369,7 @@ class Kubelet:
         """resource -> {"healthy": [...], "unhealthy": [...]} as the kubelet sees it now."""
         with self._lock:
             dm = self.device_manager
-            return {
-                res: {"healthy": dm.healthy_ids(res), "unhealthy": dm.unhealthy_ids(res)}
-                for res in dm.resources()
-            }
+            return {res: {"healthy": dm.healthy_ids(res), "unhealthy": dm.unhealthy_ids(res)} for res in dm.resources()}
 
     def connected(self, resource: str) -> bool:
         with self._lock:

@@ -1,4 +1,4 @@
-"""Where the kubelet's sockets live under a node root, and how both sides dial them."""
+"""Where the kubelet's sockets live under a node root, and how both sides open channels to them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,14 @@ KUBELET_SOCKET = "kubelet.sock"
 # sockaddr_un.sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
 DIAL_TIMEOUT = 10.0  # the kubelet's connection timeout for plugin sockets
+# gRPC backs off 1 s (growing to 120 s) after a failed connect. Sockets here are local and come back
+# within milliseconds of a restart, so a short, capped backoff keeps re-registration and the
+# reconciling plugin's pod-resources calls from idling behind a long retry timer.
+LOCAL_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 20),
+    ("grpc.min_reconnect_backoff_ms", 20),
+    ("grpc.max_reconnect_backoff_ms", 500),
+)
 
 
 def kubelet_dir(root: str | os.PathLike[str]) -> Path:
@@ -68,12 +76,8 @@ def socket_identity(path: str | os.PathLike[str]) -> tuple[int, int, int] | None
     return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
-def dial(path: str | os.PathLike[str], timeout: float = DIAL_TIMEOUT) -> grpc.Channel:
-    """An open channel to a Unix socket, or grpc.FutureTimeoutError when nothing answers in time."""
-    channel = grpc.insecure_channel(socket_target(path))
-    try:
-        grpc.channel_ready_future(channel).result(timeout=timeout)
-    except BaseException:
-        channel.close()
-        raise
-    return channel
+def channel(path: str | os.PathLike[str]) -> grpc.Channel:
+    """A channel to a Unix socket. It connects lazily: make the first call with ``wait_for_ready=True``
+    and a timeout, which is how a blocking dial with a deadline looks in gRPC Python. (Waiting with
+    ``channel_ready_future`` instead makes ``close()`` linger ~0.2 s on gRPC's connectivity poller.)"""
+    return grpc.insecure_channel(socket_target(path), options=LOCAL_CHANNEL_OPTIONS)

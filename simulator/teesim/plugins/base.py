@@ -109,14 +109,11 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
             if unknown:
                 context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"{self.resource_name}: unknown device IDs {unknown}; "
-                    f"this plugin has {len(known)} devices",
+                    f"{self.resource_name}: unknown device IDs {unknown}; this plugin has {len(known)} devices",
                 )
             self.allocations.append(list(req.devices_ids))
             # A simulated key has no device node to pass in; the environment names what was given.
-            env_name = (
-                "TEESIM_" + self.resource_name.rpartition("/")[2].upper().replace("-", "_") + "_DEVICES"
-            )
+            env_name = "TEESIM_" + self.resource_name.rpartition("/")[2].upper().replace("-", "_") + "_DEVICES"
             responses.append(dp.ContainerAllocateResponse(envs={env_name: ",".join(req.devices_ids)}))
         return dp.AllocateResponse(container_responses=responses)
 
@@ -130,9 +127,7 @@ class PluginServer:
 
     def __init__(self, service: DevicePluginService, kubelet_dir: str | os.PathLike[str], socket_name: str):
         if "/" in socket_name:
-            raise ValueError(
-                f"socket name {socket_name!r} must be a plain file name inside the device-plugins dir"
-            )
+            raise ValueError(f"socket name {socket_name!r} must be a plain file name inside the device-plugins dir")
         self.service = service
         self.plugin_dir = sockets.device_plugin_dir(kubelet_dir)
         self.socket_name = socket_name
@@ -163,9 +158,9 @@ class PluginServer:
             self._server = None
 
     def register(self) -> None:
-        """Register with the kubelet; raises grpc.RpcError / grpc.FutureTimeoutError on failure."""
+        """Register with the kubelet; raises grpc.RpcError on failure."""
         identity = sockets.socket_identity(self.kubelet_socket)
-        channel = sockets.dial(self.kubelet_socket, timeout=REGISTER_TIMEOUT)
+        channel = sockets.channel(self.kubelet_socket)
         try:
             dp_grpc.RegistrationStub(channel).Register(
                 dp.RegisterRequest(
@@ -174,6 +169,7 @@ class PluginServer:
                     resource_name=self.service.resource_name,
                     options=self.service.options,
                 ),
+                wait_for_ready=True,
                 timeout=REGISTER_TIMEOUT,
             )
         finally:
@@ -196,28 +192,20 @@ class PluginServer:
                 try:
                     self.serve()
                     self.register()
-                except (grpc.RpcError, grpc.FutureTimeoutError, OSError) as exc:
+                except (grpc.RpcError, OSError) as exc:
                     log.warning("registration with %s failed, will retry: %s", self.kubelet_socket, exc)
                     self._kubelet_identity = None
             stop.wait(watch_interval)
 
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host-root", required=True, help="node root holding sys/fs/cgroup and var/lib/kubelet"
-    )
-    parser.add_argument(
-        "--resource-name", default="devices.kubevirt.io/tdx", help="extended resource to advertise"
-    )
+    parser.add_argument("--host-root", required=True, help="node root holding sys/fs/cgroup and var/lib/kubelet")
+    parser.add_argument("--resource-name", default="devices.kubevirt.io/tdx", help="extended resource to advertise")
     parser.add_argument("--misc-resource", default="tdx", help="misc cgroup resource: tdx, sev, sev_es (snp)")
     parser.add_argument("--kubelet-dir", help="kubelet directory (default: HOST_ROOT/var/lib/kubelet)")
-    parser.add_argument(
-        "--socket-name", help="plugin socket file name (default: teesim-<misc-resource>.sock)"
-    )
+    parser.add_argument("--socket-name", help="plugin socket file name (default: teesim-<misc-resource>.sock)")
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between misc cgroup reads")
-    parser.add_argument(
-        "--watch-interval", type=float, default=0.05, help="seconds between kubelet.sock checks"
-    )
+    parser.add_argument("--watch-interval", type=float, default=0.05, help="seconds between kubelet.sock checks")
     parser.add_argument("--log-level", default="WARNING")
 
 

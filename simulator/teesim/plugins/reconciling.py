@@ -64,10 +64,10 @@ class Reconciler:
 
     def _list(self) -> pr.ListPodResourcesResponse:
         if self._channel is None:
-            self._channel = sockets.dial(self.pod_resources_socket, timeout=LIST_TIMEOUT)
+            self._channel = sockets.channel(self.pod_resources_socket)
         try:
             return pr_grpc.PodResourcesListerStub(self._channel).List(
-                pr.ListPodResourcesRequest(), timeout=LIST_TIMEOUT
+                pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=LIST_TIMEOUT
             )
         except grpc.RpcError:
             # A restarted kubelet is a new socket: dial again next time.
@@ -93,14 +93,12 @@ class Reconciler:
                 self._ids = device_ids(self.misc_resource, capacity)
             try:
                 own = own_allocated_ids(self._list(), self.service.resource_name)
-            except (grpc.RpcError, grpc.FutureTimeoutError, ValueError, OSError) as exc:
+            except (grpc.RpcError, ValueError, OSError) as exc:
                 self.skipped += 1
                 log.info("pod-resources List unavailable, keeping the last device list: %s", exc)
                 return
             self._unhealthy = next_unhealthy(self._ids, own, current, self._unhealthy)
-            self.service.set_devices(
-                [Device(i, UNHEALTHY if i in self._unhealthy else HEALTHY) for i in self._ids]
-            )
+            self.service.set_devices([Device(i, UNHEALTHY if i in self._unhealthy else HEALTHY) for i in self._ids])
 
     def close(self) -> None:
         if self._channel is not None:
@@ -108,14 +106,10 @@ class Reconciler:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m teesim.plugins.reconciling", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m teesim.plugins.reconciling", description=__doc__.splitlines()[0])
     common_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s reconciling %(levelname)s %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s reconciling %(levelname)s %(message)s")
     args.misc_resource = canonical_resource(args.misc_resource)
     kubelet_dir = Path(args.kubelet_dir or sockets.kubelet_dir(args.host_root))
     service = DevicePluginService(args.resource_name)

@@ -36,9 +36,7 @@ def read_capacity(host_root: str, misc_resource: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m teesim.plugins.static", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m teesim.plugins.static", description=__doc__.splitlines()[0])
     common_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s static %(levelname)s %(message)s")

@@ -41,9 +41,11 @@ def plugin(kubelet: Kubelet) -> Iterator[PluginServer]:
     server.shutdown()
 
 
-def _pod_resources(kubelet: Kubelet) -> pr_grpc.PodResourcesListerStub:
-    channel = sockets.dial(kubelet.pod_resources_socket, timeout=WAIT)
-    return pr_grpc.PodResourcesListerStub(channel)
+@pytest.fixture
+def pod_resources(kubelet: Kubelet) -> Iterator[pr_grpc.PodResourcesListerStub]:
+    channel = sockets.channel(kubelet.pod_resources_socket)
+    yield pr_grpc.PodResourcesListerStub(channel)
+    channel.close()
 
 
 def _listed(response: pr.ListPodResourcesResponse) -> dict[str, dict[str, list[str]]]:
@@ -55,7 +57,7 @@ def _listed(response: pr.ListPodResourcesResponse) -> dict[str, dict[str, list[s
 
 def _register(kubelet: Kubelet, **fields: str) -> None:
     request = dict(version="v1beta1", endpoint="tdx.sock", resource_name=RES) | fields
-    channel = sockets.dial(kubelet.registration_socket, timeout=WAIT)
+    channel = sockets.channel(kubelet.registration_socket)
     try:
         dp_grpc.RegistrationStub(channel).Register(dp.RegisterRequest(**request), timeout=WAIT)
     finally:
@@ -73,7 +75,7 @@ def test_sockets_are_where_the_kubelet_puts_them(kubelet, node_root):
         ({"version": "v1alpha"}, "invalid version of api"),
         ({"resource_name": "tdx"}, "invalid resource name"),
         ({"resource_name": "kubernetes.io/tdx"}, "invalid resource name"),
-        ({"endpoint": "nobody-listens.sock"}, "connect"),
+        ({"endpoint": "nobody-listens.sock"}, "failed to connect to the device plugin"),
     ],
 )
 def test_register_rejections_reach_the_plugin(kubelet, fields, message):
@@ -94,7 +96,7 @@ def test_every_list_and_watch_response_replaces_the_list(kubelet, plugin):
     assert kubelet.device_manager.allocatable() == {RES: 2}
 
 
-def test_allocate_once_per_container_and_pod_resources_lists_it(kubelet, plugin):
+def test_allocate_once_per_container_and_pod_resources_lists_it(kubelet, plugin, pod_resources):
     vm = PodRef("default", "virt-launcher-a", uid="uid-a")
     response = kubelet.allocate(vm, "compute", RES, 2)
     assert response.envs == {"TEESIM_TDX_DEVICES": "tdx-0,tdx-1"}
@@ -104,7 +106,7 @@ def test_allocate_once_per_container_and_pod_resources_lists_it(kubelet, plugin)
     kubelet.add_pod(kata, ["app"])  # its key is charged through RuntimeClass overhead, not a device
     assert plugin.service.allocations == [["tdx-0", "tdx-1"], ["tdx-2"]]
 
-    stub = _pod_resources(kubelet)
+    stub = pod_resources
     listed = _listed(stub.List(pr.ListPodResourcesRequest(), timeout=WAIT))
     assert listed == {
         "default/virt-launcher-a": {"compute": ["tdx-0", "tdx-1"], "sidecar": ["tdx-2"]},
@@ -123,11 +125,11 @@ def test_allocate_once_per_container_and_pod_resources_lists_it(kubelet, plugin)
         kubelet.allocate(PodRef("default", "c"), "compute", RES, 2)
 
 
-def test_finished_pods_vanish_from_list_and_free_devices_lazily(kubelet, plugin):
+def test_finished_pods_vanish_from_list_and_free_devices_lazily(kubelet, plugin, pod_resources):
     a = PodRef("default", "a")
     kubelet.allocate(a, "compute", RES, 4)
     kubelet.finish_pod(a)
-    stub = _pod_resources(kubelet)
+    stub = pod_resources
     assert _listed(stub.List(pr.ListPodResourcesRequest(), timeout=WAIT)) == {}
     assert len(kubelet.device_manager.allocated_ids(RES)) == 4, "freed only at the next admission"
     kubelet.allocate(PodRef("default", "b"), "compute", RES, 4)

@@ -121,3 +121,15 @@ def test_reconciling_on_an_old_kernel_sums_the_children(processes):
         node.start_guest()
         assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 2, WAIT)
         proc.stop()  # before its kubelet goes away
+
+
+def test_unreadable_misc_current_keeps_the_last_verdict(node, processes):
+    _start(node, processes, "reconciling")
+    node.start_guest()
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 1, WAIT)
+    node.writer.break_file("sys/fs/cgroup/misc.current")
+    node.start_guest()  # the kernel charges it, but nobody can read misc.current now
+    assert not node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) != 1, 6 * POLL)
+    node.writer.repair_file("sys/fs/cgroup/misc.current")
+    node.writer.sync(node.node.files())
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 2, WAIT)

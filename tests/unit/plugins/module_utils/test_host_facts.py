@@ -235,9 +235,7 @@ def test_snp_old_int_parameters_accept_1_and_0(fs):
 
 
 def test_snp_disabled_on_cmdline_and_iommu_off(fs):
-    snp_host(
-        "/host", kvm_amd={"sev": "Y", "sev_es": "Y", "sev_snp": "N"}, cmdline="ro kvm_amd.sev_snp=0 iommu=off"
-    )
+    snp_host("/host", kvm_amd={"sev": "Y", "sev_es": "Y", "sev_snp": "N"}, cmdline="ro kvm_amd.sev_snp=0 iommu=off")
     snp = hf.gather_host_facts("/host")["snp"]
     assert snp["cmdline_ready"] is False and snp["ready"] is False
     assert "kvm_amd.sev_snp is disabled on the kernel command line" in snp["reasons"][0]
@@ -264,9 +262,7 @@ def test_sev_es_needs_sev(fs):
     snp_host("/host", kvm_amd={"sev": "N", "sev_es": "Y", "sev_snp": "Y"})
     facts = hf.gather_host_facts("/host")
     assert facts["sev"]["ready"] is False
-    assert facts["sev_es"]["reasons"] == [
-        "SEV-ES needs SEV itself enabled in kvm_amd (sev parameter is not Y)"
-    ]
+    assert facts["sev_es"]["reasons"] == ["SEV-ES needs SEV itself enabled in kvm_amd (sev parameter is not Y)"]
 
 
 def test_plain_host_is_all_false_without_warnings(fs):
@@ -337,9 +333,7 @@ def test_garbage_values_become_unknown_with_warnings(fs):
     Path("/host/proc/cmdline").write_bytes(b"\xff\xfe nohibernate \x00 kvm_intel.tdx=1\n")
     facts = hf.gather_host_facts("/host")
     problems = {warning["path"]: warning["problem"] for warning in facts["warnings"]}
-    assert problems["/host/sys/module/kvm_intel/parameters/tdx"] == (
-        "unexpected value 'maybe' (expected Y, N, 1 or 0)"
-    )
+    assert problems["/host/sys/module/kvm_intel/parameters/tdx"] == ("unexpected value 'maybe' (expected Y, N, 1 or 0)")
     assert problems["/host/proc/sys/kernel/osrelease"] == "no kernel release in it"
     assert "NUL" in problems["/host/proc/cmdline"]
     assert facts["kvm"]["intel"]["tdx"] is None and facts["tdx"]["enabled"] is False
@@ -352,9 +346,7 @@ def test_cpuinfo_without_flags_line_warns(fs):
     Path("/host/proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n")
     facts = hf.gather_host_facts("/host")
     assert facts["cpu"]["flags"]["sgx"] is None
-    assert facts["warnings"] == [
-        {"path": "/host/proc/cpuinfo", "problem": "no 'flags' line: CPU features are unknown"}
-    ]
+    assert facts["warnings"] == [{"path": "/host/proc/cpuinfo", "problem": "no 'flags' line: CPU features are unknown"}]
 
 
 def test_oversized_file_is_truncated_with_a_warning(fs, monkeypatch):
@@ -411,8 +403,7 @@ def test_parse_sysfs_bool(text, expected):
 
 def test_parse_cmdline_kernel_rules():
     params = hf.parse_cmdline(
-        'BOOT_IMAGE=/vmlinuz kvm-intel.tdx=0 dyndbg="file tdx.c +p" kvm_intel.tdx=1 nohibernate '
-        "-- nohibernate=1 x"
+        'BOOT_IMAGE=/vmlinuz kvm-intel.tdx=0 dyndbg="file tdx.c +p" kvm_intel.tdx=1 nohibernate -- nohibernate=1 x'
     )
     assert params["kvm_intel.tdx"] == "1"  # last one wins, dashes normalised
     assert params["dyndbg"] == "file tdx.c +p"  # quotes group words
@@ -598,13 +589,13 @@ def test_gpu_cc_on_and_ready():
 
 
 def test_gpu_cc_on_not_ready_says_set_ready_state():
-    gpu, _ = hf.summarize_gpu("nvidia-smi", outputs_for(ready=READY.replace("ready", "not-ready")))
+    gpu = hf.summarize_gpu("nvidia-smi", outputs_for(ready=READY.replace("ready", "not-ready")))[0]
     assert gpu["ready"] is False
     assert "nvidia-smi conf-compute -srs 1" in gpu["reasons"][0]
 
 
 def test_gpu_devtools_is_not_ready():
-    gpu, _ = hf.summarize_gpu("nvidia-smi", outputs_for(query=CC_ON_QUERY.replace(": ON", ": DEVTOOLS")))
+    gpu = hf.summarize_gpu("nvidia-smi", outputs_for(query=CC_ON_QUERY.replace(": ON", ": DEVTOOLS")))[0]
     assert gpu["cc_enabled"] is True and gpu["devtools"] is True and gpu["ready"] is False
     assert "DevTools" in gpu["reasons"][0]
 
@@ -656,16 +647,14 @@ def test_probe_gpu_runs_every_command_and_survives_a_crashing_runner():
         ]
 
     gpu, warnings = hf.probe_gpu("/usr/bin/nvidia-smi", run, timeout=7)
-    assert [argv for argv, _ in seen] == [
+    assert [call[0] for call in seen] == [
         ["/usr/bin/nvidia-smi", "conf-compute", "-q"],
         ["/usr/bin/nvidia-smi", "conf-compute", "-f"],
         ["/usr/bin/nvidia-smi", "conf-compute", "-grs"],
         ["/usr/bin/nvidia-smi", "-q"],
     ]
-    assert {timeout for _, timeout in seen} == {7}
-    assert warnings == [
-        {"path": "/usr/bin/nvidia-smi -q", "problem": "exit code 1: could not run: exec format error"}
-    ]
+    assert {call[1] for call in seen} == {7}
+    assert warnings == [{"path": "/usr/bin/nvidia-smi -q", "problem": "exit code 1: could not run: exec format error"}]
     assert gpu["ready"] is True and gpu["gpus"] == []
 
 
@@ -733,7 +722,7 @@ def test_no_parser_raises(data):
 @given(data=st.binary(max_size=300) | structured_text)
 def test_summarize_gpu_never_raises(data):
     rc = len(data) % 3
-    outputs = {name: (rc, data, data[:10]) for name, _ in hf.GPU_COMMANDS}
+    outputs = {command[0]: (rc, data, data[:10]) for command in hf.GPU_COMMANDS}
     gpu, warnings = hf.summarize_gpu("nvidia-smi", outputs)
     assert isinstance(gpu["ready"], bool)
     assert all(set(warning) == {"path", "problem"} for warning in warnings)

@@ -12,12 +12,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.confidential.tee.plugins.doc_fragments import host_root
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.modules import tee_host_info
 
 CC_QUERY = "\n    CC State                   : ON\n    GPU CC Capabilities        : CC Capable\n"
-SMI_LOG = (
-    "Driver Version : 570.1\n\nAttached GPUs : 1\nGPU 00000000:41:00.0\n    Product Name : Synthetic H100\n"
-)
+SMI_LOG = "Driver Version : 570.1\n\nAttached GPUs : 1\nGPU 00000000:41:00.0\n    Product Name : Synthetic H100\n"
 ANSWERS = {
     ("conf-compute", "-q"): (0, CC_QUERY, ""),
     ("conf-compute", "-f"): (0, "CC status: ON\n", ""),
@@ -40,8 +39,11 @@ def small_tdx_tree(root: Path) -> Path:
     return root
 
 
-def run_module(capsys, args):
-    """``(exit code, result)`` of one module run."""
+def run_main(capsys, args):
+    """``(exit code, result)`` of one real run: exit_json/fail_json print JSON and exit as in production.
+
+    (conftest's ``run_module`` intercepts exit_json instead; this checks the serialised output too.)
+    """
     # Module warnings are process-global and would leak from one run into the next.
     with (
         mock.patch.dict(ansible_warnings._global_warnings, clear=True),
@@ -58,7 +60,9 @@ def warning_messages(result):
     return [item["event"]["msg"] if isinstance(item, dict) else item for item in result.get("warnings", [])]
 
 
-def fake_run_command(calls, answers=ANSWERS):
+def fake_run_command(calls, answers=None):
+    answers = ANSWERS if answers is None else answers
+
     def run_command(self, argv, **kwargs):
         calls.append(argv)
         # The module wraps nvidia-smi in coreutils' timeout: answer by the nvidia-smi arguments.
@@ -80,7 +84,7 @@ def nvidia_smi(tmp_path):
 def test_tdx_tree_without_gpu(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
     with mock.patch.object(AnsibleModule, "run_command") as run_command:
-        code, result = run_module(capsys, {"host_root": str(root), "gather_gpu": False})
+        code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False})
     assert code == 0
     run_command.assert_not_called()
     assert result["changed"] is False
@@ -95,10 +99,8 @@ def test_tdx_tree_without_gpu(capsys, tmp_path):
 
 def test_check_mode_reports_the_same(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
-    _, normal = run_module(capsys, {"host_root": str(root), "gather_gpu": False})
-    code, checked = run_module(
-        capsys, {"host_root": str(root), "gather_gpu": False, "_ansible_check_mode": True}
-    )
+    normal = run_main(capsys, {"host_root": str(root), "gather_gpu": False})[1]
+    code, checked = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "_ansible_check_mode": True})
     assert code == 0 and checked["changed"] is False
     assert checked["host"] == normal["host"]
 
@@ -110,9 +112,7 @@ def test_explicit_nvidia_smi_runs_with_timeout(capsys, tmp_path, nvidia_smi):
         mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls)),
         mock.patch.object(AnsibleModule, "get_bin_path", return_value="/usr/bin/timeout"),
     ):
-        code, result = run_module(
-            capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 9}
-        )
+        code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 9})
     assert code == 0
     assert calls[0] == ["/usr/bin/timeout", "--kill-after=5", "9", nvidia_smi, "conf-compute", "-q"]
     assert [call[4:] for call in calls] == [
@@ -138,7 +138,7 @@ def test_nvidia_smi_from_path_only_for_the_real_root(capsys):
         mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls)),
         mock.patch.object(AnsibleModule, "get_bin_path", which),
     ):
-        code, result = run_module(capsys, {})
+        code, result = run_main(capsys, {})
     assert code == 0
     assert calls[0] == ["/usr/bin/nvidia-smi", "conf-compute", "-q"]
     assert result["host"]["host_root"] == "/"
@@ -147,11 +147,9 @@ def test_nvidia_smi_from_path_only_for_the_real_root(capsys):
 
 def test_nvidia_smi_missing_from_path(capsys):
     with mock.patch.object(AnsibleModule, "get_bin_path", return_value=None):
-        code, result = run_module(capsys, {})
+        code, result = run_main(capsys, {})
     assert code == 0
-    assert result["host"]["gpu"]["reasons"] == [
-        "nvidia-smi not found on PATH: no NVIDIA driver installed on this host"
-    ]
+    assert result["host"]["gpu"]["reasons"] == ["nvidia-smi not found on PATH: no NVIDIA driver installed on this host"]
 
 
 def test_other_host_root_skips_path_lookup(capsys, tmp_path):
@@ -160,7 +158,7 @@ def test_other_host_root_skips_path_lookup(capsys, tmp_path):
         mock.patch.object(AnsibleModule, "run_command") as run_command,
         mock.patch.object(AnsibleModule, "get_bin_path", return_value="/usr/bin/nvidia-smi"),
     ):
-        code, result = run_module(capsys, {"host_root": str(root)})
+        code, result = run_main(capsys, {"host_root": str(root)})
     assert code == 0
     run_command.assert_not_called()
     assert "set nvidia_smi_path to run it anyway" in result["host"]["gpu"]["reasons"][0]
@@ -169,7 +167,7 @@ def test_other_host_root_skips_path_lookup(capsys, tmp_path):
 def test_bad_nvidia_smi_path_is_a_warning(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
     missing = str(tmp_path / "nope" / "nvidia-smi")
-    code, result = run_module(capsys, {"host_root": str(root), "nvidia_smi_path": missing})
+    code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": missing})
     assert code == 0
     problem = "nvidia_smi_path is not an executable file: fix the path or set gather_gpu: false"
     assert result["host"]["warnings"] == [{"path": missing, "problem": problem}]
@@ -184,7 +182,7 @@ def test_timed_out_and_failing_nvidia_smi_are_warnings(capsys, tmp_path, nvidia_
     answers[("-q",)] = (9, "", failure)
     calls = []
     with mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls, answers)):
-        code, result = run_module(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi})
+        code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi})
     assert code == 0
     problems = [warning["problem"] for warning in result["host"]["warnings"]]
     assert problems == [
@@ -200,19 +198,19 @@ def test_timed_out_and_failing_nvidia_smi_are_warnings(capsys, tmp_path, nvidia_
 
 
 def test_missing_host_root_fails_with_a_fix(capsys, tmp_path):
-    code, result = run_module(capsys, {"host_root": str(tmp_path / "absent")})
+    code, result = run_main(capsys, {"host_root": str(tmp_path / "absent")})
     assert code == 1 and result["failed"] is True
     assert "is not a directory" in result["msg"] and "/host" in result["msg"]
 
 
 def test_gpu_timeout_must_be_positive(capsys, tmp_path):
-    code, result = run_module(capsys, {"host_root": str(tmp_path), "gpu_timeout": 0})
+    code, result = run_main(capsys, {"host_root": str(tmp_path), "gpu_timeout": 0})
     assert code == 1
     assert result["msg"].startswith("gpu_timeout must be at least 1 second, got 0")
 
 
 def test_unknown_option_is_rejected(capsys, tmp_path):
-    code, result = run_module(capsys, {"host_root": str(tmp_path), "gpu": True})
+    code, result = run_main(capsys, {"host_root": str(tmp_path), "gpu": True})
     assert code == 1 and "Unsupported parameters" in result["msg"]
 
 
@@ -238,9 +236,23 @@ def test_documentation_matches_argument_spec():
     yaml.safe_load(tee_host_info.EXAMPLES)
 
 
+def test_capacity_in_the_same_round_trip(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    (root / "sys/fs/cgroup").mkdir(parents=True)
+    (root / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
+    (root / "sys/fs/cgroup/misc.current").write_text("tdx 2\n")
+    code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "capacity": True})
+    assert code == 0
+    tdx = result["host"]["capacity"]["resources"]["tdx"]
+    assert (tdx["capacity"], tdx["current"], tdx["free"]) == (63, 2, 61)
+    # Exactly what tee_capacity_info returns with its defaults.
+    assert result["host"]["capacity"] == capacity_facts(str(root))
+    assert "capacity" not in run_main(capsys, {"host_root": str(root), "gather_gpu": False})[1]["host"]
+
+
 def test_return_documents_every_key(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
-    _, result = run_module(capsys, {"host_root": str(root), "gather_gpu": False})
+    result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "capacity": True})[1]
     returned = yaml.safe_load(tee_host_info.RETURN)["host"]
     assert set(returned["contains"]) == set(result["host"])
     assert set(returned["contains"]["gpu"]["sample"]) == set(result["host"]["gpu"])
