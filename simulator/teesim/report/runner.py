@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TextIO
 
 from teesim.report.metrics import MetricsRecorder
@@ -51,7 +52,7 @@ def run_scenario(
         strategy = get_strategy(name)
         sim = Simulation(scenario.world, strategy)
         recorder = MetricsRecorder()
-        sim.run(recorder, None if progress is None else (lambda f, n=name: progress(n, f)))
+        sim.run(recorder, None if progress is None else partial(progress, name))
         summary = recorder.summary(sim)
         total_events += summary["events"]
         results[name] = {

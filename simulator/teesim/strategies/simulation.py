@@ -26,6 +26,7 @@ import errno
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from teesim.cluster.clock import VirtualClock
@@ -154,7 +155,7 @@ class Simulation:
         settings = self.settings
         clock = self.clock
         for node in self.nodes.values():
-            clock.every(settings.nfd_sleep_interval, lambda n=node: self._nfd(n), start=0.0, until=self.world.duration)
+            clock.every(settings.nfd_sleep_interval, partial(self._nfd, node), start=0.0, until=self.world.duration)
             for resource in self.resources(node):
                 kind = self.strategy.plugin_for(resource)
                 if kind is None:
@@ -174,16 +175,19 @@ class Simulation:
             # Scheduled after the plugins' start so the first sync at t=0 already sees their devices.
             clock.every(
                 settings.node_status_interval,
-                lambda n=node: n.sync_status(clock.now),
+                partial(self._sync_status, node),
                 start=0.0,
                 until=self.world.duration,
             )
         for arrival in self.world.arrivals:
-            clock.at(arrival.time, lambda a=arrival: self._arrive(a))
+            clock.at(arrival.time, partial(self._arrive, arrival))
         for fault in self.world.faults:
             if fault.node not in self.nodes:
                 raise ValueError(f"fault {fault.kind} at {fault.at}s names unknown node {fault.node!r}")
-            clock.at(fault.at, lambda f=fault: self._fault(f))
+            clock.at(fault.at, partial(self._fault, fault))
+
+    def _sync_status(self, node: SimNode) -> None:
+        node.sync_status(self.clock.now)
 
     def _nfd(self, node: SimNode) -> None:
         reserved = self.settings.reserved if self.strategy.reserve_external else None

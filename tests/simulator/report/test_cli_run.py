@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 from teesim.cli import main
 from teesim.report.render import deterministic_json, format_table
-from teesim.report.runner import run_scenario
+from teesim.report.runner import progress_bar, run_scenario
 from teesim.report.scenario import bundled_scenarios, load_scenario
 
 
@@ -82,3 +83,25 @@ def test_run_errors_are_messages(capsys: pytest.CaptureFixture[str]) -> None:
 def test_scenarios_lists_bundled(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenarios"]) == 0
     assert "snp-mixed" in capsys.readouterr().out
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_redraws_in_place_on_a_terminal() -> None:
+    stream = _Tty()
+    show = progress_bar(stream, width=10)
+    for fraction in (0.0, 0.5, 0.5, 1.0):
+        show("reconciling", fraction)
+    text = stream.getvalue()
+    assert text.count("\r") == 2 and text.endswith("100%\n")
+    assert "[#####.....]  50%\r" in text
+
+
+def test_only_selected_strategies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "quick", "--strategy", "reconciling", "--quiet", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["strategies"]) == ["reconciling"]
+    assert "_runtime" not in report
