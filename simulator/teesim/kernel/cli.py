@@ -9,12 +9,11 @@ device plugins read. Usage given with ``--usage`` is charged through the kernel 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from teesim.kernel.backends import NodeWriter, RealDirBackend
-from teesim.kernel.node import Node, NodeSpec, parse_assignments
+from teesim.kernel.node import CGROUP_ROOT, Node, NodeSpec, parse_assignments
 from teesim.kernel.profiles import PROFILES, get_profile
 
 
@@ -36,7 +35,16 @@ def build_node_tree(
         node.misc.ensure_cgroup(usage_cgroup)
         for resource, amount in usage.items():
             node.misc.try_charge(usage_cgroup, resource, amount)
-    NodeWriter(RealDirBackend(out)).sync(node.files())
+    files = node.files()
+    backend = RealDirBackend(out)
+    # A rebuilt tree must not keep misc files of cgroups from an earlier build (readers walk them all).
+    cgroup_dir = out / CGROUP_ROOT
+    if cgroup_dir.is_dir():
+        for stale in sorted(cgroup_dir.rglob("misc.*")):
+            relpath = str(stale.relative_to(out))
+            if relpath not in files:
+                backend.remove(relpath)
+    NodeWriter(backend).sync(files)
     return node
 
 
@@ -52,9 +60,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     misc = node.misc
     summary = (
-        ", ".join(f"{r} {misc.usage(r)}/{misc.capacity(r)}" for r in misc.resources())
-        if misc
-        else "no misc controller"
+        ", ".join(f"{r} {misc.usage(r)}/{misc.capacity(r)}" for r in misc.resources()) if misc else "no misc controller"
     )
     print(f"wrote {args.out}: {node.name}, kernel profile {args.profile}, {args.vendor}, {summary}")
     return 0
@@ -78,9 +84,3 @@ def register(subparsers: Any) -> None:
     build.add_argument("--name", default="node-1", help="host name")
     build.add_argument("--out", required=True, help="directory to write (created; existing files replaced)")
     build.set_defaults(func=_cmd_build)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from teesim.cli import main
-
-    sys.exit(main(["node", *sys.argv[1:]]))

@@ -145,6 +145,9 @@ class MiscController:
             stack.extend(node.children[name] for name in sorted(node.children, reverse=True))
         return out
 
+    def has_cgroup(self, path: str) -> bool:
+        return _norm(path) in self._cgroups
+
     def set_max(self, path: str, resource: str, value: int | None) -> None:
         """Write ``<res> <value>`` (``None`` = ``max``) to a child's ``misc.max``."""
         node = self._get(path)
@@ -244,11 +247,14 @@ class MiscController:
                 out.append(f"{name} {'max' if limit == U64_MAX else limit}\n")
         return "".join(out)
 
-    def render(self) -> dict[str, str]:
-        """Every misc file as the kernel prints it, keyed by path relative to the controller root."""
+    def render(self, cgroup: str | None = None) -> dict[str, str]:
+        """Every misc file as the kernel prints it, keyed by path relative to the controller root.
+
+        With ``cgroup`` only that cgroup's files (readers polling the root need nothing else).
+        """
         files: dict[str, str] = {}
         profile = self.profile
-        for path in self.cgroups():
+        for path in self.cgroups() if cgroup is None else [self._get(cgroup).path]:
             node = self._cgroups[path]
             prefix = f"{path}/" if path else ""
             if node is self._root:

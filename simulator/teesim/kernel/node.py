@@ -25,9 +25,7 @@ CGROUP_ROOT = "sys/fs/cgroup"
 VENDOR_RESOURCES: dict[str, tuple[str, ...]] = {"intel": ("tdx",), "amd": ("sev", "sev_es")}
 DEFAULT_CAPACITY: dict[str, dict[str, int]] = {"intel": {"tdx": 63}, "amd": {"sev": 410, "sev_es": 99}}
 
-_BASE_FLAGS = (
-    "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2"
-)
+_BASE_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2"
 _CPU: dict[str, dict[str, str]] = {
     "intel": {
         "vendor_id": "GenuineIntel",
@@ -124,6 +122,10 @@ class Node:
             files["sys/module/kvm_amd/parameters/sev_es"] = enabled
             files["sys/module/kvm_amd/parameters/sev_snp"] = enabled
         return files
+
+    def static_files(self) -> dict[str, str]:
+        """Everything but the misc files (they never change during a run)."""
+        return dict(self._static)
 
     def misc_files(self) -> dict[str, str]:
         """The misc files only, keyed by host-relative path (they change as guests come and go)."""

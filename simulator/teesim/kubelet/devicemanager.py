@@ -205,9 +205,7 @@ class DeviceManager:
     def restart(self, now: float = 0.0) -> None:
         """Kubelet restart: endpoints and device lists are gone, pod assignments survive (checkpoint)."""
         self.restarts += 1
-        checkpointed = {
-            res for containers in self._pod_devices.values() for c in containers.values() for res in c
-        }
+        checkpointed = {res for containers in self._pod_devices.values() for c in containers.values() for res in c}
         self._resources = {res: _Resource() for res in checkpointed}
         self._endpoints = {}
         for res in checkpointed:
@@ -226,9 +224,7 @@ class DeviceManager:
         ep = self._endpoints.get(resource)
         if ep is None:
             return True
-        return (
-            now is not None and ep.stopped_at is not None and now - ep.stopped_at > ENDPOINT_STOP_GRACE_PERIOD
-        )
+        return now is not None and ep.stopped_at is not None and now - ep.stopped_at > ENDPOINT_STOP_GRACE_PERIOD
 
     def capacity(self, now: float | None = None) -> dict[str, int]:
         """Node capacity per resource (healthy + unhealthy); resources past the grace period vanish."""
@@ -240,9 +236,7 @@ class DeviceManager:
 
     def allocatable(self, now: float | None = None) -> dict[str, int]:
         """Node allocatable per resource (healthy devices only)."""
-        return {
-            res: len(st.healthy) for res, st in sorted(self._resources.items()) if not self._expired(res, now)
-        }
+        return {res: len(st.healthy) for res, st in sorted(self._resources.items()) if not self._expired(res, now)}
 
     def healthy_ids(self, resource: str) -> list[str]:
         st = self._resources.get(resource)
@@ -259,9 +253,7 @@ class DeviceManager:
         if not st:
             return []
         return [
-            Device(i, HEALTHY if i in st.healthy else UNHEALTHY)
-            for i in st.listed
-            if i in st.healthy | st.unhealthy
+            Device(i, HEALTHY if i in st.healthy else UNHEALTHY) for i in st.listed if i in st.healthy | st.unhealthy
         ]
 
     # -- pods and allocation ------------------------------------------------------------------------
@@ -322,9 +314,7 @@ class DeviceManager:
                 return chosen
         return sorted(available, key=natural_key)[:count]
 
-    def record_allocation(
-        self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]
-    ) -> None:
+    def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
         """The plugin's Allocate succeeded: remember the container's devices (the checkpoint)."""
         self._pods[pod.key] = pod
         self._finished.discard(pod.key)

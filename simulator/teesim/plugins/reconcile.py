@@ -60,9 +60,7 @@ def reconcile(all_ids: Sequence[str], own_allocated_ids: Iterable[str], kernel_c
     return Decision(unhealthy=chosen, others=others, overflow=others - take)
 
 
-def unhealthy_devices(
-    all_ids: Sequence[str], own_allocated_ids: Iterable[str], kernel_current: int
-) -> frozenset[str]:
+def unhealthy_devices(all_ids: Sequence[str], own_allocated_ids: Iterable[str], kernel_current: int) -> frozenset[str]:
     """Exactly the devices to mark Unhealthy: ``current - own`` free ones, clamped to the free count."""
     return reconcile(all_ids, own_allocated_ids, kernel_current).unhealthy
 

@@ -48,9 +48,16 @@ def test_node_build_amd_old_and_no_misc(tmp_path: Path) -> None:
 def test_node_build_errors_are_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["node", "build", "--usage", "tdx=64", "--out", str(tmp_path / "x")]) == 2
     assert "capacity reached" in capsys.readouterr().err
-    assert (
-        main(["node", "build", "--profile", "no-misc", "--usage", "tdx=1", "--out", str(tmp_path / "y")]) == 2
-    )
+    assert main(["node", "build", "--profile", "no-misc", "--usage", "tdx=1", "--out", str(tmp_path / "y")]) == 2
     assert "has no misc controller" in capsys.readouterr().err
     assert main(["node", "build", "--capacity", "sev=1", "--out", str(tmp_path / "z")]) == 2
     assert "use --vendor amd" in capsys.readouterr().err
+
+
+def test_node_build_again_replaces_stale_cgroups(tmp_path: Path) -> None:
+    assert main(["node", "build", "--usage", "tdx=2", "--usage-cgroup", "a.slice", "--out", str(tmp_path)]) == 0
+    assert main(["node", "build", "--usage", "tdx=1", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / "sys/fs/cgroup/a.slice").exists()
+    state = read_misc_state(str(tmp_path), include_cgroups=True)
+    assert [c.path for c in state.cgroups] == ["machine.slice"]
+    assert state.resources["tdx"].current == 1

@@ -212,9 +212,7 @@ def test_unknown_resource_and_cgroup_are_clear_errors() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    ops=st.lists(
-        st.tuples(st.sampled_from(["a", "a/x", "b", "b/y"]), st.booleans(), st.integers(1, 3)), max_size=40
-    ),
+    ops=st.lists(st.tuples(st.sampled_from(["a", "a/x", "b", "b/y"]), st.booleans(), st.integers(1, 3)), max_size=40),
     limit=st.integers(0, 6),
 )
 def test_invariants_hold_for_any_sequence(ops: list[tuple[str, bool, int]], limit: int) -> None:

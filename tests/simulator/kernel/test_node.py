@@ -63,9 +63,7 @@ def test_no_misc_tree_has_no_misc_files() -> None:
     assert "misc" not in files["sys/fs/cgroup/cgroup.controllers"].split()
 
 
-@pytest.mark.parametrize(
-    ("profile", "vendor"), [(CURRENT, "intel"), (OLD, "intel"), (CURRENT, "amd"), (OLD, "amd")]
-)
+@pytest.mark.parametrize(("profile", "vendor"), [(CURRENT, "intel"), (OLD, "intel"), (CURRENT, "amd"), (OLD, "amd")])
 def test_round_trip_through_collection_reader(tmp_path: Path, profile, vendor: str) -> None:
     node = _busy_node(profile, vendor)
     NodeWriter(RealDirBackend(tmp_path)).sync(node.files())
@@ -80,9 +78,7 @@ def test_round_trip_through_collection_reader(tmp_path: Path, profile, vendor: s
         assert res.peak == (misc.peak(name) if profile.peak else None)
         assert res.current_source == ("root" if profile.root_current else "children_sum")
     by_path = {c.path: c for c in state.cgroups}
-    assert by_path["machine.slice/vm-1"].current == {
-        n: misc.usage(n, "machine.slice/vm-1") for n in misc.resources()
-    }
+    assert by_path["machine.slice/vm-1"].current == {n: misc.usage(n, "machine.slice/vm-1") for n in misc.resources()}
 
 
 def test_round_trip_no_misc_reports_absent(tmp_path: Path) -> None:
@@ -162,3 +158,12 @@ def test_spec_validation_and_assignments() -> None:
         Node(NodeSpec(vendor="arm"))
     with pytest.raises(ValueError, match="unknown kernel profile 'new'"):
         get_profile("new")
+
+
+def test_real_dir_writes_leave_no_temporary_files(tmp_path: Path) -> None:
+    writer = NodeWriter(RealDirBackend(tmp_path))
+    node = _busy_node()
+    writer.sync(node.files())
+    node.misc.try_charge("machine.slice/vm-1", "tdx")
+    assert writer.sync(node.files()) > 0
+    assert not [p for p in tmp_path.rglob(".teesim-*")]
