@@ -102,6 +102,7 @@ def parse_cpuinfo(data):
     vendor = None
     model_name = None
     processors = 0
+    last_flags_text = None
     for line in _text(data).splitlines():
         key, sep, value = line.partition(":")
         if not sep:
@@ -114,6 +115,10 @@ def parse_cpuinfo(data):
         elif key == "model name" and model_name is None:
             model_name = value.strip() or None
         elif key == "flags":
+            # Hundreds of CPUs usually print the same line: skip re-splitting identical text.
+            if value == last_flags_text:
+                continue
+            last_flags_text = value
             these = set(value.split())
             if flags is None:
                 flags = these

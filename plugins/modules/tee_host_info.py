@@ -320,7 +320,7 @@ def _runner(module):
 
 
 def _gpu_facts(module, host_root):
-    """``(gpu fact, warnings)`` or ``None`` for :func:`gather_host_facts`."""
+    """``(gpu fact, warnings)`` for :func:`gather_host_facts`; a skipped probe says why in its reasons."""
     params = module.params
     if not params["gather_gpu"]:
         return empty_gpu("not gathered: gather_gpu is false"), []

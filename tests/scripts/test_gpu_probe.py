@@ -43,14 +43,14 @@ def env(tmp_path):
 
 def probe(env, *args, **extra):
     done = subprocess.run(
-        ["bash", str(SCRIPT), *args], env=dict(env, **extra), capture_output=True, text=True, timeout=60
+        ["bash", str(SCRIPT), *args], env=dict(env, **extra), capture_output=True, text=True, timeout=60, check=False
     )
-    return done.returncode, json.loads(done.stdout), done.stderr
+    return done, json.loads(done.stdout)
 
 
 def test_probe_parses_live_style_output_and_saves_raw(env, tmp_path):
-    code, facts, stderr = probe(env, str(tmp_path / "raw"))
-    assert code == 0, stderr
+    done, facts = probe(env, str(tmp_path / "raw"))
+    assert done.returncode == 0, done.stderr
     gpu = facts["gpu"]
     assert gpu["cc_state"] == "ON" and gpu["cc_capable"] is True
     assert gpu["ready_state"] == "ready" and gpu["ready"] is True  # -grs is newer than -q's line
@@ -58,18 +58,18 @@ def test_probe_parses_live_style_output_and_saves_raw(env, tmp_path):
     assert facts["cpu"]["flags"]["sev_es"] is True and facts["kernel"]["release"] == "6.12.0"
     assert (tmp_path / "raw" / "nvidia-smi_conf-compute_grs.out").read_text().startswith("Confidential")
     assert (tmp_path / "raw" / "nvidia-smi_q.rc").read_text() == "0\n"
-    assert "gpu_probe: nvidia-smi=" in stderr and "SELF-CHECK" not in stderr
+    assert "gpu_probe: nvidia-smi=" in done.stderr and "SELF-CHECK" not in done.stderr
 
 
 def test_probe_self_check_catches_a_gpu_count_mismatch(env):
-    code, _, stderr = probe(env, FAKE_SMI_ATTACHED="2")
-    assert code == 1
-    assert "SELF-CHECK FAILED: nvidia-smi -q says 2 GPUs, parser found 1" in stderr
+    done = probe(env, FAKE_SMI_ATTACHED="2")[0]
+    assert done.returncode == 1
+    assert "SELF-CHECK FAILED: nvidia-smi -q says 2 GPUs, parser found 1" in done.stderr
 
 
 def test_probe_times_out_a_hanging_command(env):
-    code, facts, _ = probe(env, FAKE_SMI_SLEEP="5", GPU_TIMEOUT="1")
-    assert code == 0
+    done, facts = probe(env, FAKE_SMI_SLEEP="5", GPU_TIMEOUT="1")
+    assert done.returncode == 0
     assert {
         "path": facts["gpu"]["nvidia_smi"] + " conf-compute -grs",
         "problem": "exit code 124: timed out (killed after 1s)",
@@ -79,8 +79,8 @@ def test_probe_times_out_a_hanging_command(env):
 
 def test_probe_without_nvidia_smi_still_reports_the_host(env, tmp_path):
     (tmp_path / "bin" / "nvidia-smi").unlink()
-    code, facts, _ = probe(env)
-    assert code == 2
+    done, facts = probe(env)
+    assert done.returncode == 2
     assert facts["gpu"]["probed"] is False
     assert facts["gpu"]["reasons"] == ["nvidia-smi not found on PATH (set NVIDIA_SMI)"]
     assert facts["sev"]["supported"] is True
