@@ -1,12 +1,10 @@
-"""The static and reconciling plugins as real processes against the real-socket kubelet and a real
-node directory whose misc files the kernel model writes."""
+"""``python -m teesim.plugins.reconciling`` as a real process: the kernel model writes the node's misc
+files, the real-socket kubelet allocates, external VMs take keys."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from teesim.grpc_run import PODS_SLICE, GrpcNode, PluginProcess, healthy_count, unhealthy_count
+from teesim.grpc_run import PODS_SLICE, GrpcNode, unhealthy_count
 from teesim.kubelet.devicemanager import PodRef
 from teesim.kubelet.server import Kubelet
 
@@ -15,28 +13,6 @@ WAIT = 10.0
 POLL = 0.05
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def node() -> Iterator[GrpcNode]:
-    with GrpcNode.create(capacity=8) as n:
-        yield n
-
-
-@pytest.fixture
-def processes() -> Iterator[list[PluginProcess]]:
-    started: list[PluginProcess] = []
-    yield started
-    for proc in started:
-        proc.stop()
-
-
-def _start(node: GrpcNode, processes: list[PluginProcess], kind: str, **kwargs) -> PluginProcess:
-    proc = node.plugin(kind, poll_interval=POLL, **kwargs)
-    processes.append(proc)
-    ok = node.kubelet.wait_for(lambda k: k.device_manager.capacity().get(RES, 0) == 8, WAIT)
-    assert ok, f"{kind} plugin did not register:\n{proc.stop()}"
-    return proc
 
 
 def _unhealthy(k: Kubelet) -> set[str]:
@@ -51,34 +27,8 @@ def _admit_vm(node: GrpcNode, name: str) -> list[str]:
     return node.kubelet.device_manager.pod_devices(pod)["compute"][RES]
 
 
-def test_static_plugin_never_sees_external_vms(node, processes):
-    _start(node, processes, "static")
-    assert healthy_count(node.kubelet, RES) == 8
-    for _ in range(3):
-        node.start_guest()
-    # Give the static plugin ample time to (not) react: it has no poll loop at all.
-    assert not node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) > 0, 0.5)
-    assert node.kubelet.device_manager.allocatable() == {RES: 8}, "the flaw kubevirt-static has"
-
-
-def test_static_plugin_refuses_a_host_without_misc(processes):
-    with GrpcNode.create(capacity=8, profile="no-misc") as node:
-        proc = node.plugin("static")
-        processes.append(proc)
-        assert proc.process.wait(timeout=WAIT) == 2
-        assert "misc cgroup controller is not available" in proc.stop()
-
-
-def test_plugin_exits_when_the_kubelet_rejects_it(node, processes):
-    proc = node.plugin("reconciling", resource_name="kubernetes.io/tdx")
-    processes.append(proc)
-    assert proc.process.wait(timeout=WAIT) == 2
-    assert "rejected kubernetes.io/tdx: invalid resource name" in proc.stop()
-    assert node.kubelet.device_manager.resources() == []
-
-
-def test_reconciling_marks_exactly_the_external_keys_and_never_an_allocated_device(node, processes):
-    _start(node, processes, "reconciling")
+def test_reconciling_marks_exactly_the_external_keys_and_never_an_allocated_device(node, start_plugin):
+    start_plugin(node, "reconciling")
     own = _admit_vm(node, "a") + _admit_vm(node, "b")
     assert own == ["tdx-000", "tdx-001"]
     # Own VMs are charged in the kernel but are the plugin's own: nothing is foreign yet.
@@ -101,8 +51,8 @@ def test_reconciling_marks_exactly_the_external_keys_and_never_an_allocated_devi
     assert node.kubelet.device_manager.allocatable() == {RES: 8}
 
 
-def test_reconciling_plugin_reregisters_after_kubelet_restart(node, processes):
-    proc = _start(node, processes, "reconciling")
+def test_reconciling_plugin_reregisters_after_kubelet_restart(node, start_plugin):
+    proc = start_plugin(node, "reconciling")
     vm = _admit_vm(node, "a")
     node.start_guest()
     assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 1, WAIT)
@@ -115,24 +65,24 @@ def test_reconciling_plugin_reregisters_after_kubelet_restart(node, processes):
     assert vm[0] not in _unhealthy(node.kubelet), "the checkpointed allocation is still its own"
 
 
-def test_plugin_crash_makes_its_devices_unhealthy(node, processes):
-    proc = _start(node, processes, "reconciling")
+def test_plugin_crash_makes_its_devices_unhealthy(node, start_plugin):
+    proc = start_plugin(node, "reconciling")
     proc.kill()
     assert node.kubelet.wait_for(lambda k: k.device_manager.allocatable().get(RES) == 0, WAIT)
     assert node.kubelet.device_manager.capacity() == {RES: 8}
 
 
-def test_reconciling_on_an_old_kernel_sums_the_children(processes):
+def test_reconciling_on_an_old_kernel_sums_the_children(start_plugin):
     with GrpcNode.create(capacity=8, profile="old") as node:
-        proc = _start(node, processes, "reconciling")
+        proc = start_plugin(node, "reconciling")
         node.start_guest()
         node.start_guest()
         assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 2, WAIT)
         proc.stop()  # before its kubelet goes away
 
 
-def test_unreadable_misc_current_keeps_the_last_verdict(node, processes):
-    _start(node, processes, "reconciling")
+def test_unreadable_misc_current_keeps_the_last_verdict(node, start_plugin):
+    start_plugin(node, "reconciling")
     node.start_guest()
     assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 1, WAIT)
     node.writer.break_file("sys/fs/cgroup/misc.current")
