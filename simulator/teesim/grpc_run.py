@@ -12,6 +12,7 @@ The same harness (:class:`GrpcNode`) backs the end-to-end tests and ``benchmarks
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -299,6 +300,7 @@ def _cmd_grpc(args: argparse.Namespace) -> int:
     intervals = args.poll_interval_list or [0.1]
     if args.changes < 1 or min(intervals) <= 0 or args.capacity < 2:
         raise ValueError("--changes must be >= 1, --poll-interval > 0 and --capacity >= 2")
+    summaries = []
     for interval in intervals:
         result = measure_detection_latency(
             args.changes,
@@ -309,7 +311,11 @@ def _cmd_grpc(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=sys.stderr.isatty(),
         )
-        print(format_result(result))
+        summaries.append(result.summary())
+        if not args.json:
+            print(format_result(result), flush=True)
+    if args.json:
+        print(json.dumps(summaries, indent=2))
     return 0
 
 
@@ -331,4 +337,5 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--resource-name", default="devices.kubevirt.io/tdx")
     parser.add_argument("--misc-resource", default="tdx", choices=("tdx", "sev", "sev_es"))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print the summaries as JSON instead of text")
     parser.set_defaults(func=_cmd_grpc)

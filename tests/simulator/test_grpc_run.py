@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -28,6 +29,16 @@ def test_teesim_grpc_prints_p50_and_p99(capsys):
     p50, p99 = float(match.group(1)), float(match.group(2))
     assert 0 < p50 <= p99
     assert "0 not seen in time" in out
+
+
+@pytest.mark.slow
+def test_teesim_grpc_json(capsys):
+    assert main(["grpc", "--json", "--changes", "4", "--poll-interval", "0.02", "--capacity", "2"]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)
+    assert summary["poll_interval_ms"] == 20
+    assert summary["changes"] == 4
+    assert summary["timeouts"] == 0
+    assert 0 < summary["min_ms"] <= summary["p50_ms"] <= summary["p99_ms"] <= summary["max_ms"]
 
 
 def test_teesim_grpc_rejects_bad_arguments(capsys):
