@@ -21,13 +21,7 @@ author:
   - confidential.tee maintainers (@confidential-tee)
 extends_documentation_fragment:
   - confidential.tee.host_root
-attributes:
-  check_mode:
-    support: full
-    description: Only reads files; runs unchanged in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
+  - confidential.tee.read_only
 options:
   resources:
     description:
