@@ -62,6 +62,7 @@ test: lint sanity pytest molecule
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
 	$(BIN)/python benchmarks/bench_simulator.py
+	$(BIN)/python benchmarks/bench_grpc_latency.py
 
 clean:
 	rm -rf $(BUILD) tests/output .pytest_cache .ruff_cache .hypothesis

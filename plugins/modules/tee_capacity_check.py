@@ -13,16 +13,10 @@ description:
     requirements given, and fails with a message that says what is wrong, where, why, and how to fix it.
   - Every requested check is evaluated and returned in RV(checks), passing or not.
 author:
-  - confidential.tee contributors
+  - confidential.tee maintainers (@confidential-tee)
 extends_documentation_fragment:
   - confidential.tee.host_root
-attributes:
-  check_mode:
-    support: full
-    description: Only reads files; runs unchanged in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
+  - confidential.tee.read_only
 options:
   resource:
     description:

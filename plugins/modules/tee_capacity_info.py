@@ -14,20 +14,14 @@ description:
     its source, the free keys and the peak.
   - SEV-ES and SEV-SNP guests both consume C(sev_es); there is no C(snp) resource in the kernel.
   - On kernels without a root C(misc.current) the usage is the sum of the top-level child cgroups, a lower
-    bound, and the result says so (RV(resources.tdx.current_source=children_sum)).
+    bound, and each entry of RV(resources) says so with C(current_source=children_sum).
   - A host without the misc controller is a fact (RV(misc_controller.present=false)), not an error.
   - Finds the controller on cgroup v2 (C(/sys/fs/cgroup)) and on cgroup v1 (C(/sys/fs/cgroup/misc)).
 author:
-  - confidential.tee contributors
+  - confidential.tee maintainers (@confidential-tee)
 extends_documentation_fragment:
   - confidential.tee.host_root
-attributes:
-  check_mode:
-    support: full
-    description: Only reads files; runs unchanged in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
+  - confidential.tee.read_only
 options:
   resources:
     description:
@@ -37,7 +31,7 @@ options:
     type: list
     elements: str
     choices: [tdx, sev, sev_es, snp]
-    default: [tdx, sev, sev_es]
+    default: [sev, sev_es, tdx]
   cgroups:
     description:
       - Also report every child cgroup that has misc files, with its C(misc.current), C(misc.max),
@@ -131,7 +125,7 @@ resources:
       description: Capacity minus usage, never negative; null when either is unknown.
       type: int
     free_is_upper_bound:
-      description: True when RV(resources.tdx.free) may overstate the free keys.
+      description: True when C(free) may overstate the free keys (usage is a lower bound).
       type: bool
     peak:
       description: High-water mark from C(misc.peak); null on kernels without it.
@@ -180,51 +174,8 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import (
-    KNOWN_RESOURCES,
-    RESOURCE_ALIASES,
-    ResourceState,
-    canonical_resource,
-    read_misc_state,
-)
-
-CONSUMERS = {
-    "tdx": ["TDX guests (TDs)"],
-    "sev": ["SEV guests"],
-    "sev_es": ["SEV-ES guests", "SEV-SNP guests"],
-}
-
-
-def capacity_facts(host_root: str, resources: list[str], cgroups: bool, cgroup_depth: int) -> dict:
-    """Everything the module returns, as plain data."""
-    state = read_misc_state(host_root, include_cgroups=cgroups, cgroup_depth=cgroup_depth)
-    layout = state.layout
-    wanted = list(dict.fromkeys(canonical_resource(name) for name in resources))
-    reported = {}
-    if layout.present:
-        for name in wanted:
-            entry = state.resources.get(name)
-            if entry is None:
-                # The kernel omits capacity-0 resources; nobody can have charged one, so usage is 0 too.
-                entry = ResourceState(name=name, capacity=0, current=0, current_source=state.usage_source, peak=None)
-            reported[name] = dict(entry.as_dict(), consumers=CONSUMERS.get(name, []))
-    result = {
-        "changed": False,
-        "misc_controller": {
-            "present": layout.present,
-            "cgroup_version": layout.cgroup_version,
-            "path": layout.directory,
-            "reason": layout.reason,
-        },
-        "resources": reported,
-        "unknown_resources": {name: state.resources[name].as_dict() for name in state.unknown_resources},
-        "resource_aliases": dict(RESOURCE_ALIASES),
-        "issues": [issue.as_dict() for issue in state.issues],
-        "notes": list(state.notes),
-    }
-    if cgroups:
-        result["cgroups"] = [cgroup.as_dict() for cgroup in state.cgroups]
-    return result
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import KNOWN_RESOURCES
 
 
 def main() -> None:
@@ -246,6 +197,7 @@ def main() -> None:
     if params["cgroup_depth"] < 1:
         module.fail_json(msg=f"cgroup_depth must be at least 1, got {params['cgroup_depth']}")
     result = capacity_facts(params["host_root"], params["resources"], params["cgroups"], params["cgroup_depth"])
+    result["changed"] = False
     for issue in result["issues"]:
         module.warn(
             f"{issue['path']}{':' + str(issue['line_number']) if issue['line_number'] else ''}: {issue['problem']}"

@@ -1,0 +1,384 @@
+#!/usr/bin/python
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: tee_host_info
+short_description: Report what a host can do for confidential computing (TDX, SEV, SNP, SGX, GPU CC)
+version_added: 0.1.0
+author:
+  - confidential.tee contributors (@confidential-tee)
+description:
+  - Reads the host's C(/proc/cpuinfo) flags, KVM module parameters, kernel command line, TEE devices,
+    IOMMU groups, vsock devices, the TDX Quote Generation Service socket and the kernel version, and
+    summarises per technology (TDX, SEV, SEV-ES, SEV-SNP, SGX) whether it is supported, enabled and
+    ready, with the reasons when it is not and how to fix them.
+  - When C(nvidia-smi) is available, also reports the NVIDIA GPU confidential-computing state from
+    C(nvidia-smi conf-compute -q), C(-f), C(-grs) and C(nvidia-smi -q).
+  - Absent hardware is a fact (V(false) or V(null)), never an error. An unreadable or malformed file, or
+    a failing or timed-out C(nvidia-smi), is a fact plus an entry in RV(host.warnings) naming it.
+  - The module only reads; it never changes the host.
+extends_documentation_fragment:
+  - confidential.tee.host_root
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: posix
+options:
+  gather_gpu:
+    description:
+      - Run C(nvidia-smi) to report GPU confidential-computing state.
+      - Without O(nvidia_smi_path), C(nvidia-smi) is looked up on E(PATH) and run only when O(host_root)
+        is C(/), because it describes the machine the module runs on, not a mounted host tree.
+      - C(nvidia-smi) opens every GPU; set V(false) where that must not happen.
+    type: bool
+    default: true
+  nvidia_smi_path:
+    description:
+      - Path of the C(nvidia-smi) binary to run, on the machine the module runs on.
+      - When given, it is run whatever O(host_root) is (for example from a DaemonSet that mounts the
+        host at C(/host) and has the NVIDIA tools in its image).
+      - A path that does not exist is reported in RV(host.warnings), not as a failure.
+    type: path
+  gpu_timeout:
+    description:
+      - Seconds each C(nvidia-smi) command may run before it is killed and reported as timed out.
+    type: int
+    default: 20
+  capacity:
+    description:
+      - Also read the misc cgroup's TEE key capacity and usage, exactly as M(confidential.tee.tee_capacity_info)
+        returns them with its defaults, into RV(host.capacity).
+      - Saves a second module round trip per host when a play needs both.
+    type: bool
+    default: false
+notes:
+  - Also sets the fact C(tee_host) to the same value as RV(host).
+  - The timeout uses the C(timeout) command from coreutils when it is installed; without it, the
+    commands run without a time limit.
+seealso:
+  - module: confidential.tee.tee_capacity_info
+  - module: confidential.tee.tee_capacity_check
+"""
+
+EXAMPLES = r"""
+- name: Read what this host can do for confidential computing
+  confidential.tee.tee_host_info:
+  register: tee
+
+- name: Stop when TDX is not ready, saying why
+  ansible.builtin.assert:
+    that: tee.host.tdx.ready
+    fail_msg: "{{ tee.host.tdx.reasons | join('; ') }}"
+
+- name: Read a node's root mounted at /host from a DaemonSet, GPU through the image's nvidia-smi
+  confidential.tee.tee_host_info:
+    host_root: /host
+    nvidia_smi_path: /usr/bin/nvidia-smi
+    gpu_timeout: 30
+
+- name: Read a simulated node tree without touching any GPU
+  confidential.tee.tee_host_info:
+    host_root: /tmp/nodes/tdx-node-1
+    gather_gpu: false
+
+- name: Host facts and TEE key capacity in one round trip
+  confidential.tee.tee_host_info:
+    capacity: true
+  register: node
+
+- name: Use the fact it sets
+  ansible.builtin.debug:
+    msg: >-
+      SNP ready: {{ ansible_facts.tee_host.snp.ready }},
+      IOMMU groups: {{ ansible_facts.tee_host.iommu.groups }}
+"""
+
+RETURN = r"""
+host:
+  description:
+    - Everything the module found. The same value is set as the fact C(tee_host).
+    - Booleans are V(null) where the answer could not be determined (for example an unreadable file).
+  returned: always
+  type: dict
+  contains:
+    host_root:
+      description: The O(host_root) the files were read under.
+      type: str
+      sample: /
+    kernel:
+      description: Kernel release from C(/proc/sys/kernel/osrelease), falling back to C(/proc/version).
+      type: dict
+      contains:
+        release:
+          description: The release string, V(null) when neither file gave one.
+          type: str
+          sample: 6.16.0-tdx
+        version:
+          description: Major, minor and patch numbers parsed from the release, V(null) when unparsable.
+          type: list
+          elements: int
+          sample: [6, 16, 0]
+        source:
+          description: The file the release was read from.
+          type: str
+          sample: /proc/sys/kernel/osrelease
+    cpu:
+      description: From C(/proc/cpuinfo).
+      type: dict
+      contains:
+        readable:
+          description: Whether C(/proc/cpuinfo) could be read.
+          type: bool
+        vendor:
+          description: C(vendor_id) of the first processor.
+          type: str
+          sample: GenuineIntel
+        model_name:
+          description: C(model name) of the first processor.
+          type: str
+        processors:
+          description: Number of processors listed.
+          type: int
+        flags:
+          description:
+            - Whether each TEE-relevant flag is set on every processor (V(null) when unknown).
+            - Keys C(tdx_host_platform), C(sev), C(sev_es), C(sev_snp), C(sgx), C(sgx_lc), C(hypervisor),
+              C(tdx_guest).
+          type: dict
+          sample: {"tdx_host_platform": true, "sgx": true, "sgx_lc": true, "sev": false, "hypervisor": false}
+    kvm:
+      description: KVM module parameters as the kernel reports them after hardware setup.
+      type: dict
+      contains:
+        intel:
+          description: C(loaded) (C(/sys/module/kvm_intel) exists) and C(tdx) (parameter is Y/1).
+          type: dict
+          sample: {"loaded": true, "tdx": true}
+        amd:
+          description: C(loaded) and the C(sev), C(sev_es), C(sev_snp) parameters of C(kvm_amd).
+          type: dict
+          sample: {"loaded": true, "sev": true, "sev_es": true, "sev_snp": true}
+    cmdline:
+      description:
+        - TEE and IOMMU parameters of C(/proc/cmdline), parsed with the kernel's rules. Only the relevant
+          parameters are returned, never the whole line.
+        - C(kvm_intel_tdx), C(kvm_amd_sev), C(kvm_amd_sev_es), C(kvm_amd_sev_snp) and C(mem_encrypt) are
+          V(null) when the parameter is absent.
+      type: dict
+      sample:
+        readable: true
+        nohibernate: true
+        kvm_intel_tdx: true
+        kvm_amd_sev: null
+        kvm_amd_sev_es: null
+        kvm_amd_sev_snp: null
+        intel_iommu_on: true
+        iommu_off: false
+        iommu_pt: true
+        mem_encrypt: null
+        params: {"nohibernate": null, "kvm_intel.tdx": "1", "intel_iommu": "on", "iommu": "pt"}
+    devices:
+      description: Whether C(/dev/sev), C(/dev/sgx_enclave), C(/dev/sgx_provision), C(/dev/vhost-vsock)
+        and C(/dev/vsock) exist.
+      type: dict
+      sample: {"sev": false, "sgx_enclave": true, "sgx_provision": true, "vhost_vsock": true, "vsock": true}
+    iommu:
+      description: IOMMU groups in C(/sys/kernel/iommu_groups) and the IOMMU command-line parameters.
+      type: dict
+      sample: {"groups": 112, "enabled": true, "cmdline_intel_iommu_on": true, "cmdline_iommu_pt": true,
+               "cmdline_iommu_off": false}
+    vsock:
+      description: Whether C(/dev/vhost-vsock) (VM host side) and C(/dev/vsock) exist.
+      type: dict
+      sample: {"vhost_vsock": true, "vsock": true}
+    qgs:
+      description: The TDX Quote Generation Service socket C(/var/run/tdx-qgs/qgs.socket).
+      type: dict
+      sample: {"path": "/var/run/tdx-qgs/qgs.socket", "present": true, "is_socket": true}
+    tdx:
+      description:
+        - C(supported) is the C(tdx_host_platform) CPU flag, C(enabled) the C(kvm_intel) C(tdx) parameter,
+          C(cmdline_ready) means C(kvm_intel.tdx=1) and C(nohibernate) are on the command line,
+          C(attestation_ready) that the QGS socket exists, C(ready) that TDs can be launched.
+        - C(reasons) says what blocks C(ready) and how to fix it; C(advice) lists non-blocking problems.
+      type: dict
+      sample:
+        supported: true
+        enabled: false
+        cmdline_ready: false
+        attestation_ready: false
+        ready: false
+        reasons:
+          - "kvm_intel tdx parameter is N: add kvm_intel.tdx=1 to the kernel command line (or `options
+            kvm_intel tdx=1` in /etc/modprobe.d/) and reboot"
+        advice: []
+    sev:
+      description:
+        - SEV. C(supported) is the CPU flag, C(enabled) the C(kvm_amd) parameter, C(cmdline_ready) that the
+          command line does not disable it, C(device) that C(/dev/sev) exists, C(ready) that guests can
+          be launched, C(reasons) what blocks it.
+      type: dict
+      sample: {"supported": true, "enabled": true, "cmdline_ready": true, "device": true, "ready": true,
+               "reasons": []}
+    sev_es:
+      description: SEV-ES, same keys as RV(host.sev). SEV-ES guests charge the C(sev_es) misc resource.
+      type: dict
+    snp:
+      description:
+        - SEV-SNP (CPU flag and parameter C(sev_snp)), same keys as RV(host.sev).
+        - SEV-SNP guests charge the C(sev_es) misc resource; there is no C(snp) resource.
+      type: dict
+    sgx:
+      description: SGX (used by TDX attestation) with C(supported), C(flexible_launch_control),
+        C(enclave_device), C(provision_device), C(ready) and C(reasons).
+      type: dict
+    gpu:
+      description:
+        - NVIDIA GPU confidential computing. C(probed) is V(false) when C(nvidia-smi) was not run
+          (C(reasons) says why) and every other value is then V(null) or empty.
+        - C(cc_state) and C(multi_gpu_mode) are as C(nvidia-smi) prints them, C(ready_state) is
+          V(ready) or V(not-ready), C(ready) means CC is on (not DevTools) and the GPUs are ready.
+      type: dict
+      sample:
+        probed: true
+        nvidia_smi: /usr/bin/nvidia-smi
+        present: true
+        driver_version: 580.159.04
+        cuda_version: "13.0"
+        cc_capable: true
+        cc_state: "OFF"
+        cc_enabled: false
+        devtools: false
+        cc_features: {"cc_status": "OFF"}
+        cpu_cc_capabilities: None
+        multi_gpu_mode: None
+        ready_state: not-ready
+        ready: false
+        gpus:
+          - index: 0
+            bus_id: "00000000:00:06.0"
+            name: NVIDIA H100 80GB HBM3
+            architecture: Hopper
+            uuid: GPU-00000000-0000-0000-0000-000000000000
+            vbios_version: 96.00.DA.00.0C
+            virtualization_mode: Pass-Through
+            cc_protected_memory_mib: {"total": 0, "used": 0, "free": 0}
+        reasons:
+          - "GPU CC mode is off (CC state OFF): switch it on with NVIDIA's gpu-admin-tools"
+    capacity:
+      description:
+        - Only with O(capacity=true). The misc cgroup facts C(misc_controller), C(resources),
+          C(unknown_resources), C(resource_aliases), C(issues) and C(notes), as returned by
+          M(confidential.tee.tee_capacity_info) with its default options.
+      returned: when O(capacity=true)
+      type: dict
+      sample:
+        misc_controller: {"present": true, "cgroup_version": 2, "path": "/sys/fs/cgroup", "reason": null}
+        resources:
+          tdx: {"name": tdx, "capacity": 63, "current": 2, "free": 61}
+    warnings:
+      description: Files that could not be read or parsed, and C(nvidia-smi) commands that failed, each
+        with C(path) and C(problem). They are also emitted as module warnings.
+      type: list
+      elements: dict
+      sample: [{"path": "/proc/cpuinfo", "problem": "unreadable: Permission denied"}]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host_facts import (
+    HostRootError,
+    empty_gpu,
+    gather_host_facts,
+    probe_gpu,
+)
+
+
+def _runner(module):
+    """``run(argv, timeout)`` for :func:`probe_gpu`: run_command has no timeout, coreutils does."""
+    timeout_bin = module.get_bin_path("timeout")
+
+    def run(argv, timeout):
+        if timeout_bin:
+            argv = [timeout_bin, "--kill-after=5", str(timeout), *argv]
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    return run
+
+
+def _gpu_facts(module, host_root):
+    """``(gpu fact, warnings)`` for :func:`gather_host_facts`; a skipped probe says why in its reasons."""
+    params = module.params
+    if not params["gather_gpu"]:
+        return empty_gpu("not gathered: gather_gpu is false"), []
+    path = params["nvidia_smi_path"]
+    if path:
+        if not os.access(path, os.X_OK) or os.path.isdir(path):
+            problem = "nvidia_smi_path is not an executable file: fix the path or set gather_gpu: false"
+            return empty_gpu(problem), [{"path": path, "problem": problem}]
+    else:
+        if os.path.realpath(host_root) != "/":
+            return (
+                empty_gpu(
+                    "not gathered: host_root is %s, and nvidia-smi on PATH would describe the machine "
+                    "running the module instead; set nvidia_smi_path to run it anyway" % host_root
+                ),
+                [],
+            )
+        path = module.get_bin_path("nvidia-smi")
+        if not path:
+            return empty_gpu("nvidia-smi not found on PATH: no NVIDIA driver installed on this host"), []
+    return probe_gpu(path, _runner(module), params["gpu_timeout"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            host_root=dict(type="path", default="/"),
+            gather_gpu=dict(type="bool", default=True),
+            nvidia_smi_path=dict(type="path"),
+            gpu_timeout=dict(type="int", default=20),
+            capacity=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    host_root = module.params["host_root"]
+    if module.params["gpu_timeout"] < 1:
+        module.fail_json(
+            msg="gpu_timeout must be at least 1 second, got %d: raise it, or set gather_gpu: false to skip "
+            "nvidia-smi" % module.params["gpu_timeout"]
+        )
+    if not os.path.isdir(host_root):
+        module.fail_json(
+            msg="host_root %s is not a directory: point it at the host's root (/), the DaemonSet's host "
+            "mount (for example /host) or a simulated node tree" % host_root
+        )
+    try:
+        facts = gather_host_facts(host_root, gpu=_gpu_facts(module, host_root))
+    except HostRootError as exc:
+        module.fail_json(msg=str(exc))
+    if module.params["capacity"]:
+        facts["capacity"] = capacity_facts(host_root)
+        for issue in facts["capacity"]["issues"]:
+            line = ":%s" % issue["line_number"] if issue["line_number"] else ""
+            module.warn("%s%s: %s" % (issue["path"], line, issue["problem"]))
+    for warning in facts["warnings"]:
+        module.warn("%s: %s" % (warning["path"], warning["problem"]))
+    module.exit_json(changed=False, host=facts, ansible_facts={"tee_host": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Run confidential.tee's pure host/GPU parsers against the live machine and print the facts as JSON.
+#
+# Needs only bash, python3 (3.7+) and, for the GPU part, nvidia-smi: no Ansible, no virtualenv. The
+# parser file is imported by path, so this checks exactly the code the tee_host_info module ships.
+#
+# usage: scripts/gpu_probe.sh [RAW_DIR]
+#   RAW_DIR         also save each nvidia-smi command's raw stdout/stderr/rc there (for new fixtures)
+#   NVIDIA_SMI      nvidia-smi to run (default: the one on PATH)
+#   GPU_TIMEOUT     seconds per nvidia-smi command (default 20)
+#   HOST_ROOT       host tree to read (default /)
+#   HOST_FACTS_PY   parser file (default: plugins/module_utils/host_facts.py next to this script)
+#
+# Exit status: 0 facts printed and the self-checks passed; 1 a self-check failed (facts still printed);
+# 2 nvidia-smi not found (host facts still printed); 3 python3 or the parser file missing.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+host_facts="${HOST_FACTS_PY:-$here/../plugins/module_utils/host_facts.py}"
+raw_dir="${1:-}"
+
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "gpu_probe: python3 not found on PATH" >&2
+    exit 3
+fi
+if [[ ! -f "$host_facts" ]]; then
+    echo "gpu_probe: parser not found at $host_facts (set HOST_FACTS_PY)" >&2
+    exit 3
+fi
+if [[ -n "$raw_dir" ]]; then
+    mkdir -p "$raw_dir"
+fi
+
+exec python3 - "$host_facts" "${NVIDIA_SMI:-}" "${GPU_TIMEOUT:-20}" "${HOST_ROOT:-/}" "$raw_dir" <<'PY'
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+host_facts_py, nvidia_smi, timeout, host_root, raw_dir = sys.argv[1:6]
+spec = importlib.util.spec_from_file_location("host_facts", host_facts_py)
+hf = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hf)
+
+raw = {}
+
+
+def run(argv, timeout):
+    """The probe's runner: subprocess with a hard timeout (rc 124 like coreutils' timeout)."""
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              env=dict(os.environ, LC_ALL="C"))
+        result = (done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"))
+    except subprocess.TimeoutExpired:
+        result = (124, "", "killed after %ss" % timeout)
+    raw[" ".join(argv[1:])] = result
+    return result
+
+
+nvidia_smi = nvidia_smi or shutil.which("nvidia-smi") or ""
+gpu = hf.probe_gpu(nvidia_smi, run, int(timeout)) if nvidia_smi else None
+facts = hf.gather_host_facts(host_root, gpu=gpu)
+if not nvidia_smi:
+    facts["gpu"]["reasons"].append("nvidia-smi not found on PATH (set NVIDIA_SMI)")
+print(json.dumps(facts, indent=2, sort_keys=True))
+
+if raw_dir:
+    for args, (rc, out, err) in raw.items():
+        stem = os.path.join(raw_dir, "nvidia-smi_" + args.replace(" -", "_").lstrip("-"))
+        for suffix, text in ((".out", out), (".err", err), (".rc", "%s\n" % rc)):
+            with open(stem + suffix, "w") as handle:
+                handle.write(text)
+
+# Self-checks: the parsers must have understood what a working nvidia-smi printed.
+problems = []
+g = facts["gpu"]
+if nvidia_smi:
+    rc_q, out_q, _ = raw.get("-q", (1, "", ""))
+    if rc_q == 0:
+        attached = [line for line in out_q.splitlines() if line.startswith("Attached GPUs")]
+        count = int(attached[0].split(":")[1]) if attached and attached[0].split(":")[1].strip().isdigit() else None
+        if count is not None and count != len(g["gpus"]):
+            problems.append("nvidia-smi -q says %s GPUs, parser found %d" % (count, len(g["gpus"])))
+        if not g["driver_version"]:
+            problems.append("driver version not parsed from nvidia-smi -q")
+    rc_cc, out_cc, err_cc = raw.get("conf-compute -q", (1, "", ""))
+    if rc_cc == 0 and "no cc capable" not in (out_cc + err_cc).lower():
+        if g["cc_state"] is None or g["cc_capable"] is None:
+            problems.append("conf-compute -q succeeded but CC state/capability was not parsed")
+    rc_grs, _, _ = raw.get("conf-compute -grs", (1, "", ""))
+    if rc_grs == 0 and g["ready_state"] is None:
+        problems.append("conf-compute -grs succeeded but the ready state was not parsed")
+summary = "gpu_probe: nvidia-smi=%s driver=%s gpus=%d cc_capable=%s cc_state=%s ready_state=%s ready=%s warnings=%d" % (
+    nvidia_smi or "-", g["driver_version"], len(g["gpus"]), g["cc_capable"], g["cc_state"], g["ready_state"],
+    g["ready"], len(facts["warnings"]))
+print(summary, file=sys.stderr)
+for problem in problems:
+    print("gpu_probe: SELF-CHECK FAILED: " + problem, file=sys.stderr)
+if problems:
+    sys.exit(1)
+sys.exit(0 if nvidia_smi else 2)
+PY

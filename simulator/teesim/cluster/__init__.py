@@ -1,0 +1,1 @@
+"""The cluster around the nodes: virtual clock, pods and consumers, scheduler, NFD, node state."""

@@ -1,0 +1,341 @@
+"""``teesim grpc``: the reconciling strategy over real sockets and real time.
+
+A real node directory (kernel files written by :mod:`teesim.kernel`), the kubelet of
+:mod:`teesim.kubelet.server` in this process, and the device plugin as a separate process
+(``python -m teesim.plugins.reconciling``). An external-VM driver starts and stops libvirt guests
+that charge the kernel directly; for each change we measure the time from the new ``misc.current``
+being on disk to the kubelet's device set reflecting it, and print p50/p99.
+
+The same harness (:class:`GrpcNode`) backs the end-to-end tests and ``benchmarks/bench_grpc_latency.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from teesim.kernel.backends import NodeWriter, RealDirBackend
+from teesim.kernel.node import Node, NodeSpec
+from teesim.kernel.profiles import get_profile
+from teesim.kubelet.server import Kubelet
+
+SIMULATOR_DIR = Path(__file__).resolve().parents[1]
+PLUGIN_MODULES = {"static": "teesim.plugins.static", "reconciling": "teesim.plugins.reconciling"}
+EXTERNAL_SLICE = "machine.slice"
+PODS_SLICE = "kubepods.slice"
+ROOT_CURRENT = "sys/fs/cgroup/misc.current"
+
+
+class PluginProcess:
+    """A device plugin running as its own Python process; always stop it (or use ``with``)."""
+
+    def __init__(
+        self,
+        kind: str,
+        host_root: str | os.PathLike[str],
+        *,
+        resource_name: str = "devices.kubevirt.io/tdx",
+        misc_resource: str = "tdx",
+        poll_interval: float = 0.1,
+        extra: list[str] | None = None,
+    ):
+        if kind not in PLUGIN_MODULES:
+            raise ValueError(f"unknown plugin {kind!r}; choose one of {', '.join(PLUGIN_MODULES)}")
+        self.kind = kind
+        self.resource_name = resource_name
+        env = dict(os.environ)
+        # The plugin must import this very checkout, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SIMULATOR_DIR), env.get("PYTHONPATH")]))
+        self.args = [
+            sys.executable,
+            "-m",
+            PLUGIN_MODULES[kind],
+            "--host-root",
+            os.fspath(host_root),
+            "--resource-name",
+            resource_name,
+            "--misc-resource",
+            misc_resource,
+            "--poll-interval",
+            str(poll_interval),
+            *(extra or []),
+        ]
+        self.output = ""
+        self.process = subprocess.Popen(self.args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def __enter__(self) -> PluginProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, no cleanup, the socket file stays behind."""
+        if self.alive():
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 5.0) -> str:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the process output."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=timeout)
+        stdout = self.process.stdout
+        if stdout is not None and not stdout.closed:
+            self.output += stdout.read().decode(errors="replace")
+            stdout.close()
+        return self.output
+
+
+class TimedDirBackend(RealDirBackend):
+    """A real directory that remembers when each file was last replaced (time.monotonic())."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        super().__init__(root)
+        self.written_at: dict[str, float] = {}
+
+    def write(self, relpath: str, data: bytes) -> None:
+        super().write(relpath, data)
+        self.written_at[relpath] = time.monotonic()
+
+
+@dataclass
+class GrpcNode:
+    """A node directory with its kernel model, writer, and in-process kubelet."""
+
+    root: Path
+    node: Node
+    writer: NodeWriter
+    kubelet: Kubelet
+    misc_resource: str = "tdx"
+    owns_root: bool = False
+    _next_guest: int = 0
+    guests: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        capacity: int = 8,
+        misc_resource: str = "tdx",
+        vendor: str | None = None,
+        profile: str = "current",
+    ) -> GrpcNode:
+        """Write the kernel files under ``root`` (a new short /tmp dir by default), start the kubelet."""
+        owns = root is None
+        path = Path(tempfile.mkdtemp(prefix="ts-", dir="/tmp")) if root is None else Path(root)
+        vendor = vendor or ("intel" if misc_resource == "tdx" else "amd")
+        node = Node(NodeSpec(profile=get_profile(profile), vendor=vendor, capacity={misc_resource: capacity}))
+        writer = NodeWriter(TimedDirBackend(path))
+        writer.sync(node.files())
+        kubelet = Kubelet(path)
+        kubelet.start()
+        return cls(path, node, writer, kubelet, misc_resource, owns)
+
+    def close(self) -> None:
+        self.kubelet.stop()
+        if self.owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> GrpcNode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def misc(self):
+        assert self.node.misc is not None, "this kernel profile has no misc controller"
+        return self.node.misc
+
+    def start_guest(self, slice_name: str = EXTERNAL_SLICE, name: str | None = None) -> str:
+        """A guest starts: the kernel charges one key (ChargeError when none is left); returns its id."""
+        self._next_guest += 1
+        guest = name or f"guest-{self._next_guest}"
+        cgroup = self.misc.ensure_cgroup(f"{slice_name}/{guest}")
+        try:
+            self.misc.try_charge(cgroup, self.misc_resource, 1)
+        except OSError:
+            self.misc.remove_cgroup(cgroup)
+            raise
+        self.guests[guest] = cgroup
+        self.writer.sync(self.node.files())
+        return guest
+
+    def stop_guest(self, guest: str) -> None:
+        cgroup = self.guests.pop(guest)
+        self.misc.uncharge(cgroup, self.misc_resource, 1)
+        self.misc.remove_cgroup(cgroup)
+        self.writer.sync(self.node.files())
+
+    def written_at(self, relpath: str) -> float:
+        backend = self.writer.backend
+        if not isinstance(backend, TimedDirBackend):
+            raise TypeError("this node's writer does not time its writes")
+        return backend.written_at[relpath]
+
+    def current(self) -> int:
+        return self.misc.usage(self.misc_resource)
+
+    def plugin(self, kind: str, **kwargs: Any) -> PluginProcess:
+        return PluginProcess(kind, self.root, misc_resource=self.misc_resource, **kwargs)
+
+
+def healthy_count(kubelet: Kubelet, resource: str) -> int:
+    return len(kubelet.snapshot().get(resource, {}).get("healthy", []))
+
+
+def unhealthy_count(kubelet: Kubelet, resource: str) -> int:
+    return len(kubelet.snapshot().get(resource, {}).get("unhealthy", []))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+@dataclass
+class LatencyResult:
+    poll_interval: float
+    samples: list[float]
+    timeouts: int
+
+    def summary(self) -> dict[str, float | int]:
+        ms = [s * 1000 for s in self.samples]
+        return {
+            "poll_interval_ms": self.poll_interval * 1000,
+            "changes": len(self.samples) + self.timeouts,
+            "timeouts": self.timeouts,
+            "p50_ms": round(percentile(ms, 50), 2) if ms else float("nan"),
+            "p99_ms": round(percentile(ms, 99), 2) if ms else float("nan"),
+            "min_ms": round(min(ms), 2) if ms else float("nan"),
+            "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan"),
+            "max_ms": round(max(ms), 2) if ms else float("nan"),
+        }
+
+
+def measure_detection_latency(
+    changes: int = 50,
+    *,
+    capacity: int = 8,
+    poll_interval: float = 0.1,
+    resource_name: str = "devices.kubevirt.io/tdx",
+    misc_resource: str = "tdx",
+    timeout: float = 10.0,
+    seed: int = 1,
+    progress: bool = False,
+) -> LatencyResult:
+    """Toggle an external VM ``changes`` times and time each change until the kubelet reflects it.
+
+    Between changes the driver waits a random fraction of the poll interval, so the changes land
+    at uniformly spread phases of the plugin's poll loop, as real VM starts do.
+    """
+    rng = random.Random(seed)
+    samples: list[float] = []
+    timeouts = 0
+    with GrpcNode.create(capacity=capacity, misc_resource=misc_resource) as node:
+        plugin = node.plugin("reconciling", resource_name=resource_name, poll_interval=poll_interval)
+        try:
+            if not node.kubelet.wait_for(lambda k: healthy_count(k, resource_name) > 0, 30):
+                raise RuntimeError(f"the reconciling plugin never registered:\n{plugin.stop()}")
+            guest = None
+            for i in range(changes):
+                if guest is None:
+                    guest, expected = node.start_guest(), 1
+                else:
+                    node.stop_guest(guest)
+                    guest, expected = None, 0
+                # From the moment the new misc.current is on disk (the writer updates other files of the
+                # tree after it, and the plugin may already have reacted by then) ...
+                changed_at = node.written_at(ROOT_CURRENT)
+                seen = node.kubelet.wait_for(lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout)
+                if seen:
+                    # ... to the ListAndWatch response that made the kubelet's device set match.
+                    samples.append(node.kubelet.updated_at - changed_at)
+                else:
+                    timeouts += 1
+                if progress:
+                    print(f"\r  change {i + 1}/{changes}", end="", file=sys.stderr, flush=True)
+                time.sleep(rng.uniform(0, poll_interval))
+            if progress:
+                print(file=sys.stderr)
+        finally:
+            plugin.stop()
+    return LatencyResult(poll_interval, samples, timeouts)
+
+
+def format_result(result: LatencyResult) -> str:
+    s = result.summary()
+    return (
+        f"reconciling plugin over real sockets, poll interval {s['poll_interval_ms']:.0f} ms: "
+        f"{s['changes']} misc.current changes, detection latency p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms "
+        f"(min {s['min_ms']} ms, mean {s['mean_ms']} ms, max {s['max_ms']} ms, {s['timeouts']} not seen in time)"
+    )
+
+
+def _cmd_grpc(args: argparse.Namespace) -> int:
+    intervals = args.poll_interval_list or [0.1]
+    if args.changes < 1 or min(intervals) <= 0 or args.capacity < 2:
+        raise ValueError("--changes must be >= 1, --poll-interval > 0 and --capacity >= 2")
+    summaries = []
+    for interval in intervals:
+        result = measure_detection_latency(
+            args.changes,
+            capacity=args.capacity,
+            poll_interval=interval,
+            resource_name=args.resource_name,
+            misc_resource=args.misc_resource,
+            seed=args.seed,
+            progress=sys.stderr.isatty(),
+        )
+        summaries.append(result.summary())
+        if not args.json:
+            print(format_result(result), flush=True)
+    if args.json:
+        print(json.dumps(summaries, indent=2))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "grpc",
+        help="measure the reconciling plugin's detection latency over real kubelet sockets",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("--changes", type=int, default=40, help="misc.current changes to time")
+    parser.add_argument("--capacity", type=int, default=8, help="misc.capacity of the simulated node")
+    parser.add_argument(
+        "--poll-interval",
+        dest="poll_interval_list",
+        type=float,
+        action="append",
+        help="plugin poll interval in seconds; repeat to compare (default 0.1)",
+    )
+    parser.add_argument("--resource-name", default="devices.kubevirt.io/tdx")
+    parser.add_argument("--misc-resource", default="tdx", choices=("tdx", "sev", "sev_es"))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="print the summaries as JSON instead of text")
+    parser.set_defaults(func=_cmd_grpc)

@@ -1,0 +1,86 @@
+"""``teesim node build``: write a simulated host tree to a real directory.
+
+The tree is what the collection's modules (``host_root=DIR``), ``make demo`` and the out-of-process
+device plugins read. Usage given with ``--usage`` is charged through the kernel model to
+``--usage-cgroup`` (default ``machine.slice``, where libvirt puts VMs), so every file, including
+``misc.peak`` and the children's ``misc.current`` an old kernel relies on, is consistent.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from teesim.kernel.backends import NodeWriter, RealDirBackend
+from teesim.kernel.node import CGROUP_ROOT, Node, NodeSpec, parse_assignments
+from teesim.kernel.profiles import PROFILES, get_profile
+
+
+def build_node_tree(
+    out: Path,
+    *,
+    profile: str = "current",
+    vendor: str = "intel",
+    capacity: dict[str, int] | None = None,
+    usage: dict[str, int] | None = None,
+    usage_cgroup: str = "machine.slice",
+    name: str = "node-1",
+) -> Node:
+    """Build a node, charge ``usage``, write it under ``out``; returns the node."""
+    node = Node(NodeSpec(name=name, profile=get_profile(profile), vendor=vendor, capacity=capacity or None))
+    if usage:
+        if node.misc is None:
+            raise ValueError(f"profile {profile!r} has no misc controller, so --usage cannot be charged")
+        node.misc.ensure_cgroup(usage_cgroup)
+        for resource, amount in usage.items():
+            node.misc.try_charge(usage_cgroup, resource, amount)
+    files = node.files()
+    backend = RealDirBackend(out)
+    # A rebuilt tree must not keep misc files of cgroups from an earlier build (readers walk them all).
+    cgroup_dir = out / CGROUP_ROOT
+    if cgroup_dir.is_dir():
+        for stale in sorted(cgroup_dir.rglob("misc.*")):
+            relpath = str(stale.relative_to(out))
+            if relpath not in files:
+                backend.remove(relpath)
+    NodeWriter(backend).sync(files)
+    return node
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    node = build_node_tree(
+        Path(args.out),
+        profile=args.profile,
+        vendor=args.vendor,
+        capacity=parse_assignments(args.capacity, "--capacity"),
+        usage=parse_assignments(args.usage, "--usage"),
+        usage_cgroup=args.usage_cgroup,
+        name=args.name,
+    )
+    misc = node.misc
+    summary = (
+        ", ".join(f"{r} {misc.usage(r)}/{misc.capacity(r)}" for r in misc.resources()) if misc else "no misc controller"
+    )
+    print(f"wrote {args.out}: {node.name}, kernel profile {args.profile}, {args.vendor}, {summary}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    node = subparsers.add_parser("node", help="simulated host trees")
+    node_sub = node.add_subparsers(dest="node_command", metavar="ACTION")
+    node_sub.required = True
+    build = node_sub.add_parser("build", help="write a simulated host tree to a directory")
+    build.add_argument("--profile", choices=sorted(PROFILES), default="current", help="kernel profile")
+    build.add_argument("--vendor", choices=("intel", "amd"), default="intel")
+    build.add_argument(
+        "--capacity",
+        action="append",
+        metavar="RES=N",
+        help="misc capacity (repeatable; default intel tdx=63, amd sev=410 sev_es=99; snp means sev_es)",
+    )
+    build.add_argument("--usage", action="append", metavar="RES=N", help="keys already in use (repeatable)")
+    build.add_argument("--usage-cgroup", default="machine.slice", help="cgroup charged with --usage")
+    build.add_argument("--name", default="node-1", help="host name")
+    build.add_argument("--out", required=True, help="directory to write (created; existing files replaced)")
+    build.set_defaults(func=_cmd_build)

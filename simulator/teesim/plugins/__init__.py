@@ -1,0 +1,1 @@
+"""teesim's device plugins: the shared reconcile decision and the real gRPC plugin processes."""

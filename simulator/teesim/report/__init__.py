@@ -1,0 +1,1 @@
+"""Scenario runs, metrics and reports (table, JSON, PNG timelines)."""

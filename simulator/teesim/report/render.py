@@ -1,0 +1,152 @@
+"""Render a report: the side-by-side table, the JSON file, one PNG timeline per node.
+
+The PNG (matplotlib, Agg backend: no display needed) has one row per strategy and one column per
+misc resource of the node: kernel capacity and usage as lines, the advertised count of the resource
+VMIs request as a dashed line, and the keys charged by each consumer (Kata, KubeVirt, external VMs)
+as stacked areas.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+TABLE_ROWS: tuple[tuple[str, str], ...] = (
+    ("failed launches (EBUSY)", "failed_launches"),
+    ("  kata", "failed_launches_by_consumer.kata"),
+    ("  kubevirt", "failed_launches_by_consumer.kubevirt"),
+    ("  external VMs", "failed_launches_by_consumer.external"),
+    ("kubevirt fails outside race window", "kubevirt_failed_outside_race_window"),
+    ("admission failures", "admission_failures"),
+    ("stranded key-seconds", "stranded_key_seconds"),
+    ("pending pod-seconds", "pending_pod_seconds"),
+    ("max pending pods", "max_pending"),
+    ("pending at end", "pending_at_end"),
+    ("detection p50 (s)", "detection.p50_s"),
+    ("detection p99 (s)", "detection.p99_s"),
+    ("changes never detected", "detection.undetected"),
+    ("guests launched", "launched_total"),
+)
+
+
+def _lookup(metrics: dict[str, Any], dotted: str) -> Any:
+    if dotted == "launched_total":
+        return sum(metrics["launched"].values())
+    value: Any = metrics
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if value >= 100 else f"{value:.2f}"
+    return str(value)
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The comparison table, strategies side by side."""
+    names = list(report["strategies"])
+    header = ["metric", *names]
+    rows = [header]
+    for label, key in TABLE_ROWS:
+        rows.append([label, *(_cell(_lookup(report["strategies"][n]["metrics"], key)) for n in names)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        f"scenario {report['scenario']} (seed {report['seed']}, {report['duration_s']:g} s virtual, "
+        f"{len(report['nodes'])} node(s), {report['arrivals']} arrivals)"
+    ]
+    for index, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def deterministic_json(report: dict[str, Any]) -> str:
+    """The report without wall-clock fields: identical for identical inputs."""
+    stable = {k: v for k, v in report.items() if not k.startswith("_")}
+    return json.dumps(stable, indent=1, sort_keys=True) + "\n"
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def write_timelines(report: dict[str, Any], out: Path) -> list[Path]:
+    """One ``timeline-<node>.png`` per node; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["strategies"])
+    written: list[Path] = []
+    for node in report["nodes"]:
+        resources = sorted(node["capacity"])
+        fig, axes = plt.subplots(
+            len(names),
+            len(resources),
+            figsize=(6.5 * len(resources), 2.4 * len(names)),
+            squeeze=False,
+            sharex=True,
+        )
+        for row, name in enumerate(names):
+            timelines = report["strategies"][name]["timeline"]
+            for col, resource in enumerate(resources):
+                ax = axes[row][col]
+                data = timelines.get(f"{node['name']}/{resource}")
+                if data:
+                    _plot(ax, data, report["duration_s"])
+                ax.set_title(f"{name}: {resource}", fontsize=9)
+                ax.set_ylabel("keys", fontsize=8)
+                ax.tick_params(labelsize=7)
+        for ax in axes[-1]:
+            ax.set_xlabel("virtual time (s)", fontsize=8)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+        fig.suptitle(
+            f"{report['scenario']}: {node['name']} ({node['vendor']}, kernel {node['profile']})",
+            y=0.995,
+            fontsize=10,
+        )
+        fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+        path = out / f"timeline-{node['name']}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _plot(ax: Any, data: dict[str, Any], duration: float) -> None:
+    columns = data["columns"]
+    rows = data["rows"] + [[duration, *data["rows"][-1][1:]]]
+    series = {name: [r[i] for r in rows] for i, name in enumerate(columns)}
+    t = series["t"]
+    ax.stackplot(
+        t,
+        series["kata"],
+        series["kubevirt"],
+        series["external"],
+        labels=["charged: Kata", "charged: KubeVirt", "charged: external VMs"],
+        colors=["#8fbcd4", "#f4b183", "#c9a0dc"],
+        step="post",
+        alpha=0.8,
+    )
+    ax.step(t, series["capacity"], where="post", color="black", linewidth=1.2, label="kernel capacity")
+    ax.step(t, series["current"], where="post", color="red", linewidth=1.0, label="kernel usage")
+    ax.step(
+        t,
+        series["advertised"],
+        where="post",
+        color="blue",
+        linestyle="--",
+        linewidth=1.0,
+        label="advertised (VMI resource)",
+    )
+    ax.set_xlim(0, duration)
+    ax.set_ylim(0, max(max(series["capacity"]), max(series["advertised"])) * 1.1 + 1)

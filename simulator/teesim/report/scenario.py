@@ -1,0 +1,286 @@
+"""Scenario files: YAML describing nodes, workloads and faults, turned into a :class:`World`.
+
+Format (every key except ``nodes`` and ``workloads`` optional)::
+
+    name: tdx-external-vms
+    description: Kata + KubeVirt + external VMs taking keys
+    seed: 7
+    duration: 1800            # seconds of virtual time
+    settings: {nfd_sleep_interval: 60, poll_interval: 1, reserved: {tdx: 4},
+               kubelet_restart_downtime: 10, plugin_restart_delay: 10, reregister_delay: 1,
+               node_status_interval: 10}
+    nodes:
+      - {name: node-a, vendor: intel, profile: current, capacity: {tdx: 15}, count: 2}
+    workloads:
+      - {consumer: kata, resource: tdx, rate: 0.01, duration: [300, 900], launch_delay: [2, 6]}
+      - {consumer: external, resource: tdx, node: node-a-1, at: 300, count: 4, duration: 1200}
+    faults:
+      - {kind: kubelet-restart, node: node-a-1, at: 900}
+      - {kind: sysfs-unreadable, node: node-a-1, at: 1200, duration: 120, file: misc.current}
+
+``count`` on a node makes ``name-1`` ... ``name-N``. A duration or delay is a number or ``[low, high]``.
+Every error names the file and the key that is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from teesim.cluster.pods import Consumer
+from teesim.cluster.workload import FAULT_KINDS, FaultSpec, Range, WorkloadSpec, generate_arrivals
+from teesim.kernel.node import NodeSpec
+from teesim.kernel.profiles import get_profile
+from teesim.strategies.simulation import Settings, World
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used, with the place and the fix."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    world: World
+    source: str
+
+
+def bundled_scenarios() -> dict[str, Path]:
+    """``{name: path}`` of the scenarios shipped in ``teesim/scenarios``."""
+    folder = resources.files("teesim") / "scenarios"
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
+
+
+def resolve(name_or_path: str) -> Path:
+    """A path, or the name of a bundled scenario (``quick`` or ``quick.yaml``)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    bundled = bundled_scenarios()
+    stem = path.name.removesuffix(".yaml")
+    if stem in bundled and not path.exists():
+        return bundled[stem]
+    raise ScenarioError(
+        f"{name_or_path}: no such file, and no bundled scenario of that name ({', '.join(sorted(bundled))})"
+    )
+
+
+def _range(value: Any, where: str) -> Range:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return Range(float(value), float(value))
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+        and 0 <= value[0] <= value[1]
+    ):
+        return Range(float(value[0]), float(value[1]))
+    raise ScenarioError(f"{where}: expected seconds or [low, high] with 0 <= low <= high, got {value!r}")
+
+
+def _number(data: dict, key: str, where: str, default: float | None = None, minimum: float = 0.0) -> float | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise ScenarioError(f"{where}.{key}: expected a number >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(data: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _counts(value: Any, where: str) -> dict[str, int]:
+    data = _mapping(value, where)
+    out: dict[str, int] = {}
+    for key, count in data.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ScenarioError(f"{where}.{key}: expected a non-negative integer, got {count!r}")
+        out[str(key)] = count
+    return out
+
+
+def _nodes(raw: Any, where: str) -> list[NodeSpec]:
+    if not isinstance(raw, list) or not raw:
+        raise ScenarioError(f"{where}: expected a non-empty list of nodes")
+    specs: list[NodeSpec] = []
+    for index, item in enumerate(raw):
+        at = f"{where}[{index}]"
+        data = _mapping(item, at)
+        _check_keys(data, {"name", "vendor", "profile", "capacity", "count", "cpus"}, at)
+        name = str(data.get("name", f"node-{index + 1}"))
+        count = int(_number(data, "count", at, 1, 1) or 1)
+        try:
+            profile = get_profile(str(data.get("profile", "current")))
+            capacity = _counts(data["capacity"], f"{at}.capacity") if "capacity" in data else None
+            for n in range(count):
+                spec = NodeSpec(
+                    name=name if count == 1 else f"{name}-{n + 1}",
+                    profile=profile,
+                    vendor=str(data.get("vendor", "intel")),
+                    capacity=capacity,
+                    cpus=int(_number(data, "cpus", at, 4, 1) or 4),
+                )
+                spec.resolved_capacity()
+                specs.append(spec)
+        except ValueError as exc:
+            raise ScenarioError(f"{at}: {exc}") from None
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ScenarioError(f"{where}: node names must be unique, got {', '.join(names)}")
+    return specs
+
+
+def _workloads(raw: Any, where: str, node_names: set[str]) -> list[WorkloadSpec]:
+    if not isinstance(raw, list):
+        raise ScenarioError(f"{where}: expected a list of workloads")
+    allowed = {
+        "consumer",
+        "resource",
+        "rate",
+        "start",
+        "end",
+        "at",
+        "count",
+        "spread",
+        "duration",
+        "launch_delay",
+        "node",
+    }
+    out: list[WorkloadSpec] = []
+    for index, item in enumerate(raw):
+        at = f"{where}[{index}]"
+        data = _mapping(item, at)
+        _check_keys(data, allowed, at)
+        try:
+            consumer = Consumer(str(data.get("consumer")))
+        except ValueError:
+            raise ScenarioError(
+                f"{at}.consumer: expected kata, kubevirt or external, got {data.get('consumer')!r}"
+            ) from None
+        if ("rate" in data) == ("count" in data):
+            raise ScenarioError(f"{at}: give exactly one of rate (Poisson arrivals per second) or count (a burst)")
+        node = data.get("node")
+        if node is not None and str(node) not in node_names:
+            raise ScenarioError(f"{at}.node: unknown node {node!r}; nodes are {', '.join(sorted(node_names))}")
+        if consumer is Consumer.EXTERNAL and node is None and len(node_names) > 1:
+            raise ScenarioError(f"{at}.node: external VMs run on one node; name it")
+        spec = WorkloadSpec(
+            consumer=consumer,
+            resource=str(data.get("resource", "tdx")),
+            duration=_range(data.get("duration", 600), f"{at}.duration"),
+            launch_delay=_range(data.get("launch_delay", [2, 6]), f"{at}.launch_delay"),
+            rate=_number(data, "rate", at),
+            start=_number(data, "start", at, 0.0) or 0.0,
+            end=_number(data, "end", at),
+            at=_number(data, "at", at),
+            count=int(_number(data, "count", at, 0) or 0),
+            spread=_number(data, "spread", at, 0.0) or 0.0,
+            node=None if node is None else str(node),
+        )
+        if spec.resource not in ("tdx", "sev", "sev_es"):
+            raise ScenarioError(f"{at}.resource: expected tdx, sev, sev_es (or snp), got {data.get('resource')!r}")
+        if consumer is Consumer.KATA and spec.resource == "sev":
+            raise ScenarioError(f"{at}: Kata confidential guests are TDX or SNP (sev_es), not plain SEV")
+        out.append(spec)
+    return out
+
+
+def _faults(raw: Any, where: str, node_names: set[str]) -> list[FaultSpec]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ScenarioError(f"{where}: expected a list of faults")
+    out: list[FaultSpec] = []
+    for index, item in enumerate(raw):
+        at = f"{where}[{index}]"
+        data = _mapping(item, at)
+        _check_keys(data, {"kind", "at", "node", "duration", "file"}, at)
+        kind = str(data.get("kind"))
+        if kind not in FAULT_KINDS:
+            raise ScenarioError(f"{at}.kind: expected one of {', '.join(FAULT_KINDS)}, got {kind!r}")
+        node = str(data.get("node", ""))
+        if node not in node_names:
+            raise ScenarioError(f"{at}.node: unknown node {node!r}; nodes are {', '.join(sorted(node_names))}")
+        filename = str(data.get("file", "misc.current"))
+        if filename not in ("misc.current", "misc.capacity"):
+            raise ScenarioError(f"{at}.file: expected misc.current or misc.capacity, got {filename!r}")
+        out.append(
+            FaultSpec(
+                kind,
+                _number(data, "at", at, 0.0) or 0.0,
+                node,
+                _number(data, "duration", at, 60.0) or 0.0,
+                filename,
+            )
+        )
+    return out
+
+
+def _settings(raw: Any, where: str) -> Settings:
+    data = _mapping(raw or {}, where)
+    numeric = {
+        "nfd_sleep_interval",
+        "poll_interval",
+        "kubelet_restart_downtime",
+        "plugin_restart_delay",
+        "reregister_delay",
+        "node_status_interval",
+    }
+    _check_keys(data, numeric | {"reserved"}, where)
+    values: dict[str, Any] = {}
+    for key in numeric:
+        if key in data:
+            values[key] = _number(data, key, where, minimum=0.001)
+    if "reserved" in data:
+        values["reserved"] = _counts(data["reserved"], f"{where}.reserved")
+    return Settings(**values)
+
+
+def parse_scenario(data: Any, source: str = "<scenario>", seed: int | None = None) -> Scenario:
+    """Validate a loaded YAML document; ``seed`` overrides the file's."""
+    root = _mapping(data, source)
+    _check_keys(root, {"name", "description", "seed", "duration", "settings", "nodes", "workloads", "faults"}, source)
+    nodes = _nodes(root.get("nodes"), f"{source}: nodes")
+    names = {n.name for n in nodes}
+    workloads = _workloads(root.get("workloads", []), f"{source}: workloads", names)
+    faults = _faults(root.get("faults"), f"{source}: faults", names)
+    duration = _number(root, "duration", source, 3600.0, 1.0) or 3600.0
+    file_seed = root.get("seed", 0)
+    if isinstance(file_seed, bool) or not isinstance(file_seed, int):
+        raise ScenarioError(f"{source}.seed: expected an integer, got {file_seed!r}")
+    used_seed = file_seed if seed is None else seed
+    world = World(
+        nodes=tuple(nodes),
+        arrivals=tuple(generate_arrivals(workloads, used_seed, duration)),
+        faults=tuple(faults),
+        duration=duration,
+        settings=_settings(root.get("settings"), f"{source}: settings"),
+    )
+    return Scenario(
+        str(root.get("name", Path(source).stem)), str(root.get("description", "")), used_seed, world, source
+    )
+
+
+def load_scenario(name_or_path: str, seed: int | None = None) -> Scenario:
+    path = resolve(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    return parse_scenario(data, str(path), seed)

@@ -1,0 +1,61 @@
+"""Invariants of the device-manager model under arbitrary sequences of kubelet events."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, AllocationError, Device, DeviceManager, PodRef
+
+RES = "devices.kubevirt.io/tdx"
+IDS = [f"tdx-{i}" for i in range(6)]
+
+events = st.one_of(
+    st.tuples(st.just("list"), st.lists(st.tuples(st.sampled_from(IDS), st.booleans()), max_size=6)),
+    st.tuples(st.just("allocate"), st.integers(0, 5), st.integers(0, 3)),
+    st.tuples(st.just("finish"), st.integers(0, 5)),
+    st.tuples(st.just("break"), st.none()),
+    st.tuples(st.just("register"), st.none()),
+    st.tuples(st.just("restart"), st.none()),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(events, max_size=30))
+def test_books_balance(sequence):
+    dm = DeviceManager()
+    dm.register(RES)
+    finished: set[str] = set()
+    for event in sequence:
+        kind = event[0]
+        if kind == "list":
+            dm.update_devices(RES, [Device(i, HEALTHY if ok else UNHEALTHY) for i, ok in event[1]])
+        elif kind == "allocate":
+            pod = PodRef("default", f"p{event[1]}")
+            try:
+                got = dm.allocate(pod, "c", RES, event[2])
+            except AllocationError:
+                got = None
+            if got is not None:
+                assert len(got) == event[2]
+                finished.discard(pod.key)
+        elif kind == "finish":
+            dm.finish_pod(f"default/p{event[1]}")
+            finished.add(f"default/p{event[1]}")
+        elif kind == "break":
+            dm.stream_broken(RES)
+        elif kind == "register":
+            dm.register(RES)
+        else:
+            dm.restart()
+
+        healthy, unhealthy = set(dm.healthy_ids(RES)), set(dm.unhealthy_ids(RES))
+        assert not healthy & unhealthy
+        if RES in dm.capacity():
+            assert dm.capacity()[RES] == len(healthy) + len(unhealthy)
+            assert dm.allocatable()[RES] == len(healthy)
+        # No device is held by two containers of pods that are still running.
+        held = [d for pod in dm.active_pods() for per_res in dm.pod_devices(pod).values() for d in per_res.get(RES, [])]
+        assert len(held) == len(set(held))
+        assert {p.key for p in dm.active_pods()}.isdisjoint(finished)
+        if dm.endpoint(RES) is not None and dm.endpoint(RES).stopped:
+            assert dm.allocatable().get(RES, 0) == 0

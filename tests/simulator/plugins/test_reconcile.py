@@ -1,0 +1,71 @@
+"""The reconciling plugin's pure decision."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from teesim.plugins.reconcile import (
+    capacity_from_misc,
+    device_ids,
+    next_unhealthy,
+    reconcile,
+    unhealthy_devices,
+)
+
+IDS = device_ids("tdx", 8)
+
+
+def test_device_ids_are_padded_and_sorted():
+    assert IDS[:2] == ("tdx-000", "tdx-001")
+    assert len(device_ids("tdx", 63)) == 63
+    assert device_ids("tdx", 0) == ()
+    assert device_ids("sev_es", 1500)[-1] == "sev_es-1499"
+
+
+def test_capacity_from_misc():
+    assert capacity_from_misc({"tdx": 63}, "tdx") == 63
+    assert capacity_from_misc({"sev": 5}, "tdx") == 0, "the kernel omits zero-capacity resources"
+    assert capacity_from_misc({"tdx": None}, "tdx") is None
+
+
+def test_external_keys_take_free_devices_from_the_end():
+    own = {"tdx-000", "tdx-001"}
+    assert unhealthy_devices(IDS, own, 2) == frozenset()
+    assert unhealthy_devices(IDS, own, 5) == {"tdx-005", "tdx-006", "tdx-007"}
+
+
+def test_never_marks_an_allocated_device_and_clamps():
+    own = {"tdx-005", "tdx-006", "tdx-007"}
+    decision = reconcile(IDS, own, 20)
+    assert decision.unhealthy == {"tdx-000", "tdx-001", "tdx-002", "tdx-003", "tdx-004"}
+    assert decision.others == 17
+    assert decision.overflow == 12
+
+
+def test_current_below_own_marks_nothing():
+    # Own VMs admitted but not yet charged by the kernel (the race window).
+    assert reconcile(IDS, {"tdx-000", "tdx-001"}, 0).others == 0
+
+
+def test_unknown_own_ids_are_ignored():
+    assert unhealthy_devices(IDS, {"gpu-0"}, 1) == {"tdx-007"}
+
+
+def test_unreadable_current_keeps_previous_minus_allocated():
+    assert next_unhealthy(IDS, {"tdx-007"}, None, {"tdx-006", "tdx-007", "x"}) == {"tdx-006"}
+    assert next_unhealthy(IDS, set(), 1, {"tdx-000"}) == {"tdx-007"}
+
+
+@given(
+    capacity=st.integers(0, 40),
+    own_mask=st.lists(st.booleans(), max_size=40),
+    current=st.integers(0, 80),
+)
+def test_properties(capacity, own_mask, current):
+    ids = device_ids("tdx", capacity)
+    own = {i for i, taken in zip(ids, own_mask, strict=False) if taken}
+    result = unhealthy_devices(ids, own, current)
+    assert not (result & own)
+    assert result <= set(ids)
+    assert len(result) == min(max(current - len(own), 0), capacity - len(own))
+    assert result == unhealthy_devices(list(reversed(ids)), own, current), "order of input does not matter"

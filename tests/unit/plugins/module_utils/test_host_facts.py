@@ -1,0 +1,778 @@
+"""host_facts: host trees on pyfakefs, the real H100 capture, synthetic nvidia-smi output, fuzzing."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils import host_facts as hf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyfakefs.helpers import set_uid
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+H100_DIRS = [
+    REPO_ROOT.parent / "shared" / "reference" / "hosts" / "h100-cc-off",
+    Path("/work/shared/reference/hosts/h100-cc-off"),
+]
+
+TDX_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.16.0 root=UUID=abc nohibernate kvm_intel.tdx=1 intel_iommu=on iommu=pt"
+SNP_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.11.0 root=/dev/sda1 ro mem_encrypt=on kvm_amd.sev=1"
+
+
+def cpuinfo(vendor, flags, processors=2):
+    blocks = []
+    for number in range(processors):
+        blocks.append(
+            f"processor\t: {number}\nvendor_id\t: {vendor}\nmodel name\t: Test CPU\n"
+            f"flags\t\t: fpu vme {' '.join(flags)}\n"
+        )
+    return "\n".join(blocks)
+
+
+def build_host(
+    root,
+    *,
+    vendor="GenuineIntel",
+    flags=(),
+    cmdline="ro quiet",
+    kvm_intel=None,
+    kvm_amd=None,
+    devices=(),
+    iommu_groups=0,
+    qgs=False,
+    osrelease="6.16.0-tdx",
+):
+    """A host tree shaped like the real /proc, /sys, /dev and /var of a node (test helper only).
+
+    ``kvm_intel``/``kvm_amd`` map parameter names to the file content; ``None`` means module not loaded.
+    """
+    root = Path(root)
+
+    def write(rel, text):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    write("proc/cpuinfo", cpuinfo(vendor, flags))
+    write("proc/cmdline", cmdline + "\n")
+    if osrelease is not None:
+        write("proc/sys/kernel/osrelease", osrelease + "\n")
+    write("proc/version", f"Linux version {osrelease or '6.1.0'} (builder@host) (gcc 12) #1 SMP\n")
+    for module, params in (("kvm_intel", kvm_intel), ("kvm_amd", kvm_amd)):
+        if params is not None:
+            (root / "sys/module" / module / "parameters").mkdir(parents=True, exist_ok=True)
+            for name, value in params.items():
+                write(f"sys/module/{module}/parameters/{name}", value)
+    for device in devices:
+        write("dev/" + device, "")
+    (root / "sys/kernel/iommu_groups").mkdir(parents=True, exist_ok=True)
+    for group in range(iommu_groups):
+        (root / "sys/kernel/iommu_groups" / str(group) / "devices").mkdir(parents=True)
+    if qgs:
+        (root / "var/run/tdx-qgs").mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def tdx_host(root, **overrides):
+    spec = dict(
+        flags=("tdx_host_platform", "sgx", "sgx_lc"),
+        cmdline=TDX_CMDLINE,
+        kvm_intel={"tdx": "Y\n"},
+        devices=("sgx_enclave", "sgx_provision", "vhost-vsock", "vsock"),
+        iommu_groups=3,
+        qgs=True,
+    )
+    spec.update(overrides)
+    return build_host(root, **spec)
+
+
+def snp_host(root, **overrides):
+    spec = dict(
+        vendor="AuthenticAMD",
+        flags=("sev", "sev_es", "sev_snp"),
+        cmdline=SNP_CMDLINE,
+        kvm_amd={"sev": "Y\n", "sev_es": "Y\n", "sev_snp": "Y\n"},
+        devices=("sev", "vhost-vsock"),
+        iommu_groups=5,
+        osrelease="6.11.0-snp-host",
+    )
+    spec.update(overrides)
+    return build_host(root, **spec)
+
+
+def make_qgs_socket(fs, root):
+    fs.create_file(os.path.join(root, "var/run/tdx-qgs/qgs.socket"), st_mode=stat.S_IFSOCK | 0o660)
+
+
+# ------------------------------------------------------------------------------------------------
+# Whole hosts on pyfakefs
+# ------------------------------------------------------------------------------------------------
+
+
+def test_tdx_host_is_ready(fs):
+    tdx_host("/host")
+    make_qgs_socket(fs, "/host")
+    facts = hf.gather_host_facts("/host")
+    assert facts["tdx"] == {
+        "supported": True,
+        "enabled": True,
+        "cmdline_ready": True,
+        "attestation_ready": True,
+        "ready": True,
+        "reasons": [],
+        "advice": [],
+    }
+    assert facts["kernel"] == {
+        "release": "6.16.0-tdx",
+        "version": [6, 16, 0],
+        "source": "/host/proc/sys/kernel/osrelease",
+    }
+    assert facts["cmdline"]["params"] == {
+        "nohibernate": None,
+        "kvm_intel.tdx": "1",
+        "intel_iommu": "on",
+        "iommu": "pt",
+    }
+    assert "root" not in str(facts["cmdline"])  # the rest of the command line is not reported
+    assert facts["iommu"]["groups"] == 3 and facts["iommu"]["enabled"] is True
+    assert facts["iommu"]["cmdline_intel_iommu_on"] and facts["iommu"]["cmdline_iommu_pt"]
+    assert facts["vsock"] == {"vhost_vsock": True, "vsock": True}
+    assert facts["qgs"] == {"path": "/var/run/tdx-qgs/qgs.socket", "present": True, "is_socket": True}
+    assert facts["sgx"]["ready"] is True
+    assert facts["kvm"]["amd"] == {"loaded": False, "sev": None, "sev_es": None, "sev_snp": None}
+    assert facts["sev"]["ready"] is False
+    assert facts["sev"]["reasons"] == ["SEV needs an AMD EPYC host; this CPU's vendor is GenuineIntel"]
+    assert facts["gpu"]["probed"] is False
+    assert facts["warnings"] == []
+
+
+def test_tdx_qgs_path_that_is_not_a_socket_is_advice(fs):
+    tdx_host("/host")
+    fs.create_file("/host/var/run/tdx-qgs/qgs.socket")
+    facts = hf.gather_host_facts("/host")
+    assert facts["qgs"] == {"path": "/var/run/tdx-qgs/qgs.socket", "present": True, "is_socket": False}
+    assert facts["tdx"]["ready"] is True and facts["tdx"]["attestation_ready"] is False
+    assert "qgsd" in facts["tdx"]["advice"][0]
+
+
+def test_tdx_param_off_says_how_to_enable(fs):
+    tdx_host("/host", kvm_intel={"tdx": "N\n"}, cmdline="ro nohibernate")
+    tdx = hf.gather_host_facts("/host")["tdx"]
+    assert (tdx["supported"], tdx["enabled"]) == (True, False)
+    assert (tdx["cmdline_ready"], tdx["ready"]) == (False, False)
+    assert len(tdx["reasons"]) == 1
+    assert "add kvm_intel.tdx=1" in tdx["reasons"][0] and "modprobe.d" in tdx["reasons"][0]
+
+
+def test_tdx_param_off_despite_cmdline_points_at_dmesg(fs):
+    tdx_host("/host", kvm_intel={"tdx": "N\n"})
+    tdx = hf.gather_host_facts("/host")["tdx"]
+    assert tdx["cmdline_ready"] is True and tdx["ready"] is False
+    assert "dmesg | grep -i tdx" in tdx["reasons"][0]
+
+
+def test_tdx_flag_missing_without_nohibernate_names_nohibernate(fs):
+    tdx_host("/host", flags=("sgx",), kvm_intel={"tdx": "N\n"}, cmdline="ro kvm_intel.tdx=1")
+    tdx = hf.gather_host_facts("/host")["tdx"]
+    assert tdx["supported"] is False
+    assert "add nohibernate" in tdx["reasons"][0]
+    assert "BIOS" in tdx["reasons"][0]
+
+
+def test_tdx_enabled_but_not_on_cmdline_is_advice_only(fs):
+    tdx_host("/host", cmdline="ro kvm-intel.tdx=y")  # dashes and "y" are what the kernel accepts too
+    tdx = hf.gather_host_facts("/host")["tdx"]
+    assert tdx["ready"] is True and tdx["reasons"] == []
+    assert tdx["cmdline_ready"] is False
+    assert tdx["advice"][0].startswith("TDX works now but nohibernate is not on the kernel command line")
+
+
+def test_tdx_old_kernel_without_param_names_the_kernel(fs):
+    tdx_host("/host", kvm_intel={"nested": "Y\n"}, osrelease="6.8.0-48-generic")
+    tdx = hf.gather_host_facts("/host")["tdx"]
+    assert tdx["enabled"] is False
+    assert "kernel 6.8.0-48-generic predates upstream KVM TDX in 6.16" in tdx["reasons"][0]
+
+
+def test_tdx_kvm_intel_not_loaded(fs):
+    tdx_host("/host", kvm_intel=None)
+    tdx = hf.gather_host_facts("/host")["tdx"]
+    assert tdx["reasons"] == [
+        "kvm_intel is not loaded (no /sys/module/kvm_intel): load it with `modprobe kvm_intel tdx=1`"
+    ]
+
+
+def test_snp_host_is_ready_for_all_three(fs):
+    snp_host("/host")
+    facts = hf.gather_host_facts("/host")
+    for name in ("sev", "sev_es", "snp"):
+        assert facts[name] == {
+            "supported": True,
+            "enabled": True,
+            "cmdline_ready": True,
+            "device": True,
+            "ready": True,
+            "reasons": [],
+        }, name
+    assert facts["cmdline"]["mem_encrypt"] is True and facts["cmdline"]["kvm_amd_sev"] is True
+    assert facts["tdx"]["reasons"] == ["TDX needs an Intel Xeon host; this CPU's vendor is AuthenticAMD"]
+    assert facts["vsock"] == {"vhost_vsock": True, "vsock": False}
+    assert facts["warnings"] == []
+
+
+def test_snp_old_int_parameters_accept_1_and_0(fs):
+    snp_host("/host", kvm_amd={"sev": "1\n", "sev_es": "1\n", "sev_snp": "0\n"})
+    facts = hf.gather_host_facts("/host")
+    assert facts["kvm"]["amd"] == {"loaded": True, "sev": True, "sev_es": True, "sev_snp": False}
+    assert facts["sev_es"]["ready"] is True
+    assert facts["snp"]["ready"] is False
+    assert "dmesg | grep -i sev" in facts["snp"]["reasons"][0]
+
+
+def test_snp_disabled_on_cmdline_and_iommu_off(fs):
+    snp_host("/host", kvm_amd={"sev": "Y", "sev_es": "Y", "sev_snp": "N"}, cmdline="ro kvm_amd.sev_snp=0 iommu=off")
+    snp = hf.gather_host_facts("/host")["snp"]
+    assert snp["cmdline_ready"] is False and snp["ready"] is False
+    assert "kvm_amd.sev_snp is disabled on the kernel command line" in snp["reasons"][0]
+    assert any("remove iommu=off" in reason for reason in snp["reasons"])
+
+
+def test_snp_without_dev_sev(fs):
+    snp_host("/host", devices=())
+    facts = hf.gather_host_facts("/host")
+    assert facts["devices"]["sev"] is False
+    for name in ("sev", "sev_es", "snp"):
+        assert facts[name]["ready"] is False
+        assert facts[name]["reasons"][0].startswith("/dev/sev is missing: load the ccp driver")
+
+
+def test_snp_param_missing_on_old_kernel(fs):
+    snp_host("/host", kvm_amd={"sev": "Y", "sev_es": "Y"}, osrelease="5.15.0-91-generic")
+    snp = hf.gather_host_facts("/host")["snp"]
+    assert snp["enabled"] is False
+    assert "predates upstream SNP host support in 6.11" in snp["reasons"][0]
+
+
+def test_sev_es_needs_sev(fs):
+    snp_host("/host", kvm_amd={"sev": "N", "sev_es": "Y", "sev_snp": "Y"})
+    facts = hf.gather_host_facts("/host")
+    assert facts["sev"]["ready"] is False
+    assert facts["sev_es"]["reasons"] == ["SEV-ES needs SEV itself enabled in kvm_amd (sev parameter is not Y)"]
+
+
+def test_plain_host_is_all_false_without_warnings(fs):
+    build_host("/host")
+    facts = hf.gather_host_facts("/host")
+    assert facts["warnings"] == []
+    assert facts["cpu"]["flags"]["tdx_host_platform"] is False
+    for name in ("tdx", "sev", "sev_es", "snp", "sgx"):
+        assert facts[name]["ready"] is False and facts[name]["reasons"], name
+    devices = ("sev", "sgx_enclave", "sgx_provision", "vhost_vsock", "vsock")
+    assert facts["devices"] == dict.fromkeys(devices, False)
+    assert facts["iommu"]["groups"] == 0 and facts["iommu"]["enabled"] is False
+    assert facts["qgs"]["present"] is False
+
+
+def test_virtual_machine_is_told_apart(fs):
+    build_host("/host", flags=("hypervisor",), kvm_intel={})
+    tdx = hf.gather_host_facts("/host")["tdx"]
+    assert "virtual machine" in tdx["reasons"][0]
+
+
+def test_empty_tree_warns_about_missing_proc_files(fs):
+    fs.create_dir("/empty")
+    facts = hf.gather_host_facts("/empty")
+    warned = {warning["path"] for warning in facts["warnings"]}
+    assert warned == {"/empty/proc/cpuinfo", "/empty/proc/cmdline", "/empty/proc/version"}
+    assert facts["cpu"]["flags"]["tdx_host_platform"] is None
+    assert facts["tdx"]["supported"] is None
+    assert facts["tdx"]["reasons"][0].startswith("cannot tell whether the CPU supports TDX")
+    assert facts["kernel"] == {"release": None, "version": None, "source": None}
+
+
+def test_host_root_must_be_a_directory(fs):
+    fs.create_file("/not-a-dir")
+    with pytest.raises(hf.HostRootError, match="not a directory"):
+        hf.gather_host_facts("/not-a-dir")
+    with pytest.raises(hf.HostRootError):
+        hf.gather_host_facts("/does/not/exist")
+
+
+def test_unreadable_files_are_facts_with_warnings(fs):
+    tdx_host("/host")
+    os.remove("/host/proc/cpuinfo")
+    fs.create_dir("/host/proc/cpuinfo")  # EISDIR: unreadable, not absent
+    os.chmod("/host/sys/module/kvm_intel/parameters/tdx", 0o000)
+    os.chmod("/host/sys/kernel/iommu_groups", 0o000)
+    os.chmod("/host/proc/sys/kernel/osrelease", 0o000)
+    set_uid(1000)
+    try:
+        facts = hf.gather_host_facts("/host")
+    finally:
+        set_uid(0)
+    problems = {warning["path"]: warning["problem"] for warning in facts["warnings"]}
+    assert problems["/host/proc/cpuinfo"].startswith("unreadable: ")
+    assert problems["/host/sys/module/kvm_intel/parameters/tdx"].startswith("unreadable: ")
+    assert problems["/host/sys/kernel/iommu_groups"].startswith("unreadable directory: ")
+    assert problems["/host/proc/sys/kernel/osrelease"].startswith("unreadable: ")
+    assert facts["kernel"]["source"] == "/host/proc/version"  # fell back
+    assert facts["kernel"]["release"] == "6.16.0-tdx"
+    assert facts["cpu"]["readable"] is False and facts["tdx"]["supported"] is None
+    assert facts["kvm"]["intel"]["tdx"] is None
+    assert facts["iommu"]["groups"] is None and facts["iommu"]["enabled"] is None
+
+
+def test_garbage_values_become_unknown_with_warnings(fs):
+    tdx_host("/host", kvm_intel={"tdx": "maybe\n"}, osrelease="\x00\x01")
+    fs.create_file("/host/sys/kernel/iommu_groups/not-a-group")
+    Path("/host/proc/cmdline").write_bytes(b"\xff\xfe nohibernate \x00 kvm_intel.tdx=1\n")
+    facts = hf.gather_host_facts("/host")
+    problems = {warning["path"]: warning["problem"] for warning in facts["warnings"]}
+    assert problems["/host/sys/module/kvm_intel/parameters/tdx"] == ("unexpected value 'maybe' (expected Y, N, 1 or 0)")
+    assert problems["/host/proc/sys/kernel/osrelease"] == "no kernel release in it"
+    assert "NUL" in problems["/host/proc/cmdline"]
+    assert facts["kvm"]["intel"]["tdx"] is None and facts["tdx"]["enabled"] is False
+    assert facts["iommu"]["groups"] == 3
+    assert facts["cmdline"]["nohibernate"] is True and facts["cmdline"]["kvm_intel_tdx"] is True
+
+
+def test_cpuinfo_without_flags_line_warns(fs):
+    build_host("/host")
+    Path("/host/proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n")
+    facts = hf.gather_host_facts("/host")
+    assert facts["cpu"]["flags"]["sgx"] is None
+    assert facts["warnings"] == [{"path": "/host/proc/cpuinfo", "problem": "no 'flags' line: CPU features are unknown"}]
+
+
+def test_oversized_file_is_truncated_with_a_warning(fs, monkeypatch):
+    build_host("/host")
+    monkeypatch.setattr(hf, "MAX_FILE_BYTES", 16)
+    reader = hf.HostReader("/host")
+    assert reader.read("proc/cpuinfo", limit=16) == "processor\t: 0\nve"
+    assert reader.warnings[0]["problem"] == "larger than 16 bytes: only the beginning was read"
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsers
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, True),
+        ("1", True),
+        ("Y", True),
+        ("yes", True),
+        ("on", True),
+        ("true", True),
+        ("0", False),
+        ("N", False),
+        ("off", False),
+        ("false", False),
+        ("", None),
+        ("o", None),
+        ("2", None),
+        ("maybe", None),
+    ],
+)
+def test_kernel_bool_follows_kstrtobool(value, expected):
+    assert hf.kernel_bool(value) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Y\n", (True, None)),
+        ("1\n", (True, None)),
+        ("N\n", (False, None)),
+        ("0", (False, None)),
+        ("", (None, "unexpected value '' (expected Y, N, 1 or 0)")),
+        ("2\n", (None, "unexpected value '2' (expected Y, N, 1 or 0)")),
+        (b"Y\n", (True, None)),
+    ],
+)
+def test_parse_sysfs_bool(text, expected):
+    assert hf.parse_sysfs_bool(text) == expected
+
+
+def test_parse_cmdline_kernel_rules():
+    params = hf.parse_cmdline(
+        'BOOT_IMAGE=/vmlinuz kvm-intel.tdx=0 dyndbg="file tdx.c +p" kvm_intel.tdx=1 nohibernate -- nohibernate=1 x'
+    )
+    assert params["kvm_intel.tdx"] == "1"  # last one wins, dashes normalised
+    assert params["dyndbg"] == "file tdx.c +p"  # quotes group words
+    assert params["nohibernate"] is None  # bare word; the one after "--" belongs to init
+    assert "x" not in params
+
+
+def test_cmdline_facts_options():
+    line = "intel_iommu=on,sm_on iommu=pt mem_encrypt=off kvm_amd.sev_es=0"
+    facts = hf.cmdline_facts(hf.parse_cmdline(line))
+    assert facts["intel_iommu_on"] is True and facts["iommu_pt"] is True and facts["iommu_off"] is False
+    assert facts["mem_encrypt"] is False
+    assert facts["kvm_amd_sev_es"] is False and facts["kvm_amd_sev"] is None
+    assert hf.cmdline_facts(hf.parse_cmdline("amd_iommu=off"))["iommu_off"] is True
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("6.16.0-tdx\n", ("6.16.0-tdx", [6, 16, 0])),
+        ("6.8\n", ("6.8", [6, 8, 0])),
+        ("weird-release", ("weird-release", None)),
+        ("", (None, None)),
+        ("\n\n", (None, None)),
+    ],
+)
+def test_parse_kernel_release(text, expected):
+    assert hf.parse_kernel_release(text) == expected
+
+
+def test_parse_proc_version():
+    text = "Linux version 6.18.44-fc-v657-gpu (root@build) (gcc (GCC) 13.2.0) #1 SMP PREEMPT_DYNAMIC\n"
+    assert hf.parse_proc_version(text) == ("6.18.44-fc-v657-gpu", [6, 18, 44])
+    assert hf.parse_proc_version("something else") == (None, None)
+
+
+def test_parse_cpuinfo_keeps_only_flags_common_to_every_cpu():
+    text = cpuinfo("GenuineIntel", ("sgx", "sgx_lc")) + "\nprocessor\t: 2\nflags\t\t: fpu vme sgx\n"
+    parsed = hf.parse_cpuinfo(text)
+    assert parsed["flags"] == {"fpu", "vme", "sgx"}
+    assert parsed["flags_consistent"] is False
+    assert parsed["processors"] == 3
+    assert parsed["vendor"] == "GenuineIntel" and parsed["model_name"] == "Test CPU"
+
+
+# ------------------------------------------------------------------------------------------------
+# nvidia-smi: the real H100 capture and synthetic CC-on / broken cases
+# ------------------------------------------------------------------------------------------------
+
+
+def load_h100_capture():
+    """The capture's files by name, read at import time because pyfakefs hides the real disk later."""
+    for candidate in H100_DIRS:
+        if (candidate / "nvidia-smi-conf-compute.txt").is_file():
+            return {path.name: path.read_text() for path in candidate.iterdir() if path.is_file()}
+    return None
+
+
+H100_CAPTURE = load_h100_capture()
+
+
+def h100_capture():
+    if H100_CAPTURE is None:
+        pytest.skip("the real H100 capture (shared/reference/hosts/h100-cc-off) is not on this machine")
+    return H100_CAPTURE
+
+
+def capture_sections(text):
+    """The capture file holds one ``## <args>`` section per nvidia-smi conf-compute invocation."""
+    return dict(re.findall(r"^## (\S+)\n(.*?)(?=^## |\Z)", text, re.S | re.M))
+
+
+def test_real_h100_capture_cc_off():
+    capture = h100_capture()
+    sections = capture_sections(capture["nvidia-smi-conf-compute.txt"])
+    outputs = {
+        "conf_compute_query": (0, sections["-q"], ""),
+        "conf_compute_features": (0, sections["-f"], ""),
+        "ready_state": (0, sections["-grs"], ""),
+        "query": (0, capture["nvidia-smi-q.txt"], ""),
+    }
+    gpu, warnings = hf.summarize_gpu("/usr/bin/nvidia-smi", outputs)
+    assert warnings == []
+    assert gpu["present"] is True
+    assert gpu["driver_version"] == "580.159.04" and gpu["cuda_version"] == "13.0"
+    assert gpu["cc_capable"] is True
+    assert (gpu["cc_state"], gpu["cc_enabled"], gpu["devtools"]) == ("OFF", False, False)
+    assert gpu["cc_features"] == {"cc_status": "OFF"}
+    assert gpu["multi_gpu_mode"] == "None" and gpu["cpu_cc_capabilities"] == "None"
+    assert gpu["ready_state"] == "not-ready" and gpu["ready"] is False
+    assert gpu["reasons"][0].startswith("GPU CC mode is off (CC state OFF)")
+    assert gpu["gpus"] == [
+        {
+            "index": 0,
+            "bus_id": "00000000:00:06.0",
+            "name": "NVIDIA H100 80GB HBM3",
+            "architecture": "Hopper",
+            "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+            "vbios_version": "96.00.DA.00.0C",
+            "virtualization_mode": "Pass-Through",
+            "cc_protected_memory_mib": {"total": 0, "used": 0, "free": 0},
+        }
+    ]
+    # Run without arguments, conf-compute prints its help: that must not look like CC facts.
+    help_text = capture["nvidia-smi-conf-compute.txt"].split("## ")[0]
+    assert hf.parse_conf_compute_query(help_text) is None
+    assert hf.parse_conf_compute_features(help_text) == {}
+
+
+def test_real_h100_host_probe_is_a_vm_without_host_tee(fs):
+    probe = h100_capture()["host-probe.txt"]
+    flags_line = re.search(r"^flags\t\t: .*$", probe, re.M).group(0)
+    release = re.search(r"^Linux vm (\S+)", probe, re.M).group(1)
+    build_host("/host", osrelease=release)
+    Path("/host/proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n" + flags_line + "\n")
+    facts = hf.gather_host_facts("/host")
+    assert facts["kernel"]["version"] == [6, 18, 44]
+    assert facts["cpu"]["flags"]["hypervisor"] is True
+    assert facts["cpu"]["flags"]["tdx_host_platform"] is False and facts["cpu"]["flags"]["sgx"] is False
+    assert "virtual machine" in facts["tdx"]["reasons"][0]
+
+
+CC_ON_QUERY = """
+==============NVSMI CONF-COMPUTE LOG==============
+
+    CC State                   : ON
+    Multi-GPU Mode             : Protected PCIe
+    CPU CC Capabilities        : INTEL TDX
+    GPU CC Capabilities        : CC Capable
+    CC GPUs Ready State        : Ready
+
+"""
+
+TWO_GPU_QUERY = """
+==============NVSMI LOG==============
+
+Timestamp                                 : Mon Jan  5 10:00:00 2026
+Driver Version                            : 570.86.15
+CUDA Version                              : 12.8
+
+Attached GPUs                             : 2
+GPU 00000000:1A:00.0
+    Product Name                          : Synthetic GPU A
+    Product Architecture                  : Hopper
+    GPU UUID                              : GPU-aaaaaaaa-0000-0000-0000-000000000001
+    Conf Compute Protected Memory Usage
+        Total                             : 79872 MiB
+        Used                              : 512 MiB
+        Free                              : 79360 MiB
+    FB Memory Usage
+        Total                             : 1 MiB
+
+GPU 00000000:9B:00.0
+    Product Name                          : Synthetic GPU B
+    GPU UUID                              : GPU-bbbbbbbb-0000-0000-0000-000000000002
+    GPU Virtualization Mode
+        Virtualization Mode               : None
+"""
+
+
+READY = "\nConfidential Compute GPUs Ready state: ready\n"
+
+
+def outputs_for(query=CC_ON_QUERY, features="CC status: ON\n", ready=READY, smi_q=TWO_GPU_QUERY):
+    return {
+        "conf_compute_query": (0, query, ""),
+        "conf_compute_features": (0, features, ""),
+        "ready_state": (0, ready, ""),
+        "query": (0, smi_q, ""),
+    }
+
+
+def test_gpu_cc_on_and_ready():
+    gpu, warnings = hf.summarize_gpu("/usr/bin/nvidia-smi", outputs_for())
+    assert warnings == []
+    assert gpu["ready"] is True and gpu["reasons"] == []
+    assert gpu["cc_enabled"] is True and gpu["cc_state"] == "ON"
+    assert gpu["multi_gpu_mode"] == "Protected PCIe" and gpu["cpu_cc_capabilities"] == "INTEL TDX"
+    assert [entry["bus_id"] for entry in gpu["gpus"]] == ["00000000:1A:00.0", "00000000:9B:00.0"]
+    assert gpu["gpus"][0]["cc_protected_memory_mib"] == {"total": 79872, "used": 512, "free": 79360}
+    assert gpu["gpus"][1]["cc_protected_memory_mib"] is None
+    assert gpu["gpus"][1]["architecture"] is None and gpu["gpus"][1]["virtualization_mode"] == "None"
+
+
+def test_gpu_cc_on_not_ready_says_set_ready_state():
+    gpu = hf.summarize_gpu("nvidia-smi", outputs_for(ready=READY.replace("ready", "not-ready")))[0]
+    assert gpu["ready"] is False
+    assert "nvidia-smi conf-compute -srs 1" in gpu["reasons"][0]
+
+
+def test_gpu_devtools_is_not_ready():
+    gpu = hf.summarize_gpu("nvidia-smi", outputs_for(query=CC_ON_QUERY.replace(": ON", ": DEVTOOLS")))[0]
+    assert gpu["cc_enabled"] is True and gpu["devtools"] is True and gpu["ready"] is False
+    assert "DevTools" in gpu["reasons"][0]
+
+
+def test_gpu_without_cc_support_is_a_fact_not_a_warning():
+    no_cc = (6, "No CC capable devices found.\n", "")
+    outputs = {
+        "conf_compute_query": no_cc,
+        "conf_compute_features": no_cc,
+        "ready_state": no_cc,
+        "query": (0, TWO_GPU_QUERY, ""),
+    }
+    gpu, warnings = hf.summarize_gpu("nvidia-smi", outputs)
+    assert warnings == []
+    assert gpu["present"] is True and gpu["cc_capable"] is False and gpu["ready"] is False
+    assert gpu["reasons"] == ["the GPU does not support confidential computing (Hopper or newer is needed)"]
+
+
+def test_gpu_failures_become_warnings():
+    outputs = {
+        "conf_compute_query": (124, "", ""),
+        "conf_compute_features": (0, "\x00\xff garbage", ""),
+        "ready_state": (9, "", "Failed to initialize NVML: Driver/library version mismatch\n"),
+        "query": (0, "not a log", ""),
+    }
+    gpu, warnings = hf.summarize_gpu("/opt/nvidia-smi", outputs)
+    problems = {warning["path"]: warning["problem"] for warning in warnings}
+    assert problems == {
+        "/opt/nvidia-smi conf-compute -q": "exit code 124: timed out (no output)",
+        "/opt/nvidia-smi conf-compute -f": "no CC feature lines in output",
+        "/opt/nvidia-smi conf-compute -grs": (
+            "exit code 9: Failed to initialize NVML: Driver/library version mismatch"
+        ),
+        "/opt/nvidia-smi -q": "output is not an nvidia-smi log",
+    }
+    assert gpu["probed"] is True and gpu["present"] is None and gpu["ready"] is False
+    assert gpu["reasons"] == ["GPU CC state unknown: nvidia-smi conf-compute gave no usable answer"]
+
+
+def test_probe_gpu_runs_every_command_and_survives_a_crashing_runner():
+    seen = []
+
+    def run(argv, timeout):
+        seen.append((argv, timeout))
+        if argv[1:] == ["-q"]:
+            raise OSError("exec format error")
+        return dict(outputs_for())[
+            {"-q": "conf_compute_query", "-f": "conf_compute_features", "-grs": "ready_state"}[argv[2]]
+        ]
+
+    gpu, warnings = hf.probe_gpu("/usr/bin/nvidia-smi", run, timeout=7)
+    assert [call[0] for call in seen] == [
+        ["/usr/bin/nvidia-smi", "conf-compute", "-q"],
+        ["/usr/bin/nvidia-smi", "conf-compute", "-f"],
+        ["/usr/bin/nvidia-smi", "conf-compute", "-grs"],
+        ["/usr/bin/nvidia-smi", "-q"],
+    ]
+    assert {call[1] for call in seen} == {7}
+    assert warnings == [{"path": "/usr/bin/nvidia-smi -q", "problem": "exit code 1: could not run: exec format error"}]
+    assert gpu["ready"] is True and gpu["gpus"] == []
+
+
+def test_gather_host_facts_merges_gpu_warnings(fs):
+    build_host("/host")
+    gpu = hf.summarize_gpu("nvidia-smi", {"query": (3, "", "boom")})
+    facts = hf.gather_host_facts("/host", gpu=gpu)
+    assert facts["gpu"]["probed"] is True
+    assert facts["warnings"] == [{"path": "nvidia-smi -q", "problem": "exit code 3: boom"}]
+
+
+# ------------------------------------------------------------------------------------------------
+# Property-based: no input makes a parser raise, and well-formed input gives exact answers
+# ------------------------------------------------------------------------------------------------
+
+PARSERS = [
+    hf.parse_cpuinfo,
+    hf.parse_sysfs_bool,
+    hf.split_cmdline,
+    hf.parse_cmdline,
+    lambda data: hf.cmdline_facts(hf.parse_cmdline(data)),
+    hf.parse_kernel_release,
+    hf.parse_proc_version,
+    hf.parse_colon_lines,
+    hf.parse_conf_compute_query,
+    hf.parse_conf_compute_features,
+    hf.parse_ready_state,
+    hf.parse_nvidia_smi_query,
+]
+
+# Pieces of real formats, so that random input reaches the parsers' deeper branches.
+FRAGMENTS = (
+    "flags\t\t: sgx",
+    "processor : 1",
+    "GPU 00000000:00:06.0",
+    "    Total   : 5 MiB",
+    " : ",
+    ":",
+    "=",
+    '"',
+    "--",
+    "kvm_intel.tdx=",
+    "Driver Version : 1",
+    "CC State : ON",
+    "\t",
+    "\n",
+    "Y",
+    "\x00",
+    "\ufffd",
+)
+structured_text = st.lists(
+    st.sampled_from(FRAGMENTS) | st.text(max_size=20),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=512) | st.text(max_size=512) | structured_text)
+def test_no_parser_raises(data):
+    for parser in PARSERS:
+        parser(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=300) | structured_text)
+def test_summarize_gpu_never_raises(data):
+    rc = len(data) % 3
+    outputs = {command[0]: (rc, data, data[:10]) for command in hf.GPU_COMMANDS}
+    gpu, warnings = hf.summarize_gpu("nvidia-smi", outputs)
+    assert isinstance(gpu["ready"], bool)
+    assert all(set(warning) == {"path", "problem"} for warning in warnings)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.sampled_from(["Y", "N", "1", "0"]), spaces=st.sampled_from(["", "\n", " \n", "\t"]))
+def test_sysfs_bool_is_exact(value, spaces):
+    assert hf.parse_sysfs_bool(value + spaces) == (value in ("Y", "1"), None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(st.text(alphabet="abcxyz_.=-019,", min_size=1, max_size=12), max_size=12))
+def test_split_cmdline_round_trips(tokens):
+    assert hf.split_cmdline(" ".join(tokens) + "\n") == tokens
+
+
+FILES = [
+    "proc/cpuinfo",
+    "proc/cmdline",
+    "proc/sys/kernel/osrelease",
+    "proc/version",
+    "sys/module/kvm_intel/parameters/tdx",
+    "sys/module/kvm_amd/parameters/sev",
+    "sys/module/kvm_amd/parameters/sev_es",
+    "sys/module/kvm_amd/parameters/sev_snp",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    contents=st.lists(
+        st.binary(max_size=200) | structured_text.map(str.encode), min_size=len(FILES), max_size=len(FILES)
+    ),
+    groups=st.integers(min_value=0, max_value=12),
+)
+def test_gather_host_facts_never_raises_on_random_files(contents, groups):
+    with tempfile.TemporaryDirectory() as root:
+        for rel, data in zip(FILES, contents, strict=True):
+            path = Path(root, rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        for group in range(groups):
+            Path(root, "sys/kernel/iommu_groups", str(group)).mkdir(parents=True)
+        facts = hf.gather_host_facts(root)
+    assert facts["iommu"]["groups"] == groups
+    for name in ("tdx", "sev", "sev_es", "snp", "sgx"):
+        assert isinstance(facts[name]["ready"], bool)
+        assert facts[name]["ready"] or facts[name]["reasons"], name
+    exact = {"Y": True, "y": True, "1": True, "N": False, "n": False, "0": False}
+    for param, data in zip(("sev", "sev_es", "sev_snp"), contents[5:], strict=True):
+        expected = exact.get(data.decode("utf-8", "replace").strip())
+        assert facts["kvm"]["amd"][param] is expected

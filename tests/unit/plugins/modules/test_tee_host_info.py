@@ -1,0 +1,262 @@
+"""tee_host_info: main() driven with real module arguments; nvidia-smi is a mocked run_command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import yaml
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.confidential.tee.plugins.doc_fragments import host_root
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.modules import tee_host_info
+
+CC_QUERY = "\n    CC State                   : ON\n    GPU CC Capabilities        : CC Capable\n"
+SMI_LOG = "Driver Version : 570.1\n\nAttached GPUs : 1\nGPU 00000000:41:00.0\n    Product Name : Synthetic H100\n"
+ANSWERS = {
+    ("conf-compute", "-q"): (0, CC_QUERY, ""),
+    ("conf-compute", "-f"): (0, "CC status: ON\n", ""),
+    ("conf-compute", "-grs"): (0, "Confidential Compute GPUs Ready state: ready\n", ""),
+    ("-q",): (0, SMI_LOG, ""),
+}
+
+
+def small_tdx_tree(root: Path) -> Path:
+    """Just enough of a TDX host for the module; test_host_facts covers the variations."""
+    files = {
+        "proc/cpuinfo": "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu tdx_host_platform\n",
+        "proc/cmdline": "ro nohibernate kvm_intel.tdx=1\n",
+        "proc/sys/kernel/osrelease": "6.16.3\n",
+        "sys/module/kvm_intel/parameters/tdx": "Y\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def run_main(capsys, args):
+    """``(exit code, result)`` of one real run: exit_json/fail_json print JSON and exit as in production.
+
+    (conftest's ``run_module`` intercepts exit_json instead; this checks the serialised output too.)
+    """
+    # Module warnings are process-global and would leak from one run into the next.
+    with (
+        mock.patch.dict(ansible_warnings._global_warnings, clear=True),
+        mock.patch.dict(ansible_warnings._global_deprecations, clear=True),
+        patch_module_args(args),
+        pytest.raises(SystemExit) as exited,
+    ):
+        tee_host_info.main()
+    return exited.value.code, json.loads(capsys.readouterr().out)
+
+
+def warning_messages(result):
+    """Module warnings as text (ansible-core 2.19 returns structured warning summaries)."""
+    return [item["event"]["msg"] if isinstance(item, dict) else item for item in result.get("warnings", [])]
+
+
+def fake_run_command(calls, answers=None):
+    answers = ANSWERS if answers is None else answers
+
+    def run_command(self, argv, **kwargs):
+        calls.append(argv)
+        # The module wraps nvidia-smi in coreutils' timeout: answer by the nvidia-smi arguments.
+        index = next(i for i, arg in enumerate(argv) if arg.endswith("nvidia-smi"))
+        return answers[tuple(argv[index + 1 :])]
+
+    return run_command
+
+
+@pytest.fixture
+def nvidia_smi(tmp_path):
+    path = tmp_path / "bin" / "nvidia-smi"
+    path.parent.mkdir()
+    path.write_text("#!/bin/sh\nexit 99\n")  # never run: run_command is mocked
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_tdx_tree_without_gpu(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    with mock.patch.object(AnsibleModule, "run_command") as run_command:
+        code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False})
+    assert code == 0
+    run_command.assert_not_called()
+    assert result["changed"] is False
+    host = result["host"]
+    assert host["host_root"] == str(root)
+    assert host["tdx"]["ready"] is True and host["tdx"]["cmdline_ready"] is True
+    assert host["kernel"]["version"] == [6, 16, 3]
+    assert host["gpu"]["probed"] is False
+    assert host["gpu"]["reasons"] == ["not gathered: gather_gpu is false"]
+    assert result["ansible_facts"]["tee_host"] == host
+
+
+def test_check_mode_reports_the_same(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    normal = run_main(capsys, {"host_root": str(root), "gather_gpu": False})[1]
+    code, checked = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "_ansible_check_mode": True})
+    assert code == 0 and checked["changed"] is False
+    assert checked["host"] == normal["host"]
+
+
+def test_explicit_nvidia_smi_runs_with_timeout(capsys, tmp_path, nvidia_smi):
+    root = small_tdx_tree(tmp_path / "node")
+    calls = []
+    with (
+        mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls)),
+        mock.patch.object(AnsibleModule, "get_bin_path", return_value="/usr/bin/timeout"),
+    ):
+        code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 9})
+    assert code == 0
+    assert calls[0] == ["/usr/bin/timeout", "--kill-after=5", "9", nvidia_smi, "conf-compute", "-q"]
+    assert [call[4:] for call in calls] == [
+        ["conf-compute", "-q"],
+        ["conf-compute", "-f"],
+        ["conf-compute", "-grs"],
+        ["-q"],
+    ]
+    gpu = result["host"]["gpu"]
+    assert gpu["probed"] is True and gpu["nvidia_smi"] == nvidia_smi
+    assert gpu["ready"] is True and gpu["cc_enabled"] is True and gpu["ready_state"] == "ready"
+    assert gpu["driver_version"] == "570.1"
+    assert [entry["name"] for entry in gpu["gpus"]] == ["Synthetic H100"]
+
+
+def test_nvidia_smi_from_path_only_for_the_real_root(capsys):
+    calls = []
+
+    def which(self, name, *args, **kwargs):
+        return {"nvidia-smi": "/usr/bin/nvidia-smi"}.get(name)  # no coreutils timeout here
+
+    with (
+        mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls)),
+        mock.patch.object(AnsibleModule, "get_bin_path", which),
+    ):
+        code, result = run_main(capsys, {})
+    assert code == 0
+    assert calls[0] == ["/usr/bin/nvidia-smi", "conf-compute", "-q"]
+    assert result["host"]["host_root"] == "/"
+    assert result["host"]["gpu"]["ready"] is True
+
+
+def test_nvidia_smi_missing_from_path(capsys):
+    with mock.patch.object(AnsibleModule, "get_bin_path", return_value=None):
+        code, result = run_main(capsys, {})
+    assert code == 0
+    assert result["host"]["gpu"]["reasons"] == ["nvidia-smi not found on PATH: no NVIDIA driver installed on this host"]
+
+
+def test_other_host_root_skips_path_lookup(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    with (
+        mock.patch.object(AnsibleModule, "run_command") as run_command,
+        mock.patch.object(AnsibleModule, "get_bin_path", return_value="/usr/bin/nvidia-smi"),
+    ):
+        code, result = run_main(capsys, {"host_root": str(root)})
+    assert code == 0
+    run_command.assert_not_called()
+    assert "set nvidia_smi_path to run it anyway" in result["host"]["gpu"]["reasons"][0]
+
+
+def test_bad_nvidia_smi_path_is_a_warning(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    missing = str(tmp_path / "nope" / "nvidia-smi")
+    code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": missing})
+    assert code == 0
+    problem = "nvidia_smi_path is not an executable file: fix the path or set gather_gpu: false"
+    assert result["host"]["warnings"] == [{"path": missing, "problem": problem}]
+    assert warning_messages(result) == [f"{missing}: {problem}"]
+
+
+def test_timed_out_and_failing_nvidia_smi_are_warnings(capsys, tmp_path, nvidia_smi):
+    root = small_tdx_tree(tmp_path / "node")
+    answers = dict(ANSWERS)
+    answers[("conf-compute", "-q")] = (124, "", "")
+    failure = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    answers[("-q",)] = (9, "", failure)
+    calls = []
+    with mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls, answers)):
+        code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi})
+    assert code == 0
+    problems = [warning["problem"] for warning in result["host"]["warnings"]]
+    assert problems == [
+        f"exit code 9: {failure}",
+        "exit code 124: timed out (no output)",
+    ]
+    assert warning_messages(result) == [
+        f"{nvidia_smi} -q: exit code 9: {failure}",
+        f"{nvidia_smi} conf-compute -q: exit code 124: timed out (no output)",
+    ]
+    # -f still answered, so the CC state is known even though -q timed out.
+    assert result["host"]["gpu"]["cc_enabled"] is True and result["host"]["gpu"]["ready"] is True
+
+
+def test_missing_host_root_fails_with_a_fix(capsys, tmp_path):
+    code, result = run_main(capsys, {"host_root": str(tmp_path / "absent")})
+    assert code == 1 and result["failed"] is True
+    assert "is not a directory" in result["msg"] and "/host" in result["msg"]
+
+
+def test_gpu_timeout_must_be_positive(capsys, tmp_path):
+    code, result = run_main(capsys, {"host_root": str(tmp_path), "gpu_timeout": 0})
+    assert code == 1
+    assert result["msg"].startswith("gpu_timeout must be at least 1 second, got 0")
+
+
+def test_unknown_option_is_rejected(capsys, tmp_path):
+    code, result = run_main(capsys, {"host_root": str(tmp_path), "gpu": True})
+    assert code == 1 and "Unsupported parameters" in result["msg"]
+
+
+def test_documentation_matches_argument_spec():
+    doc = yaml.safe_load(tee_host_info.DOCUMENTATION)
+    captured = {}
+
+    def fake_init(self, argument_spec, **kwargs):
+        captured.update(argument_spec=argument_spec, **kwargs)
+        raise SystemExit(0)
+
+    with mock.patch.object(AnsibleModule, "__init__", fake_init), pytest.raises(SystemExit):
+        tee_host_info.main()
+    spec = captured["argument_spec"]
+    assert captured["supports_check_mode"] is True
+    fragment = yaml.safe_load(host_root.ModuleDocFragment.DOCUMENTATION)
+    assert doc["extends_documentation_fragment"][0] == "confidential.tee.host_root"
+    documented = dict(doc["options"], **fragment["options"])
+    assert set(spec) == set(documented)
+    for name, option in spec.items():
+        assert option.get("type") == documented[name]["type"], name
+        assert option.get("default") == documented[name].get("default"), name
+    yaml.safe_load(tee_host_info.EXAMPLES)
+
+
+def test_capacity_in_the_same_round_trip(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    (root / "sys/fs/cgroup").mkdir(parents=True)
+    (root / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
+    (root / "sys/fs/cgroup/misc.current").write_text("tdx 2\n")
+    code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "capacity": True})
+    assert code == 0
+    tdx = result["host"]["capacity"]["resources"]["tdx"]
+    assert (tdx["capacity"], tdx["current"], tdx["free"]) == (63, 2, 61)
+    # Exactly what tee_capacity_info returns with its defaults.
+    assert result["host"]["capacity"] == capacity_facts(str(root))
+    assert "capacity" not in run_main(capsys, {"host_root": str(root), "gather_gpu": False})[1]["host"]
+
+
+def test_return_documents_every_key(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "capacity": True})[1]
+    returned = yaml.safe_load(tee_host_info.RETURN)["host"]
+    assert set(returned["contains"]) == set(result["host"])
+    assert set(returned["contains"]["gpu"]["sample"]) == set(result["host"]["gpu"])
+    assert set(returned["contains"]["tdx"]["sample"]) == set(result["host"]["tdx"])
+    assert set(returned["contains"]["sev"]["sample"]) == set(result["host"]["snp"])
+    assert set(returned["contains"]["cmdline"]["sample"]) == set(result["host"]["cmdline"])
+    assert set(returned["contains"]["iommu"]["sample"]) == set(result["host"]["iommu"])
