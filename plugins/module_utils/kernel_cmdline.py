@@ -338,7 +338,7 @@ def _grub_assignment(path: str, lineno: int, offset: int, line: str) -> GrubLine
         tail = rest[close + 1 :] if close > 0 else ""
         base += 1
     else:
-        body, _, tail = rest.partition(" ")
+        body, _sep, tail = rest.partition(" ")
         opaque = False
     opaque = opaque or not re.fullmatch(r"\s*(#.*)?", tail)
     appends = False
@@ -394,10 +394,10 @@ def plan_grub(host_root: str, present: list[Token], absent: list[Token], name: s
         texts[path] = read_text(host_root, path) or ""
     order = ["/etc/default/grub", *paths]
     live = grub_effective([(p, texts[p]) for p in order])
-    before = [tok.raw for _, tok in live]
+    before = [tok.raw for _line, tok in live]
 
-    had_own = any(line.path == dropin for line, _ in live)
-    edit = plan_edits([tok for _, tok in live], present, absent)
+    had_own = any(line.path == dropin for line, _tok in live)
+    edit = plan_edits([tok for _line, tok in live], present, absent)
     # Our drop-in keeps its surviving arguments in place and receives every added or replaced value;
     # conflicting arguments written elsewhere are removed where they are written.
     new_own: list[str] = []
@@ -445,7 +445,7 @@ def plan_grub(host_root: str, present: list[Token], absent: list[Token], name: s
         else:
             action = write_action(path, texts[path] if existed else None, new_texts[path], "GRUB_CMDLINE_LINUX")
             actions.append(action)
-    configured = [tok.raw for _, tok in grub_effective([(p, new_texts[p]) for p in order])]
+    configured = [tok.raw for _line, tok in grub_effective([(p, new_texts[p]) for p in order])]
     plan = Plan("grub", actions, before, configured, "GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT")
     if actions and not satisfied(configured, present, absent):
         overriding = [
@@ -495,7 +495,7 @@ def _edit_grub_line(text: str, path: str, lineno: int, deletes: set[int]) -> str
 def _bls_options(text: str, grubenv: str | None) -> str:
     options = ""
     for line in text.splitlines():
-        key, _, value = line.strip().partition(" ")
+        key, _sep, value = line.strip().partition(" ")
         if key == "options":
             options = value.strip()
     if "$kernelopts" in options and grubenv:

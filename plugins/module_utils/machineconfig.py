@@ -99,7 +99,7 @@ def ignition_problems(config: object) -> list[str]:
 
 
 def decode_data_url(source: str) -> str:
-    header, _, payload = source.partition(",")
+    header, _sep, payload = source.partition(",")
     if header.endswith(";base64"):
         import base64
 

@@ -9,7 +9,7 @@ module: kernel_cmdline
 short_description: Manage kernel command-line arguments on GRUB, BLS, kernel-install and ostree hosts
 version_added: 0.1.0
 author:
-  - confidential.tee maintainers
+  - confidential.tee maintainers (@confidential-tee)
 description:
   - Adds and removes kernel arguments token by token, never by substring (C(tdx=1) does not match
     C(kvm_intel.tdx=1)), and leaves every other argument byte for byte as it was.
@@ -59,10 +59,10 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reports the exact actions (files and commands) without performing any.
+    description: Reports the exact actions (files and commands) without performing any.
   diff_mode:
     support: full
-    details: Shows the configured arguments before and after, one per line, and each changed file.
+    description: Shows the configured arguments before and after, one per line, and each changed file.
 """
 
 EXAMPLES = r"""
