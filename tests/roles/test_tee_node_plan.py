@@ -1,0 +1,78 @@
+"""playbooks/tee_node.yml in check mode against a teesim node tree with a Debian GRUB: the plan, no change."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="console=ttyS0,115200n8"\n'
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() + oct(p.stat().st_mode)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.mark.slow
+def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path):
+    teesim = BIN / "teesim"
+    if not teesim.exists():
+        pytest.skip("teesim is not installed in this virtualenv (make venv installs it)")
+    node = tmp_path / "node"
+    subprocess.run(
+        [str(teesim), "node", "build", "--vendor", "intel", "--out", str(node)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    (node / "etc/default").mkdir(parents=True, exist_ok=True)
+    (node / "etc/default/grub").write_text(GRUB)
+    for directory in ("etc/modules-load.d", "etc/modprobe.d"):
+        (node / directory).mkdir(parents=True, exist_ok=True)
+    tool = node / "usr/sbin/update-grub"
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text("#!/bin/sh\nexit 1\n")  # would fail if anything ran it
+    tool.chmod(0o755)
+    before = snapshot(node)
+
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+    }
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        str(REPO / "playbooks" / "tee_node.yml"),
+        "--check",
+        "--diff",
+        "-v",
+        "-e",
+        "tee_node_hosts=localhost",
+        "-e",
+        "ansible_connection=local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-e",
+        f"tee_host_root={node}",
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    flat = " ".join(proc.stdout.split())
+    assert snapshot(node) == before
+    # The plan names the drop-ins it would write and the command it would run, and shows the token diff.
+    assert "create /etc/default/grub.d/90-confidential-tee-tdx.cfg" in flat
+    assert "create /etc/default/grub.d/91-confidential-tee-iommu.cfg" in flat
+    assert "/usr/sbin/update-grub" in flat
+    assert "+kvm_intel.tdx=1" in proc.stdout and "+nohibernate" in proc.stdout and "+intel_iommu=on" in proc.stdout
