@@ -70,7 +70,10 @@ def main() -> int:
 
     step("2/3 plan and validate with ansible-playbook")
     run(
-        [BIN / "ansible-playbook", "-i", inventory, "playbooks/demo.yml", "-e", f"tee_manifest_dir={out}/manifests"],
+        [
+            *(BIN / "ansible-playbook", "-i", inventory, "playbooks/demo.yml"),
+            *("-e", f"tee_manifest_dir={out}/manifests", "-e", "tee_cpu_vendor=intel"),
+        ],
         env=env,
     )
 

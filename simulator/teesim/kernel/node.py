@@ -40,7 +40,7 @@ _CPU: dict[str, dict[str, str]] = {
 }
 _CMDLINE: dict[str, str] = {
     "intel": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet kvm_intel.tdx=1 nohibernate",
-    "amd": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet mem_encrypt=on kvm_amd.sev=1 iommu=pt",
+    "amd": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet mem_encrypt=on kvm_amd.sev=1",
 }
 
 
