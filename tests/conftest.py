@@ -1,12 +1,17 @@
-"""Test-wide fixtures: where the shared reference data lives, and how to find the repository."""
+"""Test-wide fixtures: the shared reference data, and the real command-line tools tests drive."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 
 def reference_dir() -> Path | None:
@@ -23,3 +28,57 @@ def reference() -> Path:
     if found is None:
         pytest.skip("../shared/reference (real CRDs and host captures) is not beside this checkout")
     return found
+
+
+def _run_ansible_playbook(
+    playbook: Path | str,
+    *args: str,
+    extra_vars: dict[str, object] | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: int = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ansible-playbook with this checkout as confidential.tee; never raises on failure.
+
+    The result gains ``flat``: stdout with whitespace collapsed, since the YAML callback wraps long messages.
+    """
+    command = [str(BIN / "ansible-playbook"), str(playbook), *args]
+    for name, value in (extra_vars or {}).items():
+        command += ["-e", f"{name}={value}"]
+    full_env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".build" / "collections"),
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+        "ANSIBLE_NOCOLOR": "1",
+        **(env or {}),
+    }
+    completed = subprocess.run(
+        command, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    completed.flat = " ".join(completed.stdout.split())  # type: ignore[attr-defined]
+    return completed
+
+
+def _teesim_node(out: Path, *args: str) -> Path:
+    """Write a simulated host tree with the real ``teesim node build`` command."""
+    teesim = BIN / "teesim"
+    if not teesim.exists():
+        pytest.skip("teesim is not installed in this virtualenv (make venv installs it)")
+    subprocess.run(
+        [str(teesim), "node", "build", "--out", str(out), *args], check=True, capture_output=True, timeout=120
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def ansible_playbook_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run(playbook, *args, extra_vars=None, env=None, cwd=None, timeout=300)``."""
+    return _run_ansible_playbook
+
+
+@pytest.fixture(scope="session")
+def teesim_node() -> Callable[..., Path]:
+    """``build(out, *teesim_node_build_args) -> out``."""
+    return _teesim_node

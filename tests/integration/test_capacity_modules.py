@@ -28,19 +28,19 @@ TASKS = [
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory, node_builder) -> dict[str, dict]:
+def fleet(tmp_path_factory: pytest.TempPathFactory, teesim_node) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("fleet")
     return {
         "tdx": {
             "node_root": str(
-                node_builder(root / "tdx", "--profile", "current", "--capacity", "tdx=63", "--usage", "tdx=5")
+                teesim_node(root / "tdx", "--profile", "current", "--capacity", "tdx=63", "--usage", "tdx=5")
             ),
             "check_resource": "tdx",
             "check_min_free": 10,
         },
         "snp": {
             "node_root": str(
-                node_builder(
+                teesim_node(
                     root / "snp",
                     "--vendor",
                     "amd",
@@ -56,14 +56,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, node_builder) -> dict[str, d
             "check_min_free": 4,
         },
         "old": {
-            "node_root": str(
-                node_builder(root / "old", "--profile", "old", "--capacity", "tdx=31", "--usage", "tdx=7")
-            ),
+            "node_root": str(teesim_node(root / "old", "--profile", "old", "--capacity", "tdx=31", "--usage", "tdx=7")),
             "check_resource": "tdx",
             "check_min_free": 1,
         },
         "nomisc": {
-            "node_root": str(node_builder(root / "nomisc", "--profile", "no-misc")),
+            "node_root": str(teesim_node(root / "nomisc", "--profile", "no-misc")),
             "check_resource": "tdx",
             "check_min_free": 1,
         },

@@ -45,7 +45,7 @@ def build_sysfs(root: Path) -> Path:
     return sys_dir
 
 
-def run_role(root: Path, check: bool = False) -> subprocess.CompletedProcess:
+def run_role(run_playbook, root: Path, check: bool = False) -> subprocess.CompletedProcess:
     playbook = root / "play.yml"
     playbook.write_text(
         json.dumps(
@@ -72,29 +72,21 @@ def run_role(root: Path, check: bool = False) -> subprocess.CompletedProcess:
             ]
         )
     )
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-    }
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook), *(["--check"] if check else [])]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_playbook(playbook, *(["--check"] if check else []))
 
 
 @pytest.mark.slow
-def test_nvidia_devices_bound_once_and_others_untouched(tmp_path):
+def test_nvidia_devices_bound_once_and_others_untouched(tmp_path, ansible_playbook_cli):
     sys_dir = build_sysfs(tmp_path)
     dev = sys_dir / "devices/pci0000:00"
     drivers = sys_dir / "bus/pci/drivers"
 
-    dry = run_role(tmp_path, check=True)
+    dry = run_role(ansible_playbook_cli, tmp_path, check=True)
     assert dry.returncode == 0, dry.stdout[-3000:]
     assert (dev / "0000:17:00.0/driver_override").read_text() == "(null)\n"
     assert not (tmp_path / "etc/modules-load.d/vfio.conf").exists()
 
-    proc = run_role(tmp_path)
+    proc = run_role(ansible_playbook_cli, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (dev / "0000:17:00.0/driver_override").read_text() == "vfio-pci"
     assert (dev / "0000:18:00.0/driver_override").read_text() == "vfio-pci"

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +11,6 @@ from ansible_collections.confidential.tee.plugins.module_utils import machinecon
 jsonschema = pytest.importorskip("jsonschema")
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
@@ -46,28 +42,18 @@ def unknown_fields(obj, schema, where="") -> list[str]:
     return out
 
 
-def render(tmp_path, vendor, role="worker"):
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-    }
-    out = tmp_path / vendor
-    cmd = [
-        str(BIN / "ansible-playbook"),
-        str(REPO / "playbooks" / "render_machineconfigs.yml"),
-        "-e",
-        f"tee_manifest_dir={out}",
-        "-e",
-        f"tee_cpu_vendor={vendor}",
-        "-e",
-        f"tee_machineconfig_role={role}",
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))}
+@pytest.fixture
+def render(tmp_path, ansible_playbook_cli):
+    def run(vendor, role="worker"):
+        out = tmp_path / vendor
+        proc = ansible_playbook_cli(
+            REPO / "playbooks" / "render_machineconfigs.yml",
+            extra_vars={"tee_manifest_dir": out, "tee_cpu_vendor": vendor, "tee_machineconfig_role": role},
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return {p.name: yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))}
+
+    return run
 
 
 @pytest.mark.slow
@@ -94,9 +80,9 @@ def render(tmp_path, vendor, role="worker"):
         ),
     ],
 )
-def test_rendered_machineconfigs_validate_against_the_crd(tmp_path, schema, vendor, role, expected):
+def test_rendered_machineconfigs_validate_against_the_crd(render, schema, vendor, role, expected):
     version, openapi = schema
-    manifests = render(tmp_path, vendor, role)
+    manifests = render(vendor, role)
     assert set(manifests) == set(expected)
     validator = jsonschema.Draft4Validator(openapi)
     for name, manifest in manifests.items():

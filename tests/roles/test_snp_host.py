@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 CMDLINE = "root=UUID=1 ro quiet amd_iommu=on iommu=pt\n"
 
 
-def run_snp(root: Path, **role_vars) -> subprocess.CompletedProcess:
+def run_snp(run_playbook, root: Path, **role_vars) -> subprocess.CompletedProcess:
     (root / "etc/kernel").mkdir(parents=True, exist_ok=True)
     (root / "proc").mkdir(exist_ok=True)
     (root / "proc/cmdline").write_text(CMDLINE)
@@ -29,23 +28,15 @@ def run_snp(root: Path, **role_vars) -> subprocess.CompletedProcess:
         "post_tasks": [{"name": "Show", "ansible.builtin.debug": {"msg": "REBOOT={{ snp_host_reboot_required }}"}}],
     }
     playbook.write_text(json.dumps([play]))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-    }
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_playbook(playbook)
 
 
 @pytest.mark.slow
-def test_configured_iommu_pt_is_refused_before_anything_changes(tmp_path):
+def test_configured_iommu_pt_is_refused_before_anything_changes(tmp_path, ansible_playbook_cli):
     root = tmp_path / "node"
     (root / "etc/kernel").mkdir(parents=True)
     (root / "etc/kernel/cmdline").write_text(CMDLINE)
-    proc = run_snp(root)
+    proc = run_snp(ansible_playbook_cli, root)
     assert proc.returncode != 0
     flat = " ".join(proc.stdout.split())
     assert "iommu=pt is configured (/etc/kernel/cmdline)" in flat and "snp_host_remove_iommu_pt" in flat
@@ -54,11 +45,11 @@ def test_configured_iommu_pt_is_refused_before_anything_changes(tmp_path):
 
 
 @pytest.mark.slow
-def test_remove_iommu_pt_when_allowed_and_drop_amd_iommu_on(tmp_path):
+def test_remove_iommu_pt_when_allowed_and_drop_amd_iommu_on(tmp_path, ansible_playbook_cli):
     root = tmp_path / "node"
     (root / "etc/kernel").mkdir(parents=True)
     (root / "etc/kernel/cmdline").write_text(CMDLINE)
-    proc = run_snp(root, snp_host_remove_iommu_pt=True)
+    proc = run_snp(ansible_playbook_cli, root, snp_host_remove_iommu_pt=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (root / "etc/kernel/cmdline").read_text() == (
         "root=UUID=1 ro quiet kvm_amd.sev=1 kvm_amd.sev_es=1 kvm_amd.sev_snp=1\n"
@@ -68,11 +59,11 @@ def test_remove_iommu_pt_when_allowed_and_drop_amd_iommu_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_requesting_iommu_pt_is_refused(tmp_path):
+def test_requesting_iommu_pt_is_refused(tmp_path, ansible_playbook_cli):
     root = tmp_path / "node"
     (root / "etc/kernel").mkdir(parents=True)
     (root / "etc/kernel/cmdline").write_text("ro\n")
-    proc = run_snp(root, snp_host_extra_kernel_args=["iommu=pt"])
+    proc = run_snp(ansible_playbook_cli, root, snp_host_extra_kernel_args=["iommu=pt"])
     assert proc.returncode != 0
     assert "must not contain iommu=pt" in " ".join(proc.stdout.split())
     assert (root / "etc/kernel/cmdline").read_text() == "ro\n"

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="console=ttyS0,115200n8"\n'
 
 
@@ -24,17 +21,8 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path):
-    teesim = BIN / "teesim"
-    if not teesim.exists():
-        pytest.skip("teesim is not installed in this virtualenv (make venv installs it)")
-    node = tmp_path / "node"
-    subprocess.run(
-        [str(teesim), "node", "build", "--vendor", "intel", "--out", str(node)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path, teesim_node, ansible_playbook_cli):
+    node = teesim_node(tmp_path / "node", "--vendor", "intel")
     (node / "etc/default").mkdir(parents=True, exist_ok=True)
     (node / "etc/default/grub").write_text(GRUB)
     for directory in ("etc/modules-load.d", "etc/modprobe.d"):
@@ -45,31 +33,20 @@ def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path):
     tool.chmod(0o755)
     before = snapshot(node)
 
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-    }
-    cmd = [
-        str(BIN / "ansible-playbook"),
-        str(REPO / "playbooks" / "tee_node.yml"),
+    proc = ansible_playbook_cli(
+        REPO / "playbooks" / "tee_node.yml",
         "--check",
         "--diff",
         "-v",
-        "-e",
-        "tee_node_hosts=localhost",
-        "-e",
-        "ansible_connection=local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-e",
-        f"tee_host_root={node}",
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        extra_vars={
+            "tee_node_hosts": "localhost",
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "tee_host_root": node,
+        },
+    )
     assert proc.returncode == 0, proc.stdout[-4000:]
-    flat = " ".join(proc.stdout.split())
+    flat = proc.flat
     assert snapshot(node) == before
     # The plan names the drop-ins it would write and the command it would run, and shows the token diff.
     assert "create /etc/default/grub.d/90-confidential-tee-tdx.cfg" in flat
