@@ -268,6 +268,10 @@ class _Outputs:
             # nvidia-smi exits 6 on GPUs without CC support: that is an answer, not a failure.
             self.gpu["cc_capable"] = False
             return None
+        if len(result) > 3 and result[3]:
+            # Killed for printing too much: what arrived is still worth parsing.
+            self.warn(name, "printed more than %d bytes: stopped, only the beginning was parsed" % MAX_COMMAND_OUTPUT)
+            return out
         if rc in (TIMED_OUT, 137, -9):
             self.warn(name, "timed out: killed after gpu_timeout seconds without finishing")
             return None
@@ -275,8 +279,6 @@ class _Outputs:
             detail = (err.strip() or out.strip() or "no output").splitlines()[0][:200]
             self.warn(name, "exit code %s: %s" % (rc, detail))
             return None
-        if len(result) > 3 and result[3]:
-            self.warn(name, "printed more than %d bytes: only the beginning was parsed" % MAX_COMMAND_OUTPUT)
         return out
 
 

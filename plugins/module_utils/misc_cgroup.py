@@ -51,7 +51,7 @@ SOURCE_ROOT = "root"
 SOURCE_CHILDREN_SUM = "children_sum"
 SOURCE_UNAVAILABLE = "unavailable"
 
-_NAME_RE = re.compile(r"^[a-z0-9_]+$")
+_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
 _DIGITS_RE = re.compile(r"^[0-9]+$")
 
 
@@ -367,7 +367,8 @@ class MiscState:
         if found is not None:
             return found
         capacity = 0 if self.capacity_complete else None
-        current = 0 if capacity == 0 and self.usage_complete else None
+        # misc_cg_try_charge() refuses a resource without capacity, so nobody can hold one.
+        current = 0 if capacity == 0 else None
         return ResourceState(name, capacity, current, self.usage_source, known=name in KNOWN_RESOURCES)
 
 
