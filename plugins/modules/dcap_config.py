@@ -1,0 +1,261 @@
+#!/usr/bin/python
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: dcap_config
+short_description: Write Intel DCAP configuration (QGS, QCNL, PCCS, MPA) meaning what was asked on that release
+version_added: 0.2.0
+author:
+  - confidential.tee maintainers (@confidential-tee)
+description:
+  - Writes one component's configuration and reads it back the way that component reads it.
+  - C(qgs) writes C(/etc/qgs.conf) for the DCAP release on the host (C(port) changed meaning in DCAP 1.24), a
+    systemd drop-in for C(qgsd.service) (socket directory, C(UMask=0077), socket group and mode for the
+    consumers) and, for O(transport=both), a second unit C(qgsd-vsock.service).
+  - C(qcnl) edits C(/etc/sgx_default_qcnl.conf), JSON with comments, keeping every comment and unmanaged key.
+  - C(pccs) writes C(config/production.json) of the PCCS (never C(default.json)), with the SHA-512 of the user and
+    admin tokens computed here; mode 0600, owner C(pccs).
+  - C(mpa) edits C(/etc/mpa_registration.conf) (mode 0600: it may hold the subscription key).
+  - Secrets (O(secrets)) never appear in results or diffs; token hashes and keys are shown as C(<redacted>).
+  - Files are backed up, written atomically and through symbolic links, with the owner, group and mode given.
+extends_documentation_fragment:
+  - confidential.tee.host_root
+options:
+  component:
+    description: Which configuration to write.
+    type: str
+    required: true
+    choices: [qgs, qcnl, pccs, mpa]
+  dcap_version:
+    description:
+      - DCAP release the host runs (C(1.26)), or C(auto) to read the C(tdx-qgs) package version (dpkg, then rpm).
+      - Used by O(component=qgs).
+    type: str
+    default: auto
+  transport:
+    description: How QGS listens (O(component=qgs)). C(both) runs a second QGS on vsock.
+    type: str
+    choices: [unix, vsock, both]
+    default: unix
+  consumers:
+    description:
+      - Who asks QGS for quotes on this host (O(component=qgs)). C(kubevirt) needs the Unix socket and its QEMU runs
+        as uid 107; C(kata) uses the socket when it exists, else vsock port 4050.
+    type: list
+    elements: str
+    default: [kubevirt, kata]
+  vsock_port:
+    description: vsock port of the vsock listener.
+    type: int
+    default: 4050
+  number_threads:
+    description: QGS worker threads (1..255); omitted from the file when not set.
+    type: int
+  socket_group:
+    description: Group of the QGS socket; default C(107) when C(kubevirt) is a consumer, else C(qgsd).
+    type: str
+  extra_clients:
+    description: More identities that must connect to the socket, each with C(name), C(uid), C(gid), C(groups).
+    type: list
+    elements: dict
+    default: []
+  qgs_dir:
+    description: Directory of the QGS binary (C(qgs)).
+    type: path
+    default: /opt/intel/tdx-qgs
+  qcnl_path:
+    description: QCNL configuration file.
+    type: path
+    default: /etc/sgx_default_qcnl.conf
+  pccs_dir:
+    description: PCCS installation directory (C(config/), C(ssl_key/)).
+    type: path
+    default: /opt/intel/sgx-dcap-pccs
+  settings:
+    description:
+      - Non-secret settings. QCNL keys (C(pccs_url), C(use_secure_cert), ...; C(null) removes a key), PCCS keys
+        (C(HTTPS_PORT), C(hosts), C(uri), C(CachingFillMode), C(DB_CONFIG), C(mysql), ...), or MPA keys
+        (C(proxy_type), C(proxy_url), C(uefi_path), C(log_level)).
+    type: dict
+    default: {}
+  secrets:
+    description:
+      - PCCS C(api_key), C(user_token), C(admin_token), C(db_password); MPA C(subscription_key). Never returned.
+    type: dict
+    default: {}
+  owner:
+    description: Owner of the PCCS configuration (default C(pccs)).
+    type: str
+  group:
+    description: Group of the PCCS configuration (default C(pccs)).
+    type: str
+  validate:
+    description: Refuse a PCCS configuration that PCCS would reject or that breaks its clients.
+    type: bool
+    default: true
+  on_invalid:
+    description: What to do with an existing file that does not parse. C(replace) writes a new one after a backup.
+    type: str
+    choices: [fail, replace]
+    default: fail
+  backup:
+    description: Copy each file to C(<file>.<timestamp>~) before changing it.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Reports every file that would change, and why, without writing.
+  diff_mode:
+    support: full
+    description: Shows each file before and after, secrets redacted.
+"""
+
+EXAMPLES = r"""
+- name: QGS for KubeVirt and Kata on one host, on whatever DCAP release is installed
+  confidential.tee.dcap_config:
+    component: qgs
+    transport: both
+    consumers: [kubevirt, kata]
+
+- name: Point QCNL at the site PCCS
+  confidential.tee.dcap_config:
+    component: qcnl
+    settings:
+      pccs_url: https://pccs.example.com:8081/sgx/certification/v4/
+      use_secure_cert: true
+
+- name: PCCS production.json with hashed tokens
+  confidential.tee.dcap_config:
+    component: pccs
+    settings:
+      hosts: 0.0.0.0
+      CachingFillMode: LAZY
+    secrets:
+      api_key: "{{ vault_pcs_api_key }}"
+      user_token: "{{ vault_pccs_user_token }}"
+      admin_token: "{{ vault_pccs_admin_token }}"
+  no_log: true
+"""
+
+RETURN = r"""
+files:
+  description: Each file considered, whether it changed and why (C(create), C(content), C(mode ...), C(remove)).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/etc/qgs.conf", "changed": true, "reasons": ["content"]}]
+restart:
+  description: systemd units whose files changed (C(daemon-reload) when unit files changed).
+  returned: always
+  type: list
+  elements: str
+  sample: [daemon-reload, qgsd.service]
+effective:
+  description: What the component will read from the written file (secrets redacted).
+  returned: always
+  type: dict
+  sample: {"transport": "unix", "port": null, "threads": 0}
+qgs:
+  description: For O(component=qgs), the DCAP release and the listeners, socket group and clients planned.
+  returned: when O(component=qgs)
+  type: dict
+  sample: {"dcap_version": "1.26", "era": "1.26+", "socket_group": "107", "socket_mode": "0660"}
+backups:
+  description: Backup copies made (full paths).
+  returned: always
+  type: list
+  elements: str
+  sample: [/etc/qgs.conf.2026-11-22@12:00:00~]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.dcap_files import PLANNERS, ComponentError
+from ansible_collections.confidential.tee.plugins.module_utils.file_writer import FileWriter, WriteError
+from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text, list_of_strings_problem
+
+
+def argument_spec():
+    return dict(
+        host_root=dict(type="path", default="/"),
+        component=dict(type="str", required=True, choices=list(PLANNERS)),
+        dcap_version=dict(type="str", default="auto"),
+        transport=dict(type="str", default="unix", choices=["unix", "vsock", "both"]),
+        consumers=dict(type="raw", default=["kubevirt", "kata"]),
+        vsock_port=dict(type="int", default=4050),
+        number_threads=dict(type="int"),
+        socket_group=dict(type="str"),
+        extra_clients=dict(type="list", elements="dict", default=[]),
+        qgs_dir=dict(type="path", default="/opt/intel/tdx-qgs"),
+        qcnl_path=dict(type="path", default="/etc/sgx_default_qcnl.conf"),
+        pccs_dir=dict(type="path", default="/opt/intel/sgx-dcap-pccs"),
+        settings=dict(type="dict", default={}),
+        secrets=dict(type="dict", default={}, no_log=True),
+        owner=dict(type="str"),
+        group=dict(type="str"),
+        validate=dict(type="bool", default=True),
+        on_invalid=dict(type="str", default="fail", choices=["fail", "replace"]),
+        backup=dict(type="bool", default=True),
+    )
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+    problem = list_of_strings_problem("consumers", params["consumers"])
+    if problem:
+        module.fail_json(msg=problem)
+    host_root = params["host_root"]
+    if not os.path.isdir(host_root):
+        module.fail_json(msg=f"host_root {host_root} is not a directory; point it at the host's root filesystem")
+    reader = HostReader(host_root)
+    writer = FileWriter(host_root, module.check_mode, backup=params["backup"])
+    try:
+        plan = PLANNERS[params["component"]](reader, params)
+        befores = {spec.path: reader.read_text(spec.path, limit=4 * 1024 * 1024, record=False) for spec in plan.files}
+        records = [writer.apply(s.path, s.content, s.owner, s.group, s.mode) for s in plan.files]
+    except (ComponentError, WriteError) as exc:
+        module.fail_json(msg=display_text(str(exc)), files=writer.done, backups=writer.backups)
+    except OSError as exc:
+        module.fail_json(
+            msg=display_text(f"writing the {params['component']} configuration failed: {exc}"),
+            files=writer.done,
+            backups=writer.backups,
+        )
+    restart = []
+    for spec, record in zip(plan.files, records, strict=True):
+        if record["changed"]:
+            restart.extend(unit for unit in spec.units if unit not in restart)
+    result = dict(
+        changed=any(record["changed"] for record in records),
+        files=records,
+        restart=sorted(restart, key=lambda unit: unit != "daemon-reload"),
+        effective=plan.effective,
+        backups=writer.backups,
+    )
+    if params["component"] == "qgs":
+        result["qgs"] = plan.info
+    if module._diff:
+        result["diff"] = [
+            {
+                "before_header": os.path.join(host_root, spec.path.lstrip("/")),
+                "after_header": os.path.join(host_root, spec.path.lstrip("/")),
+                "before": display_text(spec.shown(befores[spec.path])),
+                "after": display_text(spec.shown(spec.content)),
+            }
+            for spec, record in zip(plan.files, records, strict=True)
+            if record["changed"]
+        ]
+    for warning in plan.warnings:
+        module.warn(display_text(warning))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

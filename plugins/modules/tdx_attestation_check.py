@@ -1,0 +1,223 @@
+#!/usr/bin/python
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tdx_attestation_check
+short_description: Check the TDX attestation chain on a host link by link (QGS, socket, vsock, QCNL, PCCS, registration)
+version_added: 0.2.0
+author:
+  - confidential.tee maintainers (@confidential-tee)
+description:
+  - Every link gets C(PASS), C(FAIL) or C(SKIP) with a message and, for a failure, the fix.
+  - C(dcap_version) - the DCAP release (given, or the installed C(tdx-qgs) package).
+  - C(qgs_config) - C(/etc/qgs.conf) read as QGS of that release reads it selects the transport the consumers need.
+  - C(qgs_socket) - the Unix socket exists and accepts connections (not a stale file).
+  - C(socket_access:<client>) - each consumer's QEMU identity (KubeVirt uid 107; Kata root) can C(connect()) -
+    search permission on every directory, write permission on the socket, POSIX ACLs included - confirmed by a
+    real C(connect()) from a child process running as that identity when the module runs as root.
+  - C(vsock_loopback), C(qgs_vsock) - for vsock, the loopback transport Kata's QEMU needs and a real vsock connect.
+  - C(qcnl_cache) - QGS's collateral cache directory is usable (DCAP 1.26's C(UMask=0117) breaks it).
+  - C(qcnl_config) - the QCNL file parses as QCNL parses it (comments allowed, wrong types ignored).
+  - C(pccs_tls) - the certificate the PCCS serves, verified against the host's CA bundle, versus C(use_secure_cert).
+  - C(pccs_reachable) - a real HTTPS request to C(pccs_url) made with QCNL's TLS settings.
+  - C(pccs_config), C(pccs_tokens) - for a PCCS on this host, its effective configuration and that the token hashes
+    are the SHA-512 of the tokens given.
+  - C(registration) - the MPA's C(SgxRegistrationStatus) UEFI variable, or the PCK ID retrieval marker.
+  - Reads only; never changes the host.
+extends_documentation_fragment:
+  - confidential.tee.host_root
+options:
+  dcap_version:
+    description: DCAP release (C(1.26)) or C(auto) (installed C(tdx-qgs) package).
+    type: str
+    default: auto
+  transport:
+    description: How QGS must listen.
+    type: str
+    choices: [unix, vsock, both]
+    default: unix
+  consumers:
+    description: Who asks for quotes (C(kubevirt), C(kata)).
+    type: list
+    elements: str
+    default: [kubevirt, kata]
+  vsock_port:
+    description: vsock port of the vsock listener.
+    type: int
+    default: 4050
+  socket_group:
+    description: Group the socket should have (default C(107) with C(kubevirt), else C(qgsd)); shown in messages.
+    type: str
+  extra_clients:
+    description: More identities that must connect, each with C(name), C(uid), C(gid), C(groups).
+    type: list
+    elements: dict
+    default: []
+  qcnl_path:
+    description: QCNL configuration file.
+    type: path
+    default: /etc/sgx_default_qcnl.conf
+  expect_pccs_url:
+    description: The PCCS URL QCNL must use.
+    type: str
+  pccs_local:
+    description: A PCCS runs on this host (check its configuration and tokens).
+    type: bool
+    default: false
+  pccs_dir:
+    description: PCCS installation directory.
+    type: path
+    default: /opt/intel/sgx-dcap-pccs
+  user_token:
+    description: PCCS user token to compare with C(UserTokenHash).
+    type: str
+  admin_token:
+    description: PCCS admin token to compare with C(AdminTokenHash).
+    type: str
+  ca_bundle:
+    description: CA bundle QCNL's libcurl trusts, relative to O(host_root); default the distribution's.
+    type: path
+  registration:
+    description: C(mpa) or C(pck_retrieval) require a known registration; C(auto) reports it when known; C(none) skips.
+    type: str
+    choices: [auto, mpa, pck_retrieval, none]
+    default: auto
+  probe:
+    description: Make real connections (socket as each client, vsock). Off, only the permission model decides.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds for each network request.
+    type: float
+    default: 10
+  fail_on_fail:
+    description: Fail the task when any link fails (the results are returned either way).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check the chain for KubeVirt and Kata sharing one socket
+  confidential.tee.tdx_attestation_check:
+    transport: unix
+    consumers: [kubevirt, kata]
+    expect_pccs_url: https://pccs.example.com:8081/sgx/certification/v4/
+
+- name: Check a host that runs its own PCCS, comparing token hashes
+  confidential.tee.tdx_attestation_check:
+    pccs_local: true
+    user_token: "{{ vault_pccs_user_token }}"
+    admin_token: "{{ vault_pccs_admin_token }}"
+  register: chain
+  no_log: true
+"""
+
+RETURN = r"""
+checks:
+  description: One entry per link, in chain order.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - link: qgs_config
+      status: PASS
+      message: /etc/qgs.conf selects Unix socket /var/run/tdx-qgs/qgs.socket on DCAP 1.26
+      fix: null
+      details: {}
+summary:
+  description: Counts of PASS, FAIL and SKIP, and C(ok) (no FAIL).
+  returned: always
+  type: dict
+  sample: {"pass": 9, "fail": 1, "skip": 2, "ok": false}
+report:
+  description: The checks as lines (C(PASS link - message), then C(fix -) for failures), for printing.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.attestation_check import (
+    ChainRequest,
+    check_chain,
+    report_lines,
+    summarize,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text, list_of_strings_problem
+
+_CLIENT_KEYS = {"name", "uid", "gid", "groups"}
+
+
+def _client_problem(clients):
+    for index, client in enumerate(clients):
+        missing = _CLIENT_KEYS - set(client)
+        if missing:
+            return f"extra_clients[{index}] lacks {', '.join(sorted(missing))} (give name, uid, gid and groups)"
+        numbers = [client["uid"], client["gid"], *(client["groups"] or [])]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**32 for n in numbers):
+            return f"extra_clients[{index}]: uid, gid and groups must be integers 0..4294967295"
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            host_root=dict(type="path", default="/"),
+            dcap_version=dict(type="str", default="auto"),
+            transport=dict(type="str", default="unix", choices=["unix", "vsock", "both"]),
+            consumers=dict(type="raw", default=["kubevirt", "kata"]),
+            vsock_port=dict(type="int", default=4050),
+            socket_group=dict(type="str"),
+            extra_clients=dict(type="list", elements="dict", default=[]),
+            qcnl_path=dict(type="path", default="/etc/sgx_default_qcnl.conf"),
+            expect_pccs_url=dict(type="str"),
+            pccs_local=dict(type="bool", default=False),
+            pccs_dir=dict(type="path", default="/opt/intel/sgx-dcap-pccs"),
+            user_token=dict(type="str", no_log=True),
+            admin_token=dict(type="str", no_log=True),
+            ca_bundle=dict(type="path"),
+            registration=dict(type="str", default="auto", choices=["auto", "mpa", "pck_retrieval", "none"]),
+            probe=dict(type="bool", default=True),
+            timeout=dict(type="float", default=10.0),
+            fail_on_fail=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    problem = list_of_strings_problem("consumers", params["consumers"]) or _client_problem(params["extra_clients"])
+    unknown = [name for name in params["consumers"] or [] if name not in ("kubevirt", "kata")]
+    if not problem and unknown:
+        problem = f"consumers may hold kubevirt and kata only, got {', '.join(map(repr, unknown))}"
+    if problem:
+        module.fail_json(msg=problem)
+    if not os.path.isdir(params["host_root"]):
+        module.fail_json(msg=f"host_root {params['host_root']} is not a directory; point it at the host's root")
+    if not 0 < params["timeout"] <= 300:
+        module.fail_json(msg=f"timeout must be between 0 and 300 seconds, got {params['timeout']}")
+    request = ChainRequest(
+        **{key: params[key] for key in ChainRequest.__dataclass_fields__ if key in params and params[key] is not None}
+    )
+    results = check_chain(request)
+    summary = summarize(results)
+    report = [display_text(line) for line in report_lines(results)]
+    outcome = dict(changed=False, checks=results, summary=summary, report=report)
+    if params["fail_on_fail"] and not summary["ok"]:
+        failing = [item for item in results if item["status"] == "FAIL"]
+        msg = "; ".join(f"{item['link']}: {item['message']} (fix: {item['fix']})" for item in failing)
+        module.fail_json(msg=display_text(f"{len(failing)} link(s) of the attestation chain fail: {msg}"), **outcome)
+    module.exit_json(**outcome)
+
+
+if __name__ == "__main__":
+    main()
