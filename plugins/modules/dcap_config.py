@@ -219,7 +219,8 @@ def main():
     try:
         plan = PLANNERS[params["component"]](reader, params)
         befores = {spec.path: reader.read_text(spec.path, limit=4 * 1024 * 1024, record=False) for spec in plan.files}
-        records = [writer.apply(s.path, s.content, s.owner, s.group, s.mode) for s in plan.files]
+        # (spec, record) pairs: what was asked for each file and what happened to it.
+        done = [(s, writer.apply(s.path, s.content, s.owner, s.group, s.mode)) for s in plan.files]
     except (ComponentError, WriteError) as exc:
         module.fail_json(msg=display_text(str(exc)), files=writer.done, backups=writer.backups)
     except OSError as exc:
@@ -229,12 +230,12 @@ def main():
             backups=writer.backups,
         )
     restart = []
-    for spec, record in zip(plan.files, records, strict=True):
+    for spec, record in done:
         if record["changed"]:
             restart.extend(unit for unit in spec.units if unit not in restart)
     result = dict(
-        changed=any(record["changed"] for record in records),
-        files=records,
+        changed=any(record["changed"] for _, record in done),
+        files=[record for _, record in done],
         restart=sorted(restart, key=lambda unit: unit != "daemon-reload"),
         effective=plan.effective,
         backups=writer.backups,
@@ -249,7 +250,7 @@ def main():
                 "before": display_text(spec.shown(befores[spec.path])),
                 "after": display_text(spec.shown(spec.content)),
             }
-            for spec, record in zip(plan.files, records, strict=True)
+            for spec, record in done
             if record["changed"]
         ]
     for warning in plan.warnings:
