@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from ansible.errors import AnsibleFilterError
 from ansible_collections.confidential.tee.plugins.module_utils.attestation_k8s import (
     ManifestError,
@@ -22,6 +24,16 @@ def attestation_manifests(request):
     return [{"filename": manifest_filename(index, obj), "object": obj} for index, obj in enumerate(objects)]
 
 
+def subject_alt_name(name):
+    """``IP:<address>`` for an IP address, ``DNS:<name>`` for anything else (a certificate SAN entry)."""
+    if not isinstance(name, str) or not name:
+        raise AnsibleFilterError(f"confidential.tee.subject_alt_name expects a host name or address, got {name!r}")
+    try:
+        return f"IP:{ipaddress.ip_address(name)}"
+    except ValueError:
+        return f"DNS:{name}"
+
+
 class FilterModule:
     def filters(self):
-        return {"attestation_manifests": attestation_manifests}
+        return {"attestation_manifests": attestation_manifests, "subject_alt_name": subject_alt_name}

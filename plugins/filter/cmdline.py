@@ -24,7 +24,16 @@ def list_errors(values, options=None):
     """
     if not isinstance(values, dict):
         raise AnsibleFilterError("confidential.tee.list_errors expects a dict of variable names to values")
-    wanted = None if options is None else {name for name, spec in options.items() if spec.get("type") == "list"}
+    wanted = (
+        None
+        if options is None
+        else {
+            name
+            for name, spec in options.items()
+            # Lists of dicts (elements: dict) are checked by their own specs, not as lists of strings.
+            if spec.get("type") == "list" and spec.get("elements", "str") == "str"
+        }
+    )
     errors = []
     for name in sorted(values):
         if wanted is not None and name not in wanted:

@@ -107,7 +107,7 @@ def _skip_ws(text: str, i: int) -> int:
     return i
 
 
-def _scan_object(text: str, original: str, i: int) -> tuple[list[Member], int]:
+def _scan_object(text: str, original: str, i: int, trailing: bool = False) -> tuple[list[Member], int]:
     """Members of the object whose ``{`` is at ``i``, and the offset of its ``}``."""
     members: list[Member] = []
     i = _skip_ws(text, i + 1)
@@ -124,7 +124,7 @@ def _scan_object(text: str, original: str, i: int) -> tuple[list[Member], int]:
         if colon >= len(text) or text[colon] != ":":
             raise JsoncError(f"expected ':' after {key!r}", original, colon)
         value_start = _skip_ws(text, colon + 1)
-        value, value_end, children = _scan_value(text, original, value_start)
+        value, value_end, children = _scan_value(text, original, value_start, trailing)
         member = Member(key, i, value_start, value_end, value, children)
         members.append(member)
         i = _skip_ws(text, value_end)
@@ -132,6 +132,8 @@ def _scan_object(text: str, original: str, i: int) -> tuple[list[Member], int]:
             member.comma_after = i
             i = _skip_ws(text, i + 1)
             if i < len(text) and text[i] == "}":
+                if trailing:
+                    return members, i
                 raise JsoncError("trailing comma before '}' (QCNL's parser rejects it)", original, member.comma_after)
             continue
         if i < len(text) and text[i] == "}":
@@ -139,9 +141,9 @@ def _scan_object(text: str, original: str, i: int) -> tuple[list[Member], int]:
         raise JsoncError("expected ',' or '}' after a value", original, i)
 
 
-def _scan_value(text: str, original: str, i: int) -> tuple[object, int, list[Member]]:
+def _scan_value(text: str, original: str, i: int, trailing: bool = False) -> tuple[object, int, list[Member]]:
     if i < len(text) and text[i] == "{":
-        children, close = _scan_object(text, original, i)
+        children, close = _scan_object(text, original, i, trailing)
         value: dict = {}
         for child in children:
             value.setdefault(child.key, child.value)
@@ -153,15 +155,19 @@ def _scan_value(text: str, original: str, i: int) -> tuple[object, int, list[Mem
     return value, end, []
 
 
-def parse(text: str) -> Document:
-    """A :class:`Document` for ``text``, or :class:`JsoncError` naming the line and column."""
+def parse(text: str, trailing_commas: bool = False) -> Document:
+    """A :class:`Document` for ``text``, or :class:`JsoncError` naming the line and column.
+
+    ``trailing_commas`` accepts a comma before ``}`` as JSON5 does (node-config reads PCCS's files with JSON5;
+    Intel's own ``config/default.json`` ends its last member with one). QCNL's RapidJSON rejects it.
+    """
     if text.startswith("\ufeff"):
         raise JsoncError("starts with a byte-order mark, which QCNL's parser rejects", text, 0)
     stripped = strip_comments(text)
     start = _skip_ws(stripped, 0)
     if start >= len(stripped) or stripped[start] != "{":
         raise JsoncError("the document must be a JSON object starting with '{'", text, start)
-    members, close = _scan_object(stripped, text, start)
+    members, close = _scan_object(stripped, text, start, trailing_commas)
     rest = _skip_ws(stripped, close + 1)
     if rest < len(stripped):
         raise JsoncError("content after the closing '}'", text, rest)
@@ -192,22 +198,24 @@ def _leading_commas(doc: Document) -> bool:
     return False
 
 
-def set_member(text: str, key: str, value: object) -> str:
+def set_member(text: str, key: str, value: object, trailing_commas: bool = False) -> str:
     """``text`` with top-level ``key`` set to ``value`` (added when missing, duplicates removed)."""
-    doc = parse(text)
+    doc = parse(text, trailing_commas)
     matches = [m for m in doc.members if m.key == key]
     if matches:
         first = matches[0]
         rendered = render_value(value, _indent_of(text, first.key_start))
         if len(matches) > 1:
-            text = remove_member(text, key, keep_first=True)
-            doc = parse(text)
+            text = remove_member(text, key, keep_first=True, trailing_commas=trailing_commas)
+            doc = parse(text, trailing_commas)
             first = next(m for m in doc.members if m.key == key)
         return text[: first.value_start] + rendered + text[first.value_end :]
     if not doc.members:
+        # After any comments inside the empty object, on a line of its own before the closing brace.
         indent = "    "
-        insertion = f'\n{indent}"{_escape(key)}": {render_value(value, indent)}\n'
-        return text[: doc.open_brace + 1] + insertion + text[doc.open_brace + 1 :].lstrip(" \t")
+        head = text[: doc.close_brace].rstrip(" \t")
+        head += "" if head.endswith("\n") else "\n"
+        return f'{head}{indent}"{_escape(key)}": {render_value(value, indent)}\n' + text[doc.close_brace :]
     last = doc.members[-1]
     indent = _indent_of(text, last.key_start)
     member = f'"{_escape(key)}": {render_value(value, indent)}'
@@ -220,9 +228,9 @@ def _escape(key: str) -> str:
     return json.dumps(key)[1:-1]
 
 
-def remove_member(text: str, key: str, keep_first: bool = False) -> str:
+def remove_member(text: str, key: str, keep_first: bool = False, trailing_commas: bool = False) -> str:
     """``text`` without top-level ``key`` (every occurrence, or all but the first)."""
-    doc = parse(text)
+    doc = parse(text, trailing_commas)
     spans = []
     seen = False
     for index, member in enumerate(doc.members):
@@ -242,13 +250,13 @@ def remove_member(text: str, key: str, keep_first: bool = False) -> str:
     return text
 
 
-def redact(text: str, paths: list[tuple[str, ...]], marker: str = REDACTED) -> str:
+def redact(text: str, paths: list[tuple[str, ...]], marker: str = REDACTED, trailing_commas: bool = True) -> str:
     """``text`` with the values at ``paths`` (``("mysql", "password")``) replaced by ``"<redacted>"``.
 
     Text that does not parse is redacted line by line: any line naming a secret key loses its value.
     """
     try:
-        doc = parse(text)
+        doc = parse(text, trailing_commas)
     except JsoncError:
         return _redact_lines(text, paths, marker)
     spans = []

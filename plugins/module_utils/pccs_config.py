@@ -157,9 +157,9 @@ def update_production(text: str | None, members: dict) -> str:
             "{\n    // Managed by confidential.tee.tdx_attestation: overrides config/default.json "
             "(NODE_ENV=production).\n}\n"
         )
-    jsonc.parse(text)
+    jsonc.parse(text, trailing_commas=True)
     for key in sorted(members):
-        text = jsonc.set_member(text, key, members[key])
+        text = jsonc.set_member(text, key, members[key], trailing_commas=True)
     return text
 
 
@@ -173,7 +173,7 @@ def effective_config(default_text: str | None, production_text: str | None) -> t
                 problems.append(f"{name} is missing: the sgx-dcap-pccs package is not installed")
             continue
         try:
-            layers.append(jsonc.parse(text).last())
+            layers.append(jsonc.parse(text, trailing_commas=True).last())
         except jsonc.JsoncError as exc:
             problems.append(f"{name} does not parse ({exc}): PCCS stops at start")
             return None, problems
