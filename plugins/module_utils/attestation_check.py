@@ -175,7 +175,8 @@ class Chain:
         if not stat.S_ISSOCK(st.st_mode):
             return result("qgs_socket", FAIL, f"{QGS_SOCKET} is not a socket", "remove it and restart qgsd")
         group = self.request.socket_group or default_socket_group(self.request.consumers)
-        shown = f"mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid}, group {st.st_gid}"
+        owner, owning_group = self._name("passwd", st.st_uid), self._name("group", st.st_gid)
+        shown = f"mode {stat.S_IMODE(st.st_mode):04o}, owner {owner}, group {owning_group}"
         if self.request.probe and os.geteuid() == 0:
             alive = socket_access.probe_as(self._socket_path(), socket_access.Identity("root", 0, 0, []))
             if alive["connected"] is False:
@@ -186,6 +187,15 @@ class Chain:
                     "systemctl restart qgsd (DCAP 1.26+ removes stale sockets at start)",
                 )
         return result("qgs_socket", PASS, f"{QGS_SOCKET} is a live socket ({shown}); expected group {group}")
+
+    def _name(self, database: str, number: int) -> str:
+        """``997 (qgsd)``: an id with its name in the host's passwd or group file, when it has one."""
+        text = self.reader.read_text(f"etc/{database}", limit=16 * 1024 * 1024, record=False) or ""
+        for line in text.splitlines():
+            fields = line.split(":")
+            if len(fields) >= 3 and fields[2] == str(number):
+                return f"{number} ({fields[0]})"
+        return str(number)
 
     def _socket_path(self) -> str:
         # Symbolic links (/var/run -> /run) resolve inside host_root, never in the container running the check.
@@ -363,6 +373,13 @@ class Chain:
                     "journalctl -u pccs; check ApiKey and the PCCS database",
                 )
             return result("pccs_reachable", PASS, f"GET {target} answered HTTP {answer['status']} as QCNL would ask it")
+        if answer["error_kind"] in ("certificate", "tls"):
+            return result(
+                "pccs_reachable",
+                FAIL,
+                f"QCNL's TLS handshake with {url} fails: {answer['error']}",
+                "see pccs_tls: trust the PCCS CA on this host (or, for tests only, use_secure_cert false)",
+            )
         local = "localhost" in url or "127.0.0.1" in url
         fix = (
             "pccs_url still points at this host: point it at your PCCS (https://<pccs>:8081/sgx/certification/v4/)"
