@@ -197,6 +197,9 @@ class Chain:
                 return f"{number} ({fields[0]})"
         return str(number)
 
+    def _live_root(self) -> bool:
+        return os.path.realpath(self.request.host_root or "/") == "/"
+
     def _socket_path(self) -> str:
         # Symbolic links (/var/run -> /run) resolve inside host_root, never in the container running the check.
         return self.reader.resolve(QGS_SOCKET)
@@ -215,7 +218,9 @@ class Chain:
         label = f"{who.name} (uid {who.uid}, gid {who.gid}, groups {who.groups or '[]'})"
         model = socket_access.can_connect(self.request.host_root, QGS_SOCKET, who)
         probe = None
-        if self.request.probe and (os.geteuid() == 0 or os.geteuid() == who.uid):
+        # A real connect() proves the host's truth only from the host's own root: under a mounted host_root it
+        # would also walk the directories above it, which are no part of the host.
+        if self.request.probe and self._live_root() and (os.geteuid() == 0 or os.geteuid() == who.uid):
             probe = socket_access.probe_as(self._socket_path(), who)
         allowed = probe["connected"] if probe and probe["connected"] is not None else model["allowed"]
         how = "connect() as that user" if probe and probe["connected"] is not None else "the kernel's permission rules"
