@@ -97,16 +97,19 @@ def resolve_version(reader, wanted: str) -> tuple[object, str]:
 def plan_qgs(reader, params: dict) -> ComponentPlan:
     version, source = resolve_version(reader, params["dcap_version"])
     behaviour = qgs_behaviour(version)
-    plan = qgs_plan(
-        behaviour,
-        params["transport"],
-        params["consumers"],
-        vsock_port=params["vsock_port"],
-        threads=params["number_threads"],
-        socket_group=params["socket_group"],
-        qgs_dir=params["qgs_dir"],
-        extra_clients=params["extra_clients"],
-    )
+    try:
+        plan = qgs_plan(
+            behaviour,
+            params["transport"],
+            params["consumers"],
+            vsock_port=params["vsock_port"],
+            threads=params["number_threads"],
+            socket_group=params["socket_group"],
+            qgs_dir=params["qgs_dir"],
+            extra_clients=params["extra_clients"],
+        )
+    except ValueError as exc:
+        raise ComponentError(f"{exc} (DCAP {version})") from None
     both = ["qgsd.service"] + (["qgsd-vsock.service"] if params["transport"] == "both" else [])
     files = [
         FileSpec("/etc/qgs.conf", plan.files["/etc/qgs.conf"], units=both),
