@@ -1,0 +1,141 @@
+"""playbooks/attestation.yml with the real ansible-playbook: the host form on a host tree (-vvv scanned for
+secrets, idempotence, check mode) and the cluster form written as manifests and validated strictly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "playbooks" / "attestation.yml"
+SECRETS = {
+    "tdx_attestation_pccs_api_key": "c0ffee00c0ffee00c0ffee00c0ffee00",
+    "tdx_attestation_pccs_user_token": "integration-user-Token-31",
+    "tdx_attestation_pccs_admin_token": "integration-admin-Token-47",
+    "tdx_attestation_mpa_subscription_key": "00112233445566778899aabbccddeeff",
+}
+DEFAULT_JSON = """{
+    "HTTPS_PORT" : 8081,
+    "hosts" : "127.0.0.1",
+    "uri": "https://api.trustedservices.intel.com/sgx/certification/v4/",
+    "ApiKey": "",
+    "UserTokenHash" : "",
+    "AdminTokenHash" : "",
+    "CachingFillMode" : "LAZY",
+    "DB_CONFIG" : "sqlite",
+    "sqlite" : {"options" : {"storage": "pckcache.db"}},
+}
+"""
+
+
+def leaks(output: str) -> list[str]:
+    values = list(SECRETS.values())
+    values += [hashlib.sha512(value.encode()).hexdigest() for value in values]
+    return [value for value in values if value in output]
+
+
+@pytest.fixture
+def host_tree(tmp_path):
+    root = tmp_path / "host"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\npccs:x:991:991::/opt:/sbin/nologin\n")
+    (root / "etc/group").write_text("root:x:0:\npccs:x:991:\n")
+    (root / "etc/sgx_default_qcnl.conf").write_text('{\n  // the package comment\n  "retry_times": 6\n}\n')
+    (root / "var/lib/dpkg").mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text(
+        "Package: tdx-qgs\nStatus: install ok installed\nVersion: 1.24.100.3-noble1\n"
+    )
+    (root / "opt/intel/sgx-dcap-pccs/config").mkdir(parents=True)
+    (root / "opt/intel/sgx-dcap-pccs/config/default.json").write_text(DEFAULT_JSON)
+    return root
+
+
+def play(ansible_playbook_cli, tmp_path, extra: dict, *args: str):
+    variables = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "tee_attestation_hosts": "localhost",
+        **SECRETS,
+        **extra,
+    }
+    (tmp_path / "vars.yml").write_text(yaml.safe_dump(variables))
+    return ansible_playbook_cli(PLAYBOOK, "-i", "localhost,", "-e", f"@{tmp_path / 'vars.yml'}", *args, timeout=600)
+
+
+def host_vars(root: Path) -> dict:
+    return {
+        "tee_host_root": str(root),
+        "tdx_attestation_pccs_enabled": True,
+        "tdx_attestation_registration": "mpa",
+        "tdx_attestation_check_fail": False,
+    }
+
+
+@pytest.mark.slow
+def test_host_form_converges_idempotent_checkable_and_silent_about_secrets(ansible_playbook_cli, tmp_path, host_tree):
+    first = play(ansible_playbook_cli, tmp_path, host_vars(host_tree), "-vvv", "--diff")
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert leaks(first.stdout + first.stderr) == [], "a secret or its hash is in the -vvv output"
+    assert "<redacted>" in first.stdout  # the diff of production.json and the MPA file, secrets masked
+
+    conf = (host_tree / "etc/qgs.conf").read_text()
+    # DCAP 1.24 (the tree's dpkg status): the Unix socket needs no port line at all.
+    assert not [line for line in conf.splitlines() if "".join(line.split()).startswith("port")]
+    qcnl = (host_tree / "etc/sgx_default_qcnl.conf").read_text()
+    assert "// the package comment" in qcnl and '"pccs_url": "https://localhost:8081/sgx/certification/v4/"' in qcnl
+    production = host_tree / "opt/intel/sgx-dcap-pccs/config/production.json"
+    assert stat.S_IMODE(production.stat().st_mode) == 0o600 and production.stat().st_uid == 991
+    assert stat.S_IMODE((host_tree / "opt/intel/sgx-dcap-pccs/ssl_key/private.pem").stat().st_mode) == 0o600
+    assert stat.S_IMODE((host_tree / "etc/mpa_registration.conf").stat().st_mode) == 0o600
+    assert "PASS qgs_config" in first.stdout and "FAIL qgs_socket" in first.stdout  # no QGS runs in a tree
+
+    second = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
+    assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
+
+    snapshot = {p: p.read_bytes() for p in host_tree.rglob("*") if p.is_file()}
+    changed = {**host_vars(host_tree), "tdx_attestation_pccs_user_token": "another-user-Token-99",
+               "tdx_attestation_pccs_url": "https://pccs.example.com:8081/sgx/certification/v4/"}  # fmt: skip
+    checked = play(ansible_playbook_cli, tmp_path, changed, "--check", "--diff", "-vvv")
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert {p: p.read_bytes() for p in host_tree.rglob("*") if p.is_file()} == snapshot
+    assert "pccs.example.com" in checked.stdout and "another-user-Token-99" not in checked.stdout
+    assert hashlib.sha512(b"another-user-Token-99").hexdigest() not in checked.stdout
+
+
+@pytest.mark.slow
+def test_cluster_form_writes_one_valid_file_per_object(ansible_playbook_cli, tmp_path):
+    manifests = tmp_path / "manifests"
+    extra = {
+        "tee_output": "manifests",
+        "tee_manifest_dir": str(manifests),
+        "tdx_attestation_dcap_version": "1.26",
+        "tdx_attestation_qgs_transport": "both",
+        "tdx_attestation_pccs_enabled": True,
+        "tdx_attestation_registration": "pck_retrieval",
+    }
+    first = play(ansible_playbook_cli, tmp_path, extra, "-v")
+    assert first.returncode == 0, first.stdout[-4000:]
+    assert leaks(first.stdout + first.stderr) == []
+    files = sorted(path.name for path in manifests.iterdir())
+    assert files[0] == "00-namespace-tdx-attestation.yaml" and files[-1] == "08-daemonset-qgs.yaml" and len(files) == 9
+    assert all(stat.S_IMODE((manifests / name).stat().st_mode) == 0o600 for name in files)
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    completed = subprocess.run(
+        [str(validate), "--strict", *sorted(str(p) for p in manifests.iterdir())], capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    tls = yaml.safe_load((manifests / "02-secret-pccs-tls.yaml").read_text())
+    assert tls["type"] == "kubernetes.io/tls" and set(tls["data"]) == {"tls.crt", "tls.key"}
+
+    second = play(ansible_playbook_cli, tmp_path, {**extra, "tdx_attestation_registration": "none"})
+    assert second.returncode == 0, second.stdout[-3000:]
+    left = sorted(path.name for path in manifests.iterdir())
+    assert "03-secret-pck-retrieval-setting.yaml" not in " ".join(left) and len(left) == 7  # stale files removed
+    assert json.dumps(left) == json.dumps(sorted(left))
