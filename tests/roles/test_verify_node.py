@@ -86,3 +86,25 @@ def test_cpu_vendor_that_is_neither_is_refused(build_node, verify):
     (node / "proc/cpuinfo").write_text(cpuinfo)
     proc = verify(node)
     assert proc.returncode != 0 and "The CPU vendor is HygonGenuine" in proc.flat
+
+
+@pytest.mark.slow
+def test_intel_node_checks_the_attestation_chain_when_asked(build_node, ansible_playbook_cli, tmp_path):
+    node = build_node("intel")
+    (node / "etc").mkdir(exist_ok=True)
+    (node / "etc/qgs.conf").write_text("port = 0\n")
+    proc = ansible_playbook_cli(
+        REPO / "playbooks" / "verify_node.yml",
+        extra_vars={
+            "tee_node_hosts": "localhost",
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "tee_host_root": node,
+            "tee_attestation_check": "true",
+            "tdx_attestation_dcap_version": "1.26",
+        },
+    )
+    assert proc.returncode != 0
+    assert "PASS dcap_version: DCAP 1.26 (given)" in proc.flat
+    assert "FAIL qgs_config: consumers need the Unix socket" in proc.flat and "vsock port 0" in proc.flat
+    assert "link(s) of the attestation chain fail: qgs_config, qgs_socket" in proc.flat
