@@ -39,6 +39,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.readiness import 
     summarize_tdx,
     tee_vendor,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.validation import as_text
 
 # cpuinfo of a 512-CPU host is about 1 MiB; anything far larger is not a cpuinfo.
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -78,14 +79,6 @@ class HostRootError(ValueError):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _text(data):
-    if data is None:
-        return ""
-    if isinstance(data, bytes):
-        return data.decode("utf-8", "replace")
-    return str(data)
-
-
 def parse_cpuinfo(data):
     """Flags present on *every* processor (a TEE needs all CPUs), vendor and model.
 
@@ -97,7 +90,7 @@ def parse_cpuinfo(data):
     first = {"vendor_id": None, "model name": None}
     processors = 0
     last_flags_text = None
-    for line in _text(data).splitlines():
+    for line in as_text(data).splitlines():
         key, sep, value = line.partition(":")
         if not sep:
             continue
@@ -124,7 +117,7 @@ def parse_cpuinfo(data):
 
 def parse_sysfs_bool(data):
     """A module parameter file: ``(True|False|None, problem|None)``."""
-    value = _text(data).strip()
+    value = as_text(data).strip()
     if value in ("Y", "y", "1"):
         return True, None
     if value in ("N", "n", "0"):
@@ -135,7 +128,7 @@ def parse_sysfs_bool(data):
 
 def parse_kernel_release(data):
     """``(release, [major, minor, patch] | None)`` from ``/proc/sys/kernel/osrelease``."""
-    lines = _text(data).strip().splitlines()
+    lines = as_text(data).strip().splitlines()
     release = lines[0].strip() if lines else ""
     if not release or any(ord(char) < 32 or char == "\ufffd" for char in release):
         return None, None
@@ -147,7 +140,7 @@ def parse_kernel_release(data):
 
 def parse_proc_version(data):
     """The release from ``/proc/version`` (``Linux version 6.8.0-48-generic (...) ...``)."""
-    match = _PROC_VERSION_RE.match(_text(data))
+    match = _PROC_VERSION_RE.match(as_text(data))
     if not match:
         return None, None
     return parse_kernel_release(match.group(1))
