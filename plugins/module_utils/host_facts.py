@@ -60,6 +60,8 @@ DEV_SGX_PROVISION = "dev/sgx_provision"
 DEV_VHOST_VSOCK = "dev/vhost-vsock"
 DEV_VSOCK = "dev/vsock"
 QGS_SOCKET = "var/run/tdx-qgs/qgs.socket"
+PCI_DEVICES = "sys/bus/pci/devices"
+PCI_ATTRIBUTES = ("vendor", "device", "class")
 
 CPU_FLAGS = ("tdx_host_platform", "sev", "sev_es", "sev_snp", "sgx", "sgx_lc", "hypervisor", "tdx_guest")
 KVM_AMD_PARAMS = ("sev", "sev_es", "sev_snp")
@@ -245,6 +247,29 @@ def read_iommu(reader, cmdline):
     }
 
 
+def read_pci(reader):
+    """PCI functions from sysfs: address, vendor, device, class, bound driver and IOMMU group."""
+    names = reader.listdir(PCI_DEVICES)
+    devices = []
+    for bdf in names or []:
+        base = "%s/%s" % (PCI_DEVICES, bdf)
+        values = {
+            key: (_read(reader, "%s/%s" % (base, key)) or "").strip() or None for key in ("vendor", "device", "class")
+        }
+        devices.append(
+            {
+                "bdf": bdf,
+                "vendor": values["vendor"],
+                "device": values["device"],
+                # class is 0xCCSSPP: base class and subclass say what the function is.
+                "class": values["class"][:6] if values["class"] else None,
+                "driver": reader.link_name(base + "/driver"),
+                "iommu_group": reader.link_name(base + "/iommu_group"),
+            }
+        )
+    return {"readable": names is not None, "devices": devices}
+
+
 def read_power(reader):
     """Hibernation availability as the running kernel reports it, and the lockdown level."""
     state = _read(reader, POWER_STATE)
@@ -308,6 +333,7 @@ def gather_host_facts(host_root="/", gpu=None):
         "power": power,
         "vsock": {"vhost_vsock": devices["vhost_vsock"], "vsock": devices["vsock"]},
         "qgs": qgs,
+        "pci": read_pci(reader),
         "tdx": summarize_tdx(cpu, kvm, cmdline, kernel, qgs, power),
         "sgx": summarize_sgx(cpu, devices),
     }
