@@ -46,7 +46,9 @@ def nfd_foreign_key_rules(rules, own_names=(), remove_names=()):
     return foreign_key_rules(rules, own_names, remove_names)
 
 
-def kata_runtimeclasses(plan, gpu=False, overheads=None, node_selector=None, flavor="kubernetes", kata_cc_name="kata-cc"):
+def kata_runtimeclasses(
+    plan, gpu=False, overheads=None, node_selector=None, flavor="kubernetes", kata_cc_name="kata-cc"
+):
     if flavor == "openshift":
         return rc.openshift_kata_cc(plan, kata_cc_name)
     return rc.kata_classes(plan, gpu=gpu, overheads=overheads, node_selector=node_selector)
@@ -56,8 +58,14 @@ def kubevirt_cc(plan, nodes, options):
     return kubevirt_objects.render(plan, nodes, options)
 
 
-def openshift_sandboxed(gates, kataconfig_name="cluster-kataconfig", check_node_eligibility=True, pool_selector=None,
-                        log_level=None, namespace=osc.OPERATOR_NAMESPACE):
+def openshift_sandboxed(
+    gates,
+    kataconfig_name="cluster-kataconfig",
+    check_node_eligibility=True,
+    pool_selector=None,
+    log_level=None,
+    namespace=osc.OPERATOR_NAMESPACE,
+):
     configmap, warnings = osc.feature_gates(gates, namespace)
     kata = osc.kata_config(kataconfig_name, check_node_eligibility, pool_selector, log_level)
     return {"objects": [configmap, kata], "warnings": warnings}
@@ -77,7 +85,7 @@ def gpu_cc_containerd_ready(version_output, minimum, config_text, config_path, d
     if not gpu_cc.imports_cover(config_text, config_path, dropin_path):
         raise gpu_cc.GpuCcError(
             "%s does not import %s, so containerd would ignore the drop-in: add "
-            "imports = [\"%s/*.toml\"] at the top of %s (containerd config default has it since 2.2) and restart "
+            'imports = ["%s/*.toml"] at the top of %s (containerd config default has it since 2.2) and restart '
             "containerd" % (config_path, dropin_path, dropin_path.rsplit("/", 1)[0], config_path)
         )
     return {"version": ".".join(str(v) for v in version), "imports_dropin": True}

@@ -126,7 +126,7 @@ def check_containerd_version(version_output, minimum: str) -> tuple:
     if found < wanted:
         raise GpuCcError(
             "containerd %d.%d.%d is older than %s, which GPU confidential containers need; upgrade containerd"
-            % (found + (minimum,))
+            % (found[0], found[1], found[2], minimum)
         )
     return found, None
 
@@ -175,7 +175,9 @@ def gpu_workloads(pods, node_name: str, resource_prefixes=("nvidia.com/",)) -> l
             for section in ("requests", "limits")
             for res in ((c.get("resources") or {}).get(section) or {})
         ]
-        uses_gpu = any(n.startswith(resource_prefixes) for n in names) or "nvidia-gpu" in str(spec.get("runtimeClassName") or "")
+        uses_gpu = any(n.startswith(resource_prefixes) for n in names) or "nvidia-gpu" in str(
+            spec.get("runtimeClassName") or ""
+        )
         if uses_gpu:
             meta = pod.get("metadata") or {}
             found.append("%s/%s" % (meta.get("namespace", "default"), meta.get("name")))
@@ -192,7 +194,12 @@ def cc_mode_plan(node: str, labels, desired: str, workloads: list, drain: bool) 
         raise GpuCcError("CC mode must be one of %s, got %r" % (", ".join(CC_MODES), desired))
     current = (labels or {}).get(CC_MODE_LABEL)
     if current == desired:
-        return {"action": "none", "current": current, "workloads": workloads, "message": "%s already %s" % (node, desired)}
+        return {
+            "action": "none",
+            "current": current,
+            "workloads": workloads,
+            "message": "%s already %s" % (node, desired),
+        }
     change = "%s: %s %s -> %s" % (node, CC_MODE_LABEL, current or "(unset)", desired)
     if not workloads:
         return {"action": "label", "current": current, "workloads": [], "message": change}

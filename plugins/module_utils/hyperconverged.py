@@ -35,7 +35,9 @@ def parse_jsonpatch(text) -> list:
             "by hand, then run again" % (JSONPATCH_ANNOTATION, exc)
         ) from exc
     if not isinstance(ops, list) or not all(isinstance(op, dict) and "op" in op and "path" in op for op in ops):
-        raise KubeVirtConfigError("the annotation %s must be a JSON array of RFC 6902 operations" % JSONPATCH_ANNOTATION)
+        raise KubeVirtConfigError(
+            "the annotation %s must be a JSON array of RFC 6902 operations" % JSONPATCH_ANNOTATION
+        )
     return ops
 
 
@@ -44,9 +46,7 @@ def _owned_indices(ops: list) -> set:
     owned = set()
     for i, op in enumerate(ops):
         path, value = op.get("path"), op.get("value")
-        if path == FG_PATH + "/-" and value in OWNED_GATES:
-            owned.add(i)
-        elif path == CC_PATH or str(path).startswith(CC_PATH + "/"):
+        if (path == FG_PATH + "/-" and value in OWNED_GATES) or path == CC_PATH or str(path).startswith(CC_PATH + "/"):
             owned.add(i)
         elif _DISABLED_INDEX.match(str(path)) and op.get("op") == "test" and value in OWNED_GATES:
             owned.add(i)
@@ -94,7 +94,9 @@ def jsonpatch_ops(want: dict, hco_disabled) -> list:
             % ", ".join(want["feature_gates"])
         )
     # Highest index first, so the lower indices stay valid; each removal is guarded by a test.
-    for index, gate in sorted(((hco_disabled.index(g), g) for g in want["feature_gates"] if g in hco_disabled), reverse=True):
+    for index, gate in sorted(
+        ((hco_disabled.index(g), g) for g in want["feature_gates"] if g in hco_disabled), reverse=True
+    ):
         path = "%s/%d" % (DISABLED_PATH, index)
         ops += [{"op": "test", "path": path, "value": gate}, {"op": "remove", "path": path}]
     return ops
@@ -126,10 +128,13 @@ def hco_spec(want: dict, base_spec, api_version: str) -> dict:
     if api_version == "v1beta1":
         devices_at, placement_at = ("permittedHostDevices",), ("workloads", "nodePlacement")
     else:
-        devices_at, placement_at = ("virtualization", "permittedHostDevices"), ("deployment", "nodePlacements", "workload")
+        devices_at, placement_at = (
+            ("virtualization", "permittedHostDevices"),
+            ("deployment", "nodePlacements", "workload"),
+        )
     if devices:
         merged = merge_devices(_get(base, *devices_at).get("pciHostDevices"), devices)
-        _put(spec, devices_at + ("pciHostDevices",), merged)
+        _put(spec, (*devices_at, "pciHostDevices"), merged)
     placement = _get(base, *placement_at)
     if want["excluded_nodes"] or has_exclusion(placement):
         _put(spec, placement_at, merge_placement(placement, want["excluded_nodes"]))

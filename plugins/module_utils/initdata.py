@@ -191,9 +191,7 @@ def attestation_configs(spec: dict, warnings: list):
     if cert is not None and "-----BEGIN CERTIFICATE-----" not in cert:
         raise InitdataError("kbs_cert must be a PEM certificate (-----BEGIN CERTIFICATE----- ...)")
     if kbs_url.startswith("https://") and not cert:
-        warnings.append(
-            "kbs_url is https but no kbs_cert is given: the guest trusts only the CAs built into its image"
-        )
+        warnings.append("kbs_url is https but no kbs_cert is given: the guest trusts only the CAs built into its image")
     as_url = spec.get("attestation_service_url") or kbs_url
     _check_url("attestation_service_url", as_url, warnings)
     kbs_token = {"url": kbs_url}
@@ -297,4 +295,3 @@ def build(spec: dict) -> dict:
         "pcr8_reason": pcr_reason,
         "warnings": warnings,
     }
-

@@ -152,7 +152,11 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
     if not node["consumers"]:
         pool = None
     elif mode == "kubevirt":
-        pool = {"resource": info["kubevirt_resource"], "advertiser": "kubevirt", "counts_keys": info["kubevirt_counts_keys"]}
+        pool = {
+            "resource": info["kubevirt_resource"],
+            "advertiser": "kubevirt",
+            "counts_keys": info["kubevirt_counts_keys"],
+        }
     else:
         pool = {"resource": info["nfd_resource"], "advertiser": "nfd", "counts_keys": True}
     return {

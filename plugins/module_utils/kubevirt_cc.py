@@ -73,7 +73,9 @@ def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str =
     per-node evidence and warnings.
     """
     if mode not in ATTESTATION_MODES:
-        raise KubeVirtConfigError("tdx attestation mode must be one of %s, got %r" % (", ".join(ATTESTATION_MODES), mode))
+        raise KubeVirtConfigError(
+            "tdx attestation mode must be one of %s, got %r" % (", ".join(ATTESTATION_MODES), mode)
+        )
     if not isinstance(socket_path, str) or not socket_path.startswith("/"):
         raise KubeVirtConfigError("qgs socket path must be absolute, got %r" % (socket_path,))
     facts = qgs_facts or {}
@@ -143,7 +145,8 @@ def gpu_devices(devices) -> list:
         selector = dev.get("pci_vendor_selector")
         if not isinstance(selector, str) or not PCI_SELECTOR.match(selector):
             raise KubeVirtConfigError(
-                "%s.pci_vendor_selector %r must be vendor:device in hex, such as 10DE:2330 (lspci -nn)" % (where, selector)
+                "%s.pci_vendor_selector %r must be vendor:device in hex, such as 10DE:2330 (lspci -nn)"
+                % (where, selector)
             )
         name = dev.get("resource_name")
         if not isinstance(name, str) or not RESOURCE_NAME.match(name):
@@ -257,4 +260,9 @@ def has_exclusion(placement) -> bool:
 
 
 def kubevirt_object(name: str, namespace: str, spec: dict) -> dict:
-    return {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "KubeVirt",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }

@@ -47,6 +47,8 @@ def manifest_files(objects) -> list:
     for obj in objects or []:
         name = file_name(obj)
         if name in out:
-            raise ManifestError("two objects would be written to %s: %s %s" % (name, obj.get("kind"), obj["metadata"]["name"]))
+            raise ManifestError(
+                "two objects would be written to %s: %s %s" % (name, obj.get("kind"), obj["metadata"]["name"])
+            )
         out[name] = obj
     return [{"file": name, "object": out[name]} for name in sorted(out)]

@@ -30,7 +30,9 @@ def rules(plan: dict) -> list:
     out = []
     for tee in sorted(plan["nfd"]):
         entry = plan["nfd"][tee]
-        out.append({"name": entry["rule"], "labels": {entry["label"]: "true"}, "matchFeatures": [_match(entry["match"])]})
+        out.append(
+            {"name": entry["rule"], "labels": {entry["label"]: "true"}, "matchFeatures": [_match(entry["match"])]}
+        )
         if entry["resource_nodes"]:
             out.append(
                 {
@@ -57,4 +59,9 @@ def node_feature_rule(plan: dict, name: str, flavor: str = "kubernetes", namespa
         if not namespace:
             raise KeyPoolError("OpenShift's nfd.openshift.io NodeFeatureRule is namespaced: set the NFD namespace")
         metadata["namespace"] = namespace
-    return {"apiVersion": API_GROUPS[flavor], "kind": "NodeFeatureRule", "metadata": metadata, "spec": {"rules": rules(plan)}}
+    return {
+        "apiVersion": API_GROUPS[flavor],
+        "kind": "NodeFeatureRule",
+        "metadata": metadata,
+        "spec": {"rules": rules(plan)},
+    }

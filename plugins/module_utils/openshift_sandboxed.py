@@ -17,7 +17,9 @@ import re
 OPERATOR_NAMESPACE = "openshift-sandboxed-containers-operator"
 FEATURE_GATES_CONFIGMAP = "osc-feature-gates"
 KNOWN_GATES = ("confidential", "layeredImageDeployment")
-LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 class OpenShiftConfigError(ValueError):
@@ -35,7 +37,7 @@ def feature_gates(gates, namespace: str = OPERATOR_NAMESPACE):
         if value not in ("true", "false"):
             raise OpenShiftConfigError(
                 "feature gate %s: %r is neither true nor false; the operator treats anything but the exact string "
-                "\"true\" as off" % (name, value)
+                '"true" as off' % (name, value)
             )
         if name not in KNOWN_GATES:
             warnings.append(
@@ -65,4 +67,9 @@ def kata_config(name: str, check_node_eligibility: bool, pool_selector=None, log
         spec["kataConfigPoolSelector"] = {"matchLabels": dict(sorted(pool_selector.items()))}
     if log_level:
         spec["logLevel"] = log_level
-    return {"apiVersion": "kataconfiguration.openshift.io/v1", "kind": "KataConfig", "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "kataconfiguration.openshift.io/v1",
+        "kind": "KataConfig",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

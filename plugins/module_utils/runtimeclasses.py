@@ -75,7 +75,9 @@ def openshift_kata_cc(plan: dict, name: str = "kata-cc") -> list:
     if not plan["kata"]:
         return []
     if len(plan["kata"]) > 1:
-        raise KeyPoolError("kata-cc can charge one key resource; the plan has Kata on %s" % ", ".join(sorted(plan["kata"])))
+        raise KeyPoolError(
+            "kata-cc can charge one key resource; the plan has Kata on %s" % ", ".join(sorted(plan["kata"]))
+        )
     (tee,) = plan["kata"]
     obj = runtime_class(name, name, {}, plan["kata"][tee]["resource"], {})
     return [obj]

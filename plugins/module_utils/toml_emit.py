@@ -123,14 +123,14 @@ def _emit_table(table: dict, path: list, lines: list, multiline_keys: frozenset)
         sub = table[key]
         # A table holding only sub-tables needs no header of its own: theirs define it.
         if not sub or any(not isinstance(v, dict) and not _is_table_array(v) for v in sub.values()):
-            header = ".".join(quote_key(p) for p in path + [key])
+            header = ".".join(quote_key(p) for p in [*path, key])
             lines.extend(["", "[%s]" % header])
-        _emit_table(sub, path + [key], lines, multiline_keys)
+        _emit_table(sub, [*path, key], lines, multiline_keys)
     for key in arrays:
-        header = ".".join(quote_key(p) for p in path + [key])
+        header = ".".join(quote_key(p) for p in [*path, key])
         for item in table[key]:
             lines.extend(["", "[[%s]]" % header])
-            _emit_table(item, path + [key], lines, multiline_keys)
+            _emit_table(item, [*path, key], lines, multiline_keys)
 
 
 def dumps(data: dict, multiline_keys=()) -> str:

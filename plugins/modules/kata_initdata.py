@@ -17,7 +17,8 @@ description:
     vTPM records it (SHA-256 of 32 zero bytes followed by the digest).
   - The default agent policy is restrictive. It denies C(ExecProcessRequest), C(ReadStreamRequest),
     C(WriteStreamRequest), C(SetPolicyRequest) and C(GetDiagnosticDataRequest) and allows the rest. Allowing
-    one of these, plain-HTTP KBS URLs, a missing KBS and a missing image signature policy produce warnings.
+    one of these, plain-HTTP KBS URLs, a missing KBS and a missing image signature policy produce module
+    warnings.
   - Pure computation; nothing is written. Put the annotation in a pod template or write RV(toml) with
     M(ansible.builtin.copy).
 author:
@@ -147,11 +148,6 @@ pcr8_reason:
   description: Why RV(pcr8) is V(null), else V(null).
   returned: success
   type: str
-warnings:
-  description: Permissive or insecure choices (also emitted as module warnings).
-  returned: success
-  type: list
-  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -180,7 +176,7 @@ def main() -> None:
         result = build(module.params)
     except InitdataError as exc:
         module.fail_json(msg=str(exc))
-    for warning in result["warnings"]:
+    for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(changed=False, **result)
 

@@ -163,7 +163,8 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     for warning in result["warnings"]:
         module.warn(warning)
-    module.exit_json(changed=False, plan=result, **result)
+    # Ansible reserves the key "warnings" for module.warn(); the plan's own list stays inside RV(plan).
+    module.exit_json(changed=False, plan=result, **{k: v for k, v in result.items() if k != "warnings"})
 
 
 if __name__ == "__main__":
