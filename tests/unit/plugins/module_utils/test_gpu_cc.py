@@ -35,7 +35,8 @@ def test_misspelled_or_malformed_gates_are_refused(gates, message):
 
 
 def test_gates_the_kubelet_version_does_not_know_are_refused():
-    with pytest.raises(gpu_cc.GpuCcError, match=re.escape("kubelet 1.28 does not know feature gate RuntimeClassInImageCriApi")):
+    expected = re.escape("kubelet 1.28 does not know feature gate RuntimeClassInImageCriApi")
+    with pytest.raises(gpu_cc.GpuCcError, match=expected):
         gpu_cc.kubelet_gates({"RuntimeClassInImageCriApi": True}, "v1.28.9")
 
 
