@@ -8,7 +8,9 @@ that names the filter.
 
 from __future__ import annotations
 
+import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible_collections.confidential.tee.plugins.module_utils import gpu_cc, kubevirt_objects, manifests
 from ansible_collections.confidential.tee.plugins.module_utils import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils import openshift_sandboxed as osc
@@ -95,8 +97,17 @@ def gpu_cc_mode_plan(labels, node, desired, pods, drain=False):
     return gpu_cc.cc_mode_plan(node, labels, desired, gpu_cc.gpu_workloads(pods, node), drain)
 
 
-def manifest_files(objects):
-    return manifests.manifest_files(objects)
+def manifest_files(objects, owner="confidential.tee"):
+    """``[{file, content}]``: YAML is rendered here, on the controller, so the writing module stays stdlib-only."""
+    head = manifests.marker(owner)
+    return [
+        {
+            "file": f["file"],
+            # Ansible's dumper understands the tagged values templating produces; safe_dump does not.
+            "content": head + yaml.dump(f["object"], Dumper=AnsibleDumper, default_flow_style=False, sort_keys=True),
+        }
+        for f in manifests.manifest_files(objects)
+    ]
 
 
 class FilterModule:

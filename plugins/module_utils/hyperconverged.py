@@ -9,6 +9,7 @@ import json
 import re
 
 from ansible_collections.confidential.tee.plugins.module_utils.kubevirt_cc import (
+    BETA_GATES,
     CC_PATH,
     DISABLED_PATH,
     FG_PATH,
@@ -83,7 +84,8 @@ def jsonpatch_ops(want: dict, hco_disabled) -> list:
     ops = [{"op": "add", "path": FG_PATH + "/-", "value": gate} for gate in want["feature_gates"]]
     if "confidential_compute" in want:
         ops.append({"op": "add", "path": CC_PATH, "value": want["confidential_compute"]})
-    if not want["feature_gates"]:
+    beta = [g for g in want["feature_gates"] if g in BETA_GATES]
+    if not beta:
         return ops
     if hco_disabled is None:
         raise KubeVirtConfigError(
@@ -91,7 +93,7 @@ def jsonpatch_ops(want: dict, hco_disabled) -> list:
             "a gate both enabled and disabled; to enable %s this role must know HCO's list. Run against the cluster "
             "(it reads the KubeVirt CR), or set kubevirt_cc_hco_disabled_feature_gates to the output of: kubectl get "
             "kubevirt -A -o jsonpath='{.items[0].spec.configuration.developerConfiguration.disabledFeatureGates}'"
-            % ", ".join(want["feature_gates"])
+            % ", ".join(beta)
         )
     # Highest index first, so the lower indices stay valid; each removal is guarded by a test.
     for index, gate in sorted(

@@ -35,6 +35,9 @@ TDX_GATE = "WorkloadEncryptionTDX"
 SEV_GATE = "WorkloadEncryptionSEV"
 VSOCK_GATE = "VSOCK"
 OWNED_GATES = (TDX_GATE, SEV_GATE, VSOCK_GATE)
+# KubeVirt's beta gates among ours (active.go; HCO's kv-beta-feature-gates.json agrees). Only beta gates
+# are on by default, so only they appear in the disabledFeatureGates HCO writes.
+BETA_GATES = (SEV_GATE,)
 ATTESTATION_MODES = ("auto", "enforced", "disabled")
 FG_PATH = "/spec/configuration/developerConfiguration/featureGates"
 DISABLED_PATH = "/spec/configuration/developerConfiguration/disabledFeatureGates"

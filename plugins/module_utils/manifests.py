@@ -52,3 +52,32 @@ def manifest_files(objects) -> list:
             )
         out[name] = obj
     return [{"file": name, "object": out[name]} for name in sorted(out)]
+
+
+def marker(owner: str) -> str:
+    """First line of every manifest an owner writes; pruning touches only files that carry it."""
+    return "# confidential.tee owner: %s\n" % owner
+
+
+def plan_directory(existing: dict, wanted: list, owner: str, prune: bool = True):
+    """``(writes, removals)`` to turn a directory into ``wanted``.
+
+    ``existing`` maps file names to their text (``None`` when unreadable); ``wanted`` is
+    ``[{"file", "content"}]``. A file is rewritten only when its text differs; with ``prune`` this
+    owner's files that are no longer wanted are removed, files of other owners or of nobody never are.
+    """
+    head = marker(owner)
+    writes, names = [], set()
+    for item in wanted:
+        name, content = item.get("file"), item.get("content")
+        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+            raise ManifestError("manifest file name %r must be a plain file name" % (name,))
+        if not isinstance(content, str) or not content.startswith(head):
+            raise ManifestError("manifest %s must start with the owner line %r" % (name, head.strip()))
+        names.add(name)
+        if existing.get(name) != content:
+            writes.append({"file": name, "before": existing.get(name), "after": content})
+    removals = []
+    if prune:
+        removals = sorted(n for n, text in existing.items() if n not in names and text is not None and text.startswith(head))
+    return writes, removals

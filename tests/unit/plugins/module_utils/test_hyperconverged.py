@@ -115,3 +115,8 @@ def test_hco_fields_per_api_version():
     assert set(v1) == {"virtualization", "deployment"} and "workload" in v1["deployment"]["nodePlacements"]
     with pytest.raises(kv.KubeVirtConfigError, match="v1beta1 or v1"):
         hco.hco_spec(WANT, {}, "v2")
+
+
+def test_alpha_gates_need_no_disabled_list():
+    ops = hco.jsonpatch_ops(dict(WANT, feature_gates=["WorkloadEncryptionTDX", "VSOCK"]), None)
+    assert [op["value"] for op in ops] == ["WorkloadEncryptionTDX", "VSOCK"]
