@@ -79,5 +79,7 @@ def plan_directory(existing: dict, wanted: list, owner: str, prune: bool = True)
             writes.append({"file": name, "before": existing.get(name), "after": content})
     removals = []
     if prune:
-        removals = sorted(n for n, text in existing.items() if n not in names and text is not None and text.startswith(head))
+        removals = sorted(
+            n for n, text in existing.items() if n not in names and text is not None and text.startswith(head)
+        )
     return writes, removals

@@ -94,6 +94,10 @@ def _read_directory(dest):
     return existing
 
 
+def _diff(path, before, after):
+    return {"before_header": path, "after_header": path, "before": before, "after": after}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -107,15 +111,13 @@ def main() -> None:
     dest, owner = module.params["dest"], module.params["owner"]
     if os.path.exists(dest) and not os.path.isdir(dest):
         module.fail_json(msg="dest %s exists and is not a directory; give a directory for the manifests" % dest)
+    existing = _read_directory(dest)
     try:
-        writes, removals = plan_directory(_read_directory(dest), module.params["files"], owner, module.params["prune"])
+        writes, removals = plan_directory(existing, module.params["files"], owner, module.params["prune"])
     except ManifestError as exc:
         module.fail_json(msg=str(exc))
-    diff = [
-        {"before_header": os.path.join(dest, w["file"]), "after_header": os.path.join(dest, w["file"]),
-         "before": w["before"] or "", "after": w["after"]}
-        for w in writes
-    ] + [{"before_header": os.path.join(dest, name), "after_header": "(removed)", "before": "", "after": ""} for name in removals]
+    diff = [_diff(os.path.join(dest, w["file"]), w["before"] or "", w["after"]) for w in writes]
+    diff += [_diff(os.path.join(dest, name), existing[name], "") for name in removals]
     if not module.check_mode:
         try:
             for write in writes:
