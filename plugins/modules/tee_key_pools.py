@@ -16,10 +16,10 @@ description:
     RuntimeClass overhead; KubeVirt's virt-handler publishes C(devices.kubevirt.io/tdx) (sized from the misc
     cgroup) or C(devices.kubevirt.io/sev) (sized by C(--max-devices), not by keys). A node where both would
     count the same keys is refused with a message naming both objects and how to fix it.
-  - Modes per node. C(kubevirt) (TDX only when Kata runs there): KubeVirt's device plugin is the pool and
+  - "Modes per node. C(kubevirt) (TDX only when Kata runs there): KubeVirt's device plugin is the pool and
     Kata's overhead requests its resource; NFD publishes labels only. C(nfd): NFD's extended resource is the
     pool and virt-handler is kept off the node. C(auto): C(kubevirt) where KubeVirt runs (and can share),
-    else C(nfd).
+    else C(nfd)."
   - Pure computation; it changes nothing and runs wherever it is called (usually the controller).
 author:
   - confidential.tee maintainers (@confidential-tee)

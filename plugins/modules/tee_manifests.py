@@ -12,8 +12,8 @@ description:
   - Writes each manifest whose text changed (atomically, mode 0644) and, with O(prune), removes the files the
     same O(owner) wrote before and no longer renders. Files of other owners, and files that are not this
     collection's, are never touched.
-  - Every manifest starts with the line C(# confidential.tee owner: <owner>); the names and contents come from
-    the M(confidential.tee.manifest_files) filter, which also fixes the order (file name order is apply order).
+  - "Every manifest starts with the line C(# confidential.tee owner: <owner>); the names and contents come from
+    the C(confidential.tee.manifest_files) filter, which also fixes the order (file name order is apply order)."
   - Meant to run on the controller (C(delegate_to: localhost)); one call per owner.
 author:
   - confidential.tee maintainers (@confidential-tee)
