@@ -83,7 +83,7 @@ def gpu_cc_containerd_dropin(settings):
 
 
 def gpu_cc_containerd_ready(version_output, minimum, config_text, config_path, dropin_path):
-    version, _ = gpu_cc.check_containerd_version(version_output, minimum)
+    version = gpu_cc.check_containerd_version(version_output, minimum)[0]
     if not gpu_cc.imports_cover(config_text, config_path, dropin_path):
         raise gpu_cc.GpuCcError(
             "%s does not import %s, so containerd would ignore the drop-in: add "

@@ -72,7 +72,7 @@ def hco_generated_disabled(live_disabled, previous_ops: list):
         for op in previous_ops
         if op.get("op") == "test" and _DISABLED_INDEX.match(str(op.get("path"))) and op.get("value") in OWNED_GATES
     )
-    if any(gate in live for _, gate in removals):
+    if any(removal[1] in live for removal in removals):
         return live
     for index, gate in removals:
         live.insert(min(index, len(live)), gate)

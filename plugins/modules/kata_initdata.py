@@ -23,6 +23,8 @@ description:
     M(ansible.builtin.copy).
 author:
   - confidential.tee maintainers (@confidential-tee)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full

@@ -23,6 +23,8 @@ description:
   - Pure computation; it changes nothing and runs wherever it is called (usually the controller).
 author:
   - confidential.tee maintainers (@confidential-tee)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full

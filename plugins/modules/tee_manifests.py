@@ -14,9 +14,11 @@ description:
     collection's, are never touched.
   - "Every manifest starts with the line C(# confidential.tee owner: <owner>); the names and contents come from
     the C(confidential.tee.manifest_files) filter, which also fixes the order (file name order is apply order)."
-  - Meant to run on the controller (C(delegate_to: localhost)); one call per owner.
+  - Meant to run on the controller (C(delegate_to) C(localhost)); one call per owner.
 author:
   - confidential.tee maintainers (@confidential-tee)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full

@@ -14,7 +14,7 @@ def test_osc_feature_gates_are_exact_strings():
         "namespace": "openshift-sandboxed-containers-operator",
     }
     assert warnings == []
-    _, warnings = osc.feature_gates({"confidentail": True})
+    warnings = osc.feature_gates({"confidentail": True})[1]
     assert "confidentail" in warnings[0]
     with pytest.raises(osc.OpenShiftConfigError, match="exact string"):
         osc.feature_gates({"confidential": "True"})
