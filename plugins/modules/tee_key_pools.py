@@ -25,15 +25,7 @@ author:
   - confidential.tee maintainers (@confidential-tee)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    description: Computes only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed.
-  platform:
-    platforms: posix
+  - confidential.tee.computes_only
 options:
   nodes:
     description:
