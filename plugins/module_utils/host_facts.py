@@ -39,6 +39,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.readiness import 
     summarize_tdx,
     tee_vendor,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.validation import as_text
 
 # cpuinfo of a 512-CPU host is about 1 MiB; anything far larger is not a cpuinfo.
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -59,6 +60,8 @@ DEV_SGX_PROVISION = "dev/sgx_provision"
 DEV_VHOST_VSOCK = "dev/vhost-vsock"
 DEV_VSOCK = "dev/vsock"
 QGS_SOCKET = "var/run/tdx-qgs/qgs.socket"
+PCI_DEVICES = "sys/bus/pci/devices"
+PCI_ATTRIBUTES = ("vendor", "device", "class")
 
 CPU_FLAGS = ("tdx_host_platform", "sev", "sev_es", "sev_snp", "sgx", "sgx_lc", "hypervisor", "tdx_guest")
 KVM_AMD_PARAMS = ("sev", "sev_es", "sev_snp")
@@ -78,14 +81,6 @@ class HostRootError(ValueError):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _text(data):
-    if data is None:
-        return ""
-    if isinstance(data, bytes):
-        return data.decode("utf-8", "replace")
-    return str(data)
-
-
 def parse_cpuinfo(data):
     """Flags present on *every* processor (a TEE needs all CPUs), vendor and model.
 
@@ -97,7 +92,7 @@ def parse_cpuinfo(data):
     first = {"vendor_id": None, "model name": None}
     processors = 0
     last_flags_text = None
-    for line in _text(data).splitlines():
+    for line in as_text(data).splitlines():
         key, sep, value = line.partition(":")
         if not sep:
             continue
@@ -124,7 +119,7 @@ def parse_cpuinfo(data):
 
 def parse_sysfs_bool(data):
     """A module parameter file: ``(True|False|None, problem|None)``."""
-    value = _text(data).strip()
+    value = as_text(data).strip()
     if value in ("Y", "y", "1"):
         return True, None
     if value in ("N", "n", "0"):
@@ -135,7 +130,7 @@ def parse_sysfs_bool(data):
 
 def parse_kernel_release(data):
     """``(release, [major, minor, patch] | None)`` from ``/proc/sys/kernel/osrelease``."""
-    lines = _text(data).strip().splitlines()
+    lines = as_text(data).strip().splitlines()
     release = lines[0].strip() if lines else ""
     if not release or any(ord(char) < 32 or char == "\ufffd" for char in release):
         return None, None
@@ -147,7 +142,7 @@ def parse_kernel_release(data):
 
 def parse_proc_version(data):
     """The release from ``/proc/version`` (``Linux version 6.8.0-48-generic (...) ...``)."""
-    match = _PROC_VERSION_RE.match(_text(data))
+    match = _PROC_VERSION_RE.match(as_text(data))
     if not match:
         return None, None
     return parse_kernel_release(match.group(1))
@@ -252,6 +247,29 @@ def read_iommu(reader, cmdline):
     }
 
 
+def read_pci(reader):
+    """PCI functions from sysfs: address, vendor, device, class, bound driver and IOMMU group."""
+    names = reader.listdir(PCI_DEVICES)
+    devices = []
+    for bdf in names or []:
+        base = "%s/%s" % (PCI_DEVICES, bdf)
+        values = {
+            key: (_read(reader, "%s/%s" % (base, key)) or "").strip() or None for key in ("vendor", "device", "class")
+        }
+        devices.append(
+            {
+                "bdf": bdf,
+                "vendor": values["vendor"],
+                "device": values["device"],
+                # class is 0xCCSSPP: base class and subclass say what the function is.
+                "class": values["class"][:6] if values["class"] else None,
+                "driver": reader.link_name(base + "/driver"),
+                "iommu_group": reader.link_name(base + "/iommu_group"),
+            }
+        )
+    return {"readable": names is not None, "devices": devices}
+
+
 def read_power(reader):
     """Hibernation availability as the running kernel reports it, and the lockdown level."""
     state = _read(reader, POWER_STATE)
@@ -315,6 +333,7 @@ def gather_host_facts(host_root="/", gpu=None):
         "power": power,
         "vsock": {"vhost_vsock": devices["vhost_vsock"], "vsock": devices["vsock"]},
         "qgs": qgs,
+        "pci": read_pci(reader),
         "tdx": summarize_tdx(cpu, kvm, cmdline, kernel, qgs, power),
         "sgx": summarize_sgx(cpu, devices),
     }

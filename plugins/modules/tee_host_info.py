@@ -233,6 +233,14 @@ host:
       sample: {"groups": 112, "enabled": true, "group_types": {"DMA-FQ": 112}, "default_domain": DMA-FQ,
                "passthrough": false, "cmdline_intel_iommu_on": true, "cmdline_iommu_pt": false,
                "cmdline_iommu_off": false, "ready": true, "reasons": []}
+    pci:
+      description:
+        - PCI functions from C(/sys/bus/pci/devices) with C(bdf), C(vendor), C(device), C(class) (C(0xCCSS), the
+          base class and subclass), the bound C(driver) and the C(iommu_group), each V(null) when unknown.
+          C(readable) is V(false) when the directory could not be listed.
+      type: dict
+      sample: {"readable": true, "devices": [{"bdf": "0000:17:00.0", "vendor": "0x10de", "device": "0x2330",
+               "class": "0x0302", "driver": vfio-pci, "iommu_group": "31"}]}
     power:
       description:
         - C(hibernation_available) is whether C(/sys/power/state) offers C(disk) (the kernel refuses to
