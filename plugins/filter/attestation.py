@@ -6,22 +6,17 @@ from __future__ import annotations
 import ipaddress
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.module_utils.attestation_k8s import (
-    ManifestError,
-    manifest_filename,
-    render,
-)
+from ansible_collections.confidential.tee.plugins.module_utils.attestation_k8s import ManifestError, render
 
 
 def attestation_manifests(request):
-    """``[{"filename": "NN-kind-name.yaml", "object": {...}}]`` for the attestation chain in a cluster."""
+    """The attestation chain's Kubernetes objects, in apply order (for confidential.tee.cluster_objects)."""
     if not isinstance(request, dict):
         raise AnsibleFilterError("confidential.tee.attestation_manifests expects a dict of the role's settings")
     try:
-        objects = render(request)
+        return render(request)
     except (ManifestError, KeyError) as exc:
         raise AnsibleFilterError(f"cannot render the attestation manifests: {exc}") from None
-    return [{"filename": manifest_filename(index, obj), "object": obj} for index, obj in enumerate(objects)]
 
 
 def subject_alt_name(name):

@@ -105,6 +105,8 @@ def manifest_files(objects, owner="confidential.tee"):
             "file": f["file"],
             # Ansible's dumper understands the tagged values templating produces; safe_dump does not.
             "content": head + yaml.dump(f["object"], Dumper=AnsibleDumper, default_flow_style=False, sort_keys=True),
+            # Secrets go to tee_manifests' secret_files: written 0600, never shown.
+            "secret": f["object"].get("kind") == "Secret",
         }
         for f in manifests.manifest_files(objects)
     ]

@@ -2,12 +2,13 @@
 # Apache License 2.0 (see LICENSE)
 """The attestation chain as Kubernetes objects, from the same request the host form uses.
 
-Objects, in apply order: the Namespace; Secrets (PCCS ``production.json``, PCCS TLS, the PCK ID retrieval
-tool's ``network_setting.conf``); ConfigMaps (``qgs.conf``, ``sgx_default_qcnl.conf``); the PCCS Service and
-Deployment; the QGS DaemonSet (host network, node selector on the TDX label NFD sets,
-``intel.feature.node.kubernetes.io/tdx``, SGX device-plugin resources ``sgx.intel.com/enclave`` and
-``sgx.intel.com/provision``, the host's ``/var/run/tdx-qgs`` mounted so KubeVirt and Kata on the node find
-the socket); and a registration DaemonSet whose init container runs the PCK ID retrieval tool once per node.
+Objects, in the project's apply order (:mod:`manifests`): the Namespace; Secrets (PCCS ``production.json``,
+PCCS TLS, the PCK ID retrieval tool's ``network_setting.conf``); a ConfigMap (``qgs.conf``,
+``sgx_default_qcnl.conf``); the PCCS Service and Deployment; the QGS DaemonSet (host network, node selector
+on the TDX label NFD sets, ``intel.feature.node.kubernetes.io/tdx``, SGX device-plugin resources
+``sgx.intel.com/enclave`` and ``sgx.intel.com/provision``, the host's ``/var/run/tdx-qgs`` mounted so KubeVirt
+and Kata on the node find the socket); and a registration DaemonSet whose init container runs the PCK ID
+retrieval tool once per node.
 
 The file contents come from the same writers as the host form (:mod:`qgs_config`, :mod:`qcnl_config`,
 :mod:`pccs_config`). Standard library only.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import base64
 
 from ansible_collections.confidential.tee.plugins.module_utils.dcap_version import parse_dcap_version, qgs_behaviour
+from ansible_collections.confidential.tee.plugins.module_utils.manifests import file_name
 from ansible_collections.confidential.tee.plugins.module_utils.pccs_config import render_settings, update_production
 from ansible_collections.confidential.tee.plugins.module_utils.qcnl_config import update_qcnl
 from ansible_collections.confidential.tee.plugins.module_utils.qgs_config import (
@@ -29,7 +31,6 @@ from ansible_collections.confidential.tee.plugins.module_utils.qgs_config import
 
 TDX_NODE_LABEL = {"intel.feature.node.kubernetes.io/tdx": "true"}
 SGX_RESOURCES = {"sgx.intel.com/enclave": "1", "sgx.intel.com/provision": "1"}
-KIND_ORDER = ("Namespace", "Secret", "ConfigMap", "Service", "Deployment", "DaemonSet")
 PCCS_PATH = "/opt/intel/sgx-dcap-pccs"
 PART_OF = "confidential-tee"
 
@@ -81,7 +82,8 @@ def render(request: dict) -> list[dict]:
     objects += _qgs_objects(request, qcnl_text)
     if request.get("registration") == "pck_retrieval":
         objects += _registration_objects(request, qcnl)
-    return sorted(objects, key=lambda o: (KIND_ORDER.index(o["kind"]), o["metadata"]["name"]))
+    # The project's manifest order (module_utils/manifests.py): file name order is apply order.
+    return sorted(objects, key=file_name)
 
 
 def _pccs_objects(request: dict) -> list[dict]:
@@ -326,8 +328,3 @@ def _registration_objects(request: dict, qcnl: dict) -> list[dict]:
             },
         },
     ]
-
-
-def manifest_filename(index: int, obj: dict) -> str:
-    """``NN-kind-name.yaml``: one file per object, in apply order, stable across runs."""
-    return f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"

@@ -13,6 +13,7 @@ import re
 
 KIND_ORDER = {
     "Namespace": 0,
+    "Secret": 5,
     "ConfigMap": 10,
     "NodeFeatureRule": 20,
     "RuntimeClass": 30,
@@ -20,6 +21,9 @@ KIND_ORDER = {
     "HyperConverged": 40,
     "Node": 50,
     "KataConfig": 60,
+    "Service": 70,
+    "Deployment": 80,
+    "DaemonSet": 85,
 }
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 

@@ -14,6 +14,8 @@ description:
     collection's, are never touched.
   - "Every manifest starts with the line C(# confidential.tee owner: <owner>); the names and contents come from
     the C(confidential.tee.manifest_files) filter, which also fixes the order (file name order is apply order)."
+  - Manifests in O(secret_files) (Kubernetes Secrets) are written mode 0600, their text never appears in the
+    result or the diff (only a SHA-256 of it), and the option is C(no_log).
   - Meant to run on the controller (C(delegate_to) C(localhost)); one call per owner.
 author:
   - confidential.tee maintainers (@confidential-tee)
@@ -25,7 +27,7 @@ attributes:
     description: Reports the files it would write or remove and writes nothing.
   diff_mode:
     support: full
-    description: Shows each file's old and new text.
+    description: Shows each file's old and new text (for O(secret_files), only that it changed).
   platform:
     platforms: posix
 options:
@@ -35,6 +37,11 @@ options:
     required: true
   files:
     description: C(file) (a plain file name) and C(content) per manifest.
+    type: list
+    elements: dict
+    default: []
+  secret_files:
+    description: Like O(files), for manifests that hold secrets (Kubernetes Secrets); counted, never shown.
     type: list
     elements: dict
     default: []
@@ -66,6 +73,11 @@ written:
   type: list
   elements: str
   sample: [30-runtimeclass-kata-qemu-tdx.yaml]
+written_secrets:
+  description: How many O(secret_files) were written (or would be); their names are not returned.
+  returned: always
+  type: int
+  sample: 2
 removed:
   description: Files removed (or that would be).
   returned: always
@@ -73,6 +85,7 @@ removed:
   elements: str
 """
 
+import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,8 +109,25 @@ def _read_directory(dest):
     return existing
 
 
-def _diff(path, before, after):
+def _diff(path, before, after, secret=False):
+    if secret:
+        # Only that a Secret changed: a digest of each side, never the (base64, not encrypted) data.
+        before, after = (_digest(text) for text in (before, after))
     return {"before_header": path, "after_header": path, "before": before, "after": after}
+
+
+def _digest(text):
+    return (
+        "(a Secret: content not shown, sha256 %s)\n" % hashlib.sha256(text.encode("utf-8")).hexdigest() if text else ""
+    )
+
+
+def _write_private(path, text):
+    """A Secret's manifest: mode 0600 from the first byte (atomic_write keeps an existing file's mode)."""
+    if os.path.exists(path):
+        os.chmod(path, 0o600)
+    atomic_write(path, text, 0o600)
+    os.chmod(path, 0o600)
 
 
 def main() -> None:
@@ -105,6 +135,7 @@ def main() -> None:
         argument_spec={
             "dest": {"type": "path", "required": True},
             "files": {"type": "list", "elements": "dict", "default": []},
+            "secret_files": {"type": "list", "elements": "dict", "default": [], "no_log": True},
             "owner": {"type": "str", "required": True},
             "prune": {"type": "bool", "default": True},
         },
@@ -115,22 +146,29 @@ def main() -> None:
         module.fail_json(msg="dest %s exists and is not a directory; give a directory for the manifests" % dest)
     existing = _read_directory(dest)
     try:
-        writes, removals = plan_directory(existing, module.params["files"], owner, module.params["prune"])
+        wanted = module.params["files"] + module.params["secret_files"]
+        writes, removals = plan_directory(existing, wanted, owner, module.params["prune"])
     except ManifestError as exc:
         module.fail_json(msg=str(exc))
-    diff = [_diff(os.path.join(dest, w["file"]), w["before"] or "", w["after"]) for w in writes]
-    diff += [_diff(os.path.join(dest, name), existing[name], "") for name in removals]
+    secrets = {item.get("file") for item in module.params["secret_files"]}
+    diff = [_diff(os.path.join(dest, w["file"]), w["before"] or "", w["after"], w["file"] in secrets) for w in writes]
+    diff += [_diff(os.path.join(dest, name), existing[name], "", True) for name in removals]
     if not module.check_mode:
         try:
             for write in writes:
-                atomic_write(os.path.join(dest, write["file"]), write["after"], 0o644)
+                path = os.path.join(dest, write["file"])
+                if write["file"] in secrets:
+                    _write_private(path, write["after"])
+                else:
+                    atomic_write(path, write["after"], 0o644)
             for name in removals:
                 os.unlink(os.path.join(dest, name))
         except OSError as exc:
             module.fail_json(msg="cannot update %s: %s" % (dest, exc))
     module.exit_json(
         changed=bool(writes or removals),
-        written=[w["file"] for w in writes],
+        written=[w["file"] for w in writes if w["file"] not in secrets],
+        written_secrets=len([w for w in writes if w["file"] in secrets]),
         removed=removals,
         diff=diff,
     )

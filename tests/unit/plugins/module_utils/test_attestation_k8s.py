@@ -10,12 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.confidential.tee.plugins.module_utils import jsonc
-from ansible_collections.confidential.tee.plugins.module_utils.attestation_k8s import (
-    ManifestError,
-    manifest_filename,
-    render,
-)
+from ansible_collections.confidential.tee.plugins.module_utils.attestation_k8s import ManifestError, render
 from ansible_collections.confidential.tee.plugins.module_utils.dcap_version import DcapVersion, qgs_behaviour
+from ansible_collections.confidential.tee.plugins.module_utils.manifests import file_name
 from ansible_collections.confidential.tee.plugins.module_utils.pccs_config import token_hash
 from ansible_collections.confidential.tee.plugins.module_utils.qgs_config import effective_qgs
 
@@ -56,17 +53,16 @@ def data(secret, key):
 
 def test_order_and_stable_file_names():
     objects = render(REQUEST)
-    names = [manifest_filename(i, o) for i, o in enumerate(objects)]
-    assert names == [
+    assert [file_name(o) for o in objects] == [
         "00-namespace-tdx-attestation.yaml",
-        "01-secret-pccs-config.yaml",
-        "02-secret-pccs-tls.yaml",
-        "03-secret-pck-retrieval-setting.yaml",
-        "04-configmap-qgs-config.yaml",
-        "05-service-pccs.yaml",
-        "06-deployment-pccs.yaml",
-        "07-daemonset-pck-registration.yaml",
-        "08-daemonset-qgs.yaml",
+        "05-secret-tdx-attestation-pccs-config.yaml",
+        "05-secret-tdx-attestation-pccs-tls.yaml",
+        "05-secret-tdx-attestation-pck-retrieval-setting.yaml",
+        "10-configmap-tdx-attestation-qgs-config.yaml",
+        "70-service-tdx-attestation-pccs.yaml",
+        "80-deployment-tdx-attestation-pccs.yaml",
+        "85-daemonset-tdx-attestation-pck-registration.yaml",
+        "85-daemonset-tdx-attestation-qgs.yaml",
     ]
     assert render(REQUEST) == objects
 
@@ -130,8 +126,8 @@ def test_every_object_passes_the_real_schemas_strictly(tmp_path, transport):
     if not VALIDATE.exists():
         pytest.skip("kubernetes-validate is not installed (make venv installs the dev extra)")
     objects = render({**REQUEST, "transport": transport})
-    for index, obj in enumerate(objects):
-        (tmp_path / manifest_filename(index, obj)).write_text(yaml.safe_dump(obj, sort_keys=False))
+    for obj in objects:
+        (tmp_path / file_name(obj)).write_text(yaml.safe_dump(obj, sort_keys=False))
     files = sorted(str(path) for path in tmp_path.iterdir())
     completed = subprocess.run([str(VALIDATE), "--strict", *files], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -58,3 +58,27 @@ def test_refuses_bad_input(tmp_path, run_module):
     assert "plain file name" in run_module(tee_manifests, {"dest": str(tmp_path), "owner": "o", "files": bad})["msg"]
     unmarked = [{"file": "a.yaml", "content": "kind: X\n"}]
     assert "owner line" in run_module(tee_manifests, {"dest": str(tmp_path), "owner": "o", "files": unmarked})["msg"]
+
+
+def test_secrets_written_private_and_never_shown(tmp_path, run_module):
+    dest = tmp_path / "gitops"
+    data = "data:\n  production.json: c2VjcmV0LXZhbHVl\nkind: Secret\n"
+    secret = {"file": "05-secret-ns-pccs-config.yaml", "content": manifest("tdx_attestation", data)}
+    plain = {"file": "00-namespace-ns.yaml", "content": manifest("tdx_attestation", "kind: Namespace\n")}
+    args = {
+        "dest": str(dest),
+        "owner": "tdx_attestation",
+        "files": [plain],
+        "secret_files": [secret],
+        "_ansible_diff": True,
+    }
+    done = run_module(tee_manifests, args)
+    assert done["written"] == ["00-namespace-ns.yaml"] and done["written_secrets"] == 1
+    assert (dest / "05-secret-ns-pccs-config.yaml").stat().st_mode & 0o777 == 0o600
+    assert "c2VjcmV0LXZhbHVl" not in str(done) and "content not shown, sha256" in str(done["diff"])
+    (dest / "05-secret-ns-pccs-config.yaml").chmod(0o644)
+    changed = dict(secret, content=secret["content"].replace("c2VjcmV0LXZhbHVl", "b3RoZXI="))
+    again = run_module(tee_manifests, dict(args, secret_files=[changed]))
+    assert again["written_secrets"] == 1 and (dest / "05-secret-ns-pccs-config.yaml").stat().st_mode & 0o777 == 0o600
+    pruned = run_module(tee_manifests, dict(args, secret_files=[]))
+    assert pruned["removed"] == ["05-secret-ns-pccs-config.yaml"] and "b3RoZXI=" not in str(pruned)
