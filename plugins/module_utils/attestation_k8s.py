@@ -61,6 +61,26 @@ def _selector(name: str) -> dict:
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": PART_OF}
 
 
+def _secret(name: str, namespace: str, component: str, data: dict, kind: str = "Opaque") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(name, namespace, component),
+        "type": kind,
+        "data": {key: _b64(value) for key, value in data.items()},
+    }
+
+
+def _daemonset(name: str, namespace: str, component: str, pod: dict) -> dict:
+    labels = _selector(name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": _meta(name, namespace, component),
+        "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+
+
 def pccs_service_url(request: dict) -> str:
     """The in-cluster URL QCNL uses for the rendered PCCS (QGS pods resolve it with ClusterFirstWithHostNet)."""
     return f"https://pccs.{request['namespace']}.svc:{request['pccs_port']}/sgx/certification/v4/"
@@ -99,20 +119,14 @@ def _pccs_objects(request: dict) -> list[dict]:
         raise ManifestError("the PCCS needs a TLS certificate and key (the role generates them when none are given)")
     labels = _selector("pccs")
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": _meta("pccs-config", namespace, "pccs"),
-            "type": "Opaque",
-            "data": {"production.json": _b64(production)},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": _meta("pccs-tls", namespace, "pccs"),
-            "type": "kubernetes.io/tls",
-            "data": {"tls.crt": _b64(request["pccs_tls_cert"]), "tls.key": _b64(request["pccs_tls_key"])},
-        },
+        _secret("pccs-config", namespace, "pccs", {"production.json": production}),
+        _secret(
+            "pccs-tls",
+            namespace,
+            "pccs",
+            {"tls.crt": request["pccs_tls_cert"], "tls.key": request["pccs_tls_key"]},
+            "kubernetes.io/tls",
+        ),
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -197,37 +211,25 @@ def _qgs_objects(request: dict, qcnl_text: str) -> list[dict]:
         "metadata": _meta("qgs-config", namespace, "qgs"),
         "data": {"qgs.conf": plan.files["/etc/qgs.conf"], "sgx_default_qcnl.conf": qcnl_text},
     }
-    labels = _selector("qgs")
     containers = [_qgs_container(request, "qgs", [])]
     if request["transport"] == "both":
         containers.append(_qgs_container(request, "qgs-vsock", [f"-p={int(request['vsock_port'])}"]))
     elif request["transport"] == "vsock":
         containers = [_qgs_container(request, "qgs", [f"-p={int(request['vsock_port'])}"])]
-    daemonset = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": _meta("qgs", namespace, "qgs"),
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "hostNetwork": True,
-                    "dnsPolicy": "ClusterFirstWithHostNet",
-                    "priorityClassName": "system-node-critical",
-                    "nodeSelector": dict(request.get("node_selector") or TDX_NODE_LABEL),
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": containers,
-                    "volumes": [
-                        {"name": "qgs-config", "configMap": {"name": "qgs-config"}},
-                        {"name": "socket-dir", "hostPath": {"path": "/var/run/tdx-qgs", "type": "DirectoryOrCreate"}},
-                        {"name": "cache", "emptyDir": {}},
-                    ],
-                },
-            },
-        },
+    pod = {
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "priorityClassName": "system-node-critical",
+        "nodeSelector": dict(request.get("node_selector") or TDX_NODE_LABEL),
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": containers,
+        "volumes": [
+            {"name": "qgs-config", "configMap": {"name": "qgs-config"}},
+            {"name": "socket-dir", "hostPath": {"path": "/var/run/tdx-qgs", "type": "DirectoryOrCreate"}},
+            {"name": "cache", "emptyDir": {}},
+        ],
     }
-    return [config, daemonset]
+    return [config, _daemonset("qgs", namespace, "qgs", pod)]
 
 
 def _qgs_container(request: dict, name: str, flags: list[str]) -> dict:
@@ -276,7 +278,6 @@ def _registration_objects(request: dict, qcnl: dict) -> list[dict]:
         f"USE_SECURE_CERT={'TRUE' if qcnl.get('use_secure_cert', True) else 'FALSE'}\n"
         f"user_token={token}\n"
     )
-    labels = _selector("pck-registration")
     tool = {
         "name": "register",
         "image": request["registration_image"],
@@ -288,43 +289,28 @@ def _registration_objects(request: dict, qcnl: dict) -> list[dict]:
         "volumeMounts": [{"name": "setting", "mountPath": "/run/pck", "readOnly": True}],
     }
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": _meta("pck-retrieval-setting", namespace, "registration"),
-            "type": "Opaque",
-            "data": {"network_setting.conf": _b64(setting)},
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "metadata": _meta("pck-registration", namespace, "registration"),
-            "spec": {
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "nodeSelector": dict(request.get("node_selector") or TDX_NODE_LABEL),
-                        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                        "initContainers": [tool],
-                        "containers": [
-                            {
-                                "name": "registered",
-                                "image": request["registration_image"],
-                                "imagePullPolicy": request["image_pull_policy"],
-                                "command": ["/bin/sh", "-c", "exec sleep infinity"],
-                                "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}},
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                            }
-                        ],
-                        "volumes": [
-                            {"name": "setting", "secret": {"secretName": "pck-retrieval-setting", "defaultMode": 0o400}}
-                        ],
-                    },
-                },
+        _secret("pck-retrieval-setting", namespace, "registration", {"network_setting.conf": setting}),
+        _daemonset(
+            "pck-registration",
+            namespace,
+            "registration",
+            {
+                "nodeSelector": dict(request.get("node_selector") or TDX_NODE_LABEL),
+                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                "initContainers": [tool],
+                "containers": [
+                    {
+                        "name": "registered",
+                        "image": request["registration_image"],
+                        "imagePullPolicy": request["image_pull_policy"],
+                        "command": ["/bin/sh", "-c", "exec sleep infinity"],
+                        "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}},
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    }
+                ],
+                "volumes": [
+                    {"name": "setting", "secret": {"secretName": "pck-retrieval-setting", "defaultMode": 0o400}}
+                ],
             },
-        },
+        ),
     ]

@@ -23,53 +23,20 @@ description:
   - Files are backed up, written atomically and through symbolic links, with the owner, group and mode given.
 extends_documentation_fragment:
   - confidential.tee.host_root
+  - confidential.tee.attestation
 options:
   component:
     description: Which configuration to write.
     type: str
     required: true
     choices: [qgs, qcnl, pccs, mpa]
-  dcap_version:
-    description:
-      - DCAP release the host runs (C(1.26)), or C(auto) to read the C(tdx-qgs) package version (dpkg, then rpm).
-      - Used by O(component=qgs).
-    type: str
-    default: auto
-  transport:
-    description: How QGS listens (O(component=qgs)). C(both) runs a second QGS on vsock.
-    type: str
-    choices: [unix, vsock, both]
-    default: unix
-  consumers:
-    description:
-      - Who asks QGS for quotes on this host (O(component=qgs)). C(kubevirt) needs the Unix socket and its QEMU runs
-        as uid 107; C(kata) uses the socket when it exists, else vsock port 4050.
-    type: list
-    elements: str
-    default: [kubevirt, kata]
-  vsock_port:
-    description: vsock port of the vsock listener.
-    type: int
-    default: 4050
   number_threads:
     description: QGS worker threads (1..255); omitted from the file when not set.
     type: int
-  socket_group:
-    description: Group of the QGS socket; default C(107) when C(kubevirt) is a consumer, else C(qgsd).
-    type: str
-  extra_clients:
-    description: More identities that must connect to the socket, each with C(name), C(uid), C(gid), C(groups).
-    type: list
-    elements: dict
-    default: []
   qgs_dir:
     description: Directory of the QGS binary (C(qgs)).
     type: path
     default: /opt/intel/tdx-qgs
-  qcnl_path:
-    description: QCNL configuration file.
-    type: path
-    default: /etc/sgx_default_qcnl.conf
   pccs_dir:
     description: PCCS installation directory (C(config/), C(ssl_key/)).
     type: path
@@ -175,6 +142,7 @@ backups:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.attestation_args import chain_arguments
 from ansible_collections.confidential.tee.plugins.module_utils.dcap_files import PLANNERS, ComponentError
 from ansible_collections.confidential.tee.plugins.module_utils.file_writer import FileWriter, WriteError
 from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
@@ -183,17 +151,10 @@ from ansible_collections.confidential.tee.plugins.module_utils.validation import
 
 def argument_spec():
     return dict(
-        host_root=dict(type="path", default="/"),
+        chain_arguments(),
         component=dict(type="str", required=True, choices=list(PLANNERS)),
-        dcap_version=dict(type="str", default="auto"),
-        transport=dict(type="str", default="unix", choices=["unix", "vsock", "both"]),
-        consumers=dict(type="raw", default=["kubevirt", "kata"]),
-        vsock_port=dict(type="int", default=4050),
         number_threads=dict(type="int"),
-        socket_group=dict(type="str"),
-        extra_clients=dict(type="list", elements="dict", default=[]),
         qgs_dir=dict(type="path", default="/opt/intel/tdx-qgs"),
-        qcnl_path=dict(type="path", default="/etc/sgx_default_qcnl.conf"),
         pccs_dir=dict(type="path", default="/opt/intel/sgx-dcap-pccs"),
         settings=dict(type="dict", default={}),
         secrets=dict(type="dict", default={}, no_log=True),

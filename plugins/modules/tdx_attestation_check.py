@@ -29,37 +29,8 @@ description:
   - Reads only; never changes the host.
 extends_documentation_fragment:
   - confidential.tee.host_root
+  - confidential.tee.attestation
 options:
-  dcap_version:
-    description: DCAP release (C(1.26)) or C(auto) (installed C(tdx-qgs) package).
-    type: str
-    default: auto
-  transport:
-    description: How QGS must listen.
-    type: str
-    choices: [unix, vsock, both]
-    default: unix
-  consumers:
-    description: Who asks for quotes (C(kubevirt), C(kata)).
-    type: list
-    elements: str
-    default: [kubevirt, kata]
-  vsock_port:
-    description: vsock port of the vsock listener.
-    type: int
-    default: 4050
-  socket_group:
-    description: Group the socket should have (default C(107) with C(kubevirt), else C(qgsd)); shown in messages.
-    type: str
-  extra_clients:
-    description: More identities that must connect, each with C(name), C(uid), C(gid), C(groups).
-    type: list
-    elements: dict
-    default: []
-  qcnl_path:
-    description: QCNL configuration file.
-    type: path
-    default: /etc/sgx_default_qcnl.conf
   expect_pccs_url:
     description: The PCCS URL QCNL must use.
     type: str
@@ -148,6 +119,7 @@ report:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.attestation_args import chain_arguments
 from ansible_collections.confidential.tee.plugins.module_utils.attestation_check import (
     ChainRequest,
     check_chain,
@@ -173,14 +145,7 @@ def _client_problem(clients):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            host_root=dict(type="path", default="/"),
-            dcap_version=dict(type="str", default="auto"),
-            transport=dict(type="str", default="unix", choices=["unix", "vsock", "both"]),
-            consumers=dict(type="raw", default=["kubevirt", "kata"]),
-            vsock_port=dict(type="int", default=4050),
-            socket_group=dict(type="str"),
-            extra_clients=dict(type="list", elements="dict", default=[]),
-            qcnl_path=dict(type="path", default="/etc/sgx_default_qcnl.conf"),
+            chain_arguments(),
             expect_pccs_url=dict(type="str"),
             pccs_local=dict(type="bool", default=False),
             pccs_dir=dict(type="path", default="/opt/intel/sgx-dcap-pccs"),
