@@ -24,6 +24,7 @@ description:
 extends_documentation_fragment:
   - confidential.tee.host_root
   - confidential.tee.attestation
+  - ansible.builtin.action_common_attributes
 options:
   component:
     description: Which configuration to write.
@@ -79,6 +80,8 @@ attributes:
   diff_mode:
     support: full
     description: Shows each file before and after, secrets redacted.
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -30,6 +30,7 @@ description:
 extends_documentation_fragment:
   - confidential.tee.host_root
   - confidential.tee.attestation
+  - ansible.builtin.action_common_attributes
 options:
   expect_pccs_url:
     description: The PCCS URL QCNL must use.
@@ -74,6 +75,8 @@ attributes:
     description: Reads only; runs the same in check mode.
   diff_mode:
     support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""
