@@ -22,7 +22,8 @@ PCCS = "/opt/intel/sgx-dcap-pccs"
 SOCKET = "/var/run/tdx-qgs/qgs.socket"
 QCNL = "/etc/sgx_default_qcnl.conf"
 ANCHOR = "/usr/local/share/ca-certificates/confidential-tee-pccs.crt"
-REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "attestation-reports"
+# The check's reports outlive the scenario (Molecule's destroy removes its own directory): README material.
+REPORTS = SCENARIO.parents[2] / ".build" / "molecule-reports" / "attestation"
 
 
 def run_play(tmp_path: Path, tasks: list[dict], *args: str) -> subprocess.CompletedProcess[str]:
