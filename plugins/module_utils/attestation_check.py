@@ -366,7 +366,7 @@ class Chain:
         if not url:
             return result("pccs_reachable", SKIP, "no pccs_url (qcnl_config)")
         secure = bool(self.qcnl["use_secure_cert"])
-        cadata, _ = https_probe.host_ca_bundle(self.reader, self.request.ca_bundle)
+        cadata, _bundle = https_probe.host_ca_bundle(self.reader, self.request.ca_bundle)
         target = url + "rootcacrl"
         answer = https_probe.request(target, secure, cadata, self.request.timeout)
         if answer["status"] is not None:

@@ -160,7 +160,7 @@ def dpkg_package_version(status_text: str, package: str) -> str | None:
         for line in stanza.splitlines():
             if line[:1] in (" ", "\t") or ":" not in line:
                 continue
-            name, _, value = line.partition(":")
+            name, _colon, value = line.partition(":")
             fields[name.strip().lower()] = value.strip()
         if fields.get("package") != package:
             continue

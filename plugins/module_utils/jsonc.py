@@ -19,7 +19,6 @@ import json
 from dataclasses import dataclass, field
 
 _WS = " \t\r\n"
-_DECODER = json.JSONDecoder(parse_constant=lambda name: _reject_constant(name))
 REDACTED = "<redacted>"
 
 
@@ -35,6 +34,10 @@ class JsoncError(ValueError):
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
+
+
+# RapidJSON without kParseNanAndInfFlag rejects NaN and Infinity; Python's decoder would accept them.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def strip_comments(text: str) -> str:

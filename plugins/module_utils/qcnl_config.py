@@ -136,7 +136,7 @@ def _legacy(text: str) -> dict:
         line = "".join(raw.split())
         if not line or line.startswith("#") or "=" not in line:
             continue
-        name, _, value = line.partition("=")
+        name, _equals, value = line.partition("=")
         if name == "USE_SECURE_CERT" and value in ("FALSE", "false"):
             found["use_secure_cert"] = False
         elif name == "LOCAL_CACHE_ONLY" and value in ("TRUE", "true"):

@@ -91,7 +91,7 @@ def _config_lines(text: str):
         line = "".join(ch for ch in raw if ch not in _WHITESPACE)
         if not line or line.startswith("#") or "=" not in line:
             continue
-        name, _, value = line.partition("=")
+        name, _equals, value = line.partition("=")
         yield number, name, value[:255]
 
 

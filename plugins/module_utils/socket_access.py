@@ -49,7 +49,7 @@ def parse_acl(data: bytes) -> list[tuple[int, int, int]] | None:
 
 def acl_permits(entries: list[tuple[int, int, int]], st: os.stat_result, who: Identity, want: int) -> bool:
     """``posix_acl_permission``: owner entry, named users, then groups (masked), then others."""
-    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 7)
+    mask = next((perm for tag, perm, _id in entries if tag == _ACL_MASK), 7)
     for tag, perm, ident in entries:
         if tag == _ACL_USER_OBJ and st.st_uid == who.uid:
             return perm & want == want
@@ -64,7 +64,7 @@ def acl_permits(entries: list[tuple[int, int, int]], st: os.stat_result, who: Id
                 return True
     if found_group:
         return False
-    return any(tag == _ACL_OTHER and perm & want == want for tag, perm, _ in entries)
+    return any(tag == _ACL_OTHER and perm & want == want for tag, perm, _id in entries)
 
 
 def mode_permits(st: os.stat_result, who: Identity, want: int) -> bool:
@@ -169,8 +169,9 @@ def probe_as(path: str, who: Identity, timeout: float = 3.0) -> dict:
         os.write(write_end, struct.pack("<i", code))
         os._exit(0)
     os.close(write_end)
+    data = b""
     try:
-        ready, _, _ = select.select([read_end], [], [], timeout + 2)
+        ready, _writable, _errors = select.select([read_end], [], [], timeout + 2)
         data = os.read(read_end, 4) if ready else b""
     finally:
         os.close(read_end)

@@ -18,7 +18,7 @@ description:
   - C(qcnl) edits C(/etc/sgx_default_qcnl.conf), JSON with comments, keeping every comment and unmanaged key.
   - C(pccs) writes C(config/production.json) of the PCCS (never C(default.json)), with the SHA-512 of the user and
     admin tokens computed here; mode 0600, owner C(pccs).
-  - C(mpa) edits C(/etc/mpa_registration.conf) (mode 0600: it may hold the subscription key).
+  - C(mpa) edits C(/etc/mpa_registration.conf), mode 0600 because it may hold the subscription key.
   - Secrets (O(secrets)) never appear in results or diffs; token hashes and keys are shown as C(<redacted>).
   - Files are backed up, written atomically and through symbolic links, with the owner, group and mode given.
 extends_documentation_fragment:
@@ -198,8 +198,8 @@ def main():
         if record["changed"]:
             restart.extend(unit for unit in spec.units if unit not in restart)
     result = dict(
-        changed=any(record["changed"] for _, record in done),
-        files=[record for _, record in done],
+        changed=any(record["changed"] for _spec, record in done),
+        files=[record for _spec, record in done],
         restart=sorted(restart, key=lambda unit: unit != "daemon-reload"),
         effective=plan.effective,
         backups=writer.backups,

@@ -99,7 +99,7 @@ def unix_listener():
         def serve():
             while True:
                 try:
-                    client, _ = server.accept()
+                    client, _address = server.accept()
                 except OSError:
                     return
                 client.close()

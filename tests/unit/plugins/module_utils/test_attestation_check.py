@@ -115,7 +115,7 @@ def test_qgs_config_per_release(host, version, conf, status, fragment):
     (root / "etc/qgs.conf").write_text(conf)
     if version == "auto":
         (root / "var/lib/dpkg/status").unlink()
-    checks, _ = run(root, url, dcap_version=version)
+    checks, _results = run(root, url, dcap_version=version)
     assert checks["qgs_config"]["status"] == status and fragment in checks["qgs_config"]["message"]
     if status == "FAIL" and "vsock" in fragment:
         assert "remove every 'port' line" in checks["qgs_config"]["fix"]
@@ -124,7 +124,7 @@ def test_qgs_config_per_release(host, version, conf, status, fragment):
 def test_unknown_version_is_a_failure_with_the_fix(host):
     root, url = host
     (root / "var/lib/dpkg/status").unlink()
-    checks, _ = run(root, url)
+    checks, _results = run(root, url)
     assert checks["dcap_version"]["status"] == "FAIL" and "set dcap_version" in checks["dcap_version"]["fix"]
 
 
@@ -132,21 +132,21 @@ def test_unknown_version_is_a_failure_with_the_fix(host):
 def test_socket_access_names_what_the_kernel_refuses(host):
     root, url = host
     os.chown(root / "run/tdx-qgs/qgs.socket", 0, 997)
-    checks, _ = run(root, url)
+    checks, _results = run(root, url)
     kubevirt = checks["socket_access:kubevirt"]
     assert kubevirt["status"] == "FAIL" and "no write permission on the socket" in kubevirt["message"]
     assert "group 107 and mode 0660" in kubevirt["fix"] and "997 (qgsd)" in checks["qgs_socket"]["message"]
     assert checks["socket_access:kata"]["status"] == "PASS"
     os.chown(root / "run/tdx-qgs/qgs.socket", 0, 107)
     os.chmod(root / "run/tdx-qgs", 0o700)
-    checks, _ = run(root, url)
+    checks, _results = run(root, url)
     assert "no search permission on directory /run/tdx-qgs" in checks["socket_access:kubevirt"]["message"]
 
 
 def test_missing_socket(host):
     root, url = host
     (root / "run/tdx-qgs/qgs.socket").unlink()
-    checks, _ = run(root, url)
+    checks, _results = run(root, url)
     assert checks["qgs_socket"]["status"] == "FAIL" and "systemctl status qgsd" in checks["qgs_socket"]["fix"]
     assert checks["socket_access:kubevirt"]["status"] == "SKIP"
 
@@ -154,13 +154,13 @@ def test_missing_socket(host):
 def test_untrusted_certificate_with_use_secure_cert(host):
     root, url = host
     (root / "etc/ssl/certs/ca-certificates.crt").write_text("")
-    checks, _ = run(root, url)
+    checks, _results = run(root, url)
     assert checks["pccs_tls"]["status"] == "FAIL" and "curl error 60" in checks["pccs_tls"]["message"]
     assert "update-ca-certificates" in checks["pccs_tls"]["fix"]
     assert checks["pccs_reachable"]["status"] == "FAIL" and "see pccs_tls" in checks["pccs_reachable"]["fix"]
     qcnl = root / "etc/sgx_default_qcnl.conf"
     qcnl.write_text(qcnl.read_text().replace('"use_secure_cert": true', '"use_secure_cert": false'))
-    checks, _ = run(root, url)
+    checks, _results = run(root, url)
     assert checks["pccs_tls"]["status"] == "PASS" and "not for production" in checks["pccs_tls"]["message"]
     assert checks["pccs_reachable"]["status"] == "PASS"
 
@@ -169,7 +169,7 @@ def test_pccs_url_left_at_localhost_without_a_pccs(host):
     root, _ = host
     qcnl = root / "etc/sgx_default_qcnl.conf"
     qcnl.write_text('{"pccs_url": "https://localhost:1/sgx/certification/v4/"}')
-    checks, _ = run(root, None)
+    checks, _results = run(root, None)
     assert checks["pccs_reachable"]["status"] == "FAIL"
     assert "connection refused" in checks["pccs_reachable"]["message"]
     assert "point it at your PCCS" in checks["pccs_reachable"]["fix"]
@@ -187,13 +187,13 @@ def test_pccs_url_left_at_localhost_without_a_pccs(host):
 def test_qcnl_problems(host, qcnl, fragment):
     root, _ = host
     (root / "etc/sgx_default_qcnl.conf").write_text(qcnl)
-    checks, _ = run(root, None)
+    checks, _results = run(root, None)
     assert checks["qcnl_config"]["status"] == "FAIL" and fragment in checks["qcnl_config"]["message"]
 
 
 def test_expected_pccs_url(host):
     root, _url = host
-    checks, _ = run(root, "https://pccs.example:8081/sgx/certification/v4/")
+    checks, _results = run(root, "https://pccs.example:8081/sgx/certification/v4/")
     assert (
         checks["qcnl_config"]["status"] == "FAIL"
         and "expected https://pccs.example" in checks["qcnl_config"]["message"]
@@ -202,14 +202,14 @@ def test_expected_pccs_url(host):
 
 def test_pccs_tokens_and_files(host):
     root, url = host
-    checks, _ = run(root, url, pccs_local=True, user_token="wrong", admin_token="admin-t")
+    checks, _results = run(root, url, pccs_local=True, user_token="wrong", admin_token="admin-t")
     assert checks["pccs_tokens"]["status"] == "FAIL" and checks["pccs_tokens"]["message"].startswith("UserTokenHash")
     assert "wrong" not in json.dumps(checks)
     pccs = root / "opt/intel/sgx-dcap-pccs"
     os.chmod(pccs / "config/production.json", 0o644)
     (pccs / "config/local.json").write_text("{}")
     (pccs / "ssl_key/private.pem").unlink()
-    checks, _ = run(root, url, pccs_local=True)
+    checks, _results = run(root, url, pccs_local=True)
     message = checks["pccs_config"]["message"]
     assert checks["pccs_config"]["status"] == "FAIL"
     assert "mode 0644" in message and "local.json exists" in message and "private.pem is missing" in message
@@ -221,7 +221,7 @@ def test_qcnl_cache_broken_by_umask_0117(host):
     cache = root / "var/opt/qgsd/.dcap-qcnl"
     cache.mkdir(parents=True)
     os.chmod(cache, 0o660)
-    checks, _ = run(root, url)
+    checks, _results = run(root, url)
     assert checks["qcnl_cache"]["status"] == "FAIL" and "chmod u+x,g-w" in checks["qcnl_cache"]["fix"]
 
 
@@ -244,17 +244,17 @@ def test_registration(host, data, marker, mode, status, fragment):
     if marker:
         (root / "var/lib/confidential-tee").mkdir(parents=True)
         (root / "var/lib/confidential-tee/pck-registration").write_text(marker + "\n")
-    checks, _ = run(root, url, registration=mode)
+    checks, _results = run(root, url, registration=mode)
     assert checks["registration"]["status"] == status and fragment in checks["registration"]["message"]
 
 
 def test_vsock_needs_loopback_for_kata(host):
     root, url = host
     (root / "etc/qgs.conf").write_text("port = 4050\n")
-    checks, _ = run(root, url, transport="vsock", consumers=["kata"])
+    checks, _results = run(root, url, transport="vsock", consumers=["kata"])
     assert checks["qgs_config"]["status"] == "PASS"
     assert checks["vsock_loopback"]["status"] == "FAIL" and "modprobe vsock_loopback" in checks["vsock_loopback"]["fix"]
     assert checks["qgs_vsock"]["status"] == "SKIP" and "qgs_socket" in checks
     (root / "sys/module/vsock_loopback").mkdir(parents=True)
-    checks, _ = run(root, url, transport="vsock", consumers=["kata"])
+    checks, _results = run(root, url, transport="vsock", consumers=["kata"])
     assert checks["vsock_loopback"]["status"] == "PASS"

@@ -126,5 +126,5 @@ def test_problems_that_stop_pccs_or_its_clients(override, fragment):
 def test_unparsable_layers_stop_pccs():
     config, problems = effective_config(DEFAULT, "{ nope")
     assert config is None and "production.json does not parse" in problems[0]
-    _, problems = effective_config(None, "{}")
+    _config, problems = effective_config(None, "{}")
     assert "default.json is missing" in problems[0]

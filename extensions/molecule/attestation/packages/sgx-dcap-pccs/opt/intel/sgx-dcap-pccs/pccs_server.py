@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Stand-in for PCCS's pccs_server.js (Molecule tests only).
 
 Reads config/default.json and config/$NODE_ENV.json the way node-config merges them, serves HTTPS on
