@@ -166,7 +166,7 @@ def test_untrusted_certificate_with_use_secure_cert(host):
 
 
 def test_pccs_url_left_at_localhost_without_a_pccs(host):
-    root, _ = host
+    root, _url = host
     qcnl = root / "etc/sgx_default_qcnl.conf"
     qcnl.write_text('{"pccs_url": "https://localhost:1/sgx/certification/v4/"}')
     checks, _results = run(root, None)
@@ -185,7 +185,7 @@ def test_pccs_url_left_at_localhost_without_a_pccs(host):
     ],
 )
 def test_qcnl_problems(host, qcnl, fragment):
-    root, _ = host
+    root, _url = host
     (root / "etc/sgx_default_qcnl.conf").write_text(qcnl)
     checks, _results = run(root, None)
     assert checks["qcnl_config"]["status"] == "FAIL" and fragment in checks["qcnl_config"]["message"]

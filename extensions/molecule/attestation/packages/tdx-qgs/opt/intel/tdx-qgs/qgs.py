@@ -21,7 +21,7 @@ def config_port():
                 line = "".join(raw.split())
                 if line.startswith("#") or "=" not in line:
                     continue
-                name, _, value = line.partition("=")
+                name, _equals, value = line.partition("=")
                 if name == "port":
                     port = int(value)
     except FileNotFoundError:
@@ -53,12 +53,17 @@ def main():
         os.umask(previous)
         os.chmod(SOCKET, 0o660)
     server.listen(16)
-    signal.signal(
-        signal.SIGTERM, lambda *_: (port is None and os.path.exists(SOCKET) and os.unlink(SOCKET), os._exit(0))
-    )
+    signal.signal(signal.SIGTERM, stop)
     while True:
-        client, _ = server.accept()
+        client, _address = server.accept()
         client.close()
+
+
+def stop(_signum, _frame):
+    """SIGTERM: remove the socket, as QGS does when it shuts down."""
+    if os.path.exists(SOCKET):
+        os.unlink(SOCKET)
+    os._exit(0)
 
 
 if __name__ == "__main__":
