@@ -53,14 +53,14 @@ def main():
         os.umask(previous)
         os.chmod(SOCKET, 0o660)
     server.listen(16)
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, stop if port is None else lambda _signum, _frame: os._exit(0))
     while True:
         client, _address = server.accept()
         client.close()
 
 
 def stop(_signum, _frame):
-    """SIGTERM: remove the socket, as QGS does when it shuts down."""
+    """SIGTERM for the Unix listener: remove its socket, as QGS does when it shuts down."""
     if os.path.exists(SOCKET):
         os.unlink(SOCKET)
     os._exit(0)
