@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import struct
 import tempfile
 from pathlib import Path
@@ -137,9 +138,11 @@ def test_missing_and_not_a_socket(tmp_path):
     assert "is not a socket" in can_connect(str(tmp_path), "/run/tdx-qgs/qgs.socket", QEMU)["reason"]
 
 
-def test_stale_socket_refused(tmp_path, unix_listener):
-    server = unix_listener(tmp_path / "qgs.socket")
-    server.close()
+def test_stale_socket_refused(tmp_path):
+    # What a crashed QGS leaves: the socket file, nobody listening.
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(tmp_path / "qgs.socket"))
+    stale.close()
     result = probe_as(str(tmp_path / "qgs.socket"), Identity("me", os.geteuid(), os.getegid(), []))
     assert result["connected"] is False and result["errno"] == "ECONNREFUSED"
 
