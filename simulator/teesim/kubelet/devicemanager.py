@@ -150,7 +150,8 @@ class DeviceManager:
         self.rng = rng if rng is not None else random.Random(0)
         self.restarts = 0
         self.pod_generation = 0
-        # Devices a ListAndWatch response turned unhealthy while a pod held them.
+        self._active_cache: dict[str, tuple[int, frozenset[str]]] = {}
+        # Devices a ListAndWatch response turned unhealthy while an active pod held them.
         self.allocated_marked_unhealthy = 0
 
     def _pods_changed(self) -> None:
@@ -194,7 +195,7 @@ class DeviceManager:
         if not self._stream_open(resource, generation):
             return False
         state = self._resources.setdefault(resource, _Resource())
-        held = self.allocated_ids(resource)
+        held = self.active_device_ids(resource)
         state.healthy, state.unhealthy, state.listed = set(), set(), []
         for item in devices:
             dev = item if isinstance(item, Device) else Device(*item)
@@ -423,13 +424,20 @@ class DeviceManager:
 
     def active_device_ids(self, resource: str) -> frozenset[str]:
         """What pod-resources ``List`` reports for ``resource``: devices of active pods only
-        (``List`` calls ``UpdateAllocatedDevices`` first, so finished pods are freed before it answers)."""
-        return frozenset(
+        (``List`` calls ``UpdateAllocatedDevices`` first, so finished pods are freed before it answers).
+        Cached on ``pod_generation``, which only this class changes."""
+        cached = self._active_cache.get(resource)
+        if cached is not None and cached[0] == self.pod_generation:
+            return cached[1]
+        ids = frozenset(
             dev
-            for pod in self.active_pods()
-            for per_res in self._pod_devices.get(pod.key, {}).values()
+            for key in self._pods
+            if key not in self._finished
+            for per_res in self._pod_devices.get(key, {}).values()
             for dev in per_res.get(resource, ())
         )
+        self._active_cache[resource] = (self.pod_generation, ids)
+        return ids
 
     def find_pod(self, namespace: str, name: str) -> PodRef | None:
         for pod in self.active_pods():
