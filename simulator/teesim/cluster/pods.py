@@ -86,6 +86,9 @@ class Pod:
     ended_at: float | None = None
     reason: str = ""
     attempts: int = 0  # launches tried (a Kata sandbox is retried by the kubelet)
+    first_launch_at: float | None = None
+    # Whether the first failed launch fell in the race window (its retries share the verdict).
+    in_race_window: bool | None = None
     # What the scheduler counted for this pod when it bound it (requests + overhead, DRA-adjusted).
     scheduled_need: dict[str, int] = field(default_factory=dict)
     # DRA devices the scheduler allocated to this pod, per extended resource name.

@@ -368,9 +368,9 @@ class DeviceManager:
                 f"Requested: {count}, Available: {len(available)}"
             )
         chosen = [i for i in dict.fromkeys(preferred or ()) if i in available][:count]
-        rest = sorted(available - set(chosen), key=natural_key)
-        self.rng.shuffle(rest)
-        return chosen + rest[: count - len(chosen)]
+        # Sorted first only so that a seed gives the same run in every process (set order varies).
+        rest = sorted(available.difference(chosen))
+        return chosen + self.rng.sample(rest, count - len(chosen))
 
     def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
         """The plugin's Allocate succeeded: remember the container's devices (the checkpoint)."""

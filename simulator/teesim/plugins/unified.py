@@ -14,7 +14,8 @@ count is turned off), and KubeVirt maps its VMIs to the same name, so the schedu
   production). A Kata VM is created with its sandbox, so exactly those keys are charged; the
   scheduler already counts them, so they must not be hidden a second time. A pod still waiting for
   its sandbox (just bound, or retrying after EBUSY) charges nothing yet: counting it would hide too
-  little for as long as it retries;
+  little for as long as it retries. Between a VM's creation and the condition reaching the plugin the
+  key is hidden once: too careful for a moment, never too few;
 * the rest is keys held outside Kubernetes: that many free devices are advertised Unhealthy, and at
   least ``--reserve`` of them when the operator keeps keys for VMs started outside Kubernetes.
 

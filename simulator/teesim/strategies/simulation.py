@@ -303,6 +303,8 @@ class Simulation:
         if pod.phase is not Phase.BOUND:
             return
         pod.attempts += 1
+        if pod.first_launch_at is None:
+            pod.first_launch_at = self.clock.now
         try:
             node.charge(Consumer(pod.consumer), pod.cgroup, pod.misc_resource)
         except ChargeError as exc:
@@ -333,17 +335,38 @@ class Simulation:
         self.completed[pod.consumer.value] += 1
         self._changed(node, pod.misc_resource, pod.consumer, charged=False)
 
-    def _attempt_failed(self, node: SimNode, pod: Pod, exc: Exception) -> None:
+    def _window(self, pod: Pod) -> tuple[float, float]:
+        """A pod's race window runs from its binding to its first launch: a retry fails because of
+        what happened then, not because the node is busy later."""
         now = self.clock.now
         since = pod.bound_at if pod.bound_at is not None else now
-        self._fail_record(node, pod.consumer, pod.misc_resource, pod.uid, "launch", exc, since, now, pod.attempts)
+        return since, pod.first_launch_at if pod.first_launch_at is not None else now
+
+    def _attempt_failed(self, node: SimNode, pod: Pod, exc: Exception) -> None:
+        since, until = self._window(pod)
+        failure = self._fail_record(
+            node,
+            pod.consumer,
+            pod.misc_resource,
+            pod.uid,
+            "launch",
+            exc,
+            since,
+            until,
+            pod.attempts,
+            pod.in_race_window,
+        )
+        pod.in_race_window = failure.in_race_window
 
     def _fail(self, node: SimNode, pod: Pod, kind: str, exc: Exception) -> None:
         now = self.clock.now
         pod.phase, pod.ended_at, pod.reason = Phase.FAILED, now, str(exc)
         self._release(node, pod, was_running=False)
-        since = pod.bound_at if pod.bound_at is not None else now
-        self._fail_record(node, pod.consumer, pod.misc_resource, pod.uid, kind, exc, since, now, max(pod.attempts, 1))
+        since, until = self._window(pod)
+        attempt = max(pod.attempts, 1)
+        self._fail_record(
+            node, pod.consumer, pod.misc_resource, pod.uid, kind, exc, since, until, attempt, pod.in_race_window
+        )
 
     def _fail_record(
         self,
@@ -354,13 +377,16 @@ class Simulation:
         kind: str,
         exc: Exception,
         since: float,
-        now: float,
+        until: float,
         attempt: int = 1,
-    ) -> None:
+        in_race: bool | None = None,
+    ) -> Failure:
         # The race window: a plugin poll, then a node status sync, then the guest's launch delay.
-        window_start = since - self.settings.poll_interval - self.settings.node_status_interval
-        recent = self._charge_times[(node.name, resource)]
-        in_race = any(window_start <= t <= now for t in recent)
+        now = self.clock.now
+        if in_race is None:
+            window_start = since - self.settings.poll_interval - self.settings.node_status_interval
+            recent = self._charge_times[(node.name, resource)]
+            in_race = any(window_start <= t <= until for t in recent)
         message = str(exc)
         if isinstance(exc, OSError) and exc.errno == errno.EBUSY:
             message = f"EBUSY: {exc.strerror}"
@@ -368,6 +394,7 @@ class Simulation:
         self.failures.append(failure)
         if self.observer is not None:
             self.observer.on_failure(self, failure)
+        return failure
 
     def _changed(self, node: SimNode, resource: str, consumer: Consumer, charged: bool = True) -> None:
         if charged:
