@@ -237,14 +237,20 @@ class Simulation:
             return
         still: list[Pod] = []
         views = {name: node.view() for name, node in self.nodes.items()}
+        # Needs that fit nowhere in this pass: identical pods behind them need not be tried again
+        # until a binding changes the views.
+        unfit: set[tuple[tuple[str, int], ...]] = set()
         for pod in self.pending:
             need = self.scheduler_need(pod)
-            choice = choose_node(need, list(views.values()))
+            signature = tuple(sorted(need.items()))
+            choice = None if signature in unfit else choose_node(need, list(views.values()))
             if choice is None:
+                unfit.add(signature)
                 still.append(pod)
                 continue
             self._bind(self.nodes[choice], pod, need)
             views[choice] = self.nodes[choice].view()
+            unfit.clear()
         self.pending = still
 
     def _bind(self, node: SimNode, pod: Pod, need: dict[str, int]) -> None:
