@@ -229,9 +229,7 @@ class ReconcilingPlugin(InProcessPlugin):
         else:
             self._publish()
 
-    def _publish(self) -> None:
-        if not self.running or self._listed is None:
-            return
+    def _decide(self) -> None:
         self.unhealthy = next_unhealthy(
             self.ids,
             self.own_allocated(),
@@ -240,6 +238,11 @@ class ReconcilingPlugin(InProcessPlugin):
             accounted_elsewhere=self.accounted_elsewhere(),
             reserve=self.reserve(),
         )
+
+    def _publish(self) -> None:
+        if not self.running or self._listed is None:
+            return
+        self._decide()
         self.refresh()
         if self._current is not None and self.generation is not None:
             self.node.usage_published_at[self.misc_resource] = self.clock.now
@@ -260,14 +263,7 @@ class ReconcilingPlugin(InProcessPlugin):
             self._current = read_current(self.node, self.misc_resource)
             self._listed_at = float("-inf")
             if self._list():
-                self.unhealthy = next_unhealthy(
-                    self.ids,
-                    self.own_allocated(),
-                    self._current,
-                    self.unhealthy,
-                    accounted_elsewhere=self.accounted_elsewhere(),
-                    reserve=self.reserve(),
-                )
+                self._decide()
         super().register()
 
     def devices(self) -> list[Device]:
