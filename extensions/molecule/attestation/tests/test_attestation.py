@@ -26,7 +26,7 @@ ANCHOR = "/usr/local/share/ca-certificates/confidential-tee-pccs.crt"
 REPORTS = SCENARIO.parents[2] / ".build" / "molecule-reports" / "attestation"
 
 
-def run_play(tmp_path: Path, tasks: list[dict], *args: str) -> subprocess.CompletedProcess[str]:
+def run_play(tmp_path: Path, tasks: list[dict], *args: str, callback: str = "ansible.posix.json"):
     """A real ansible-playbook run against the instance over the podman connection."""
     inventory = {"all": {"hosts": {INSTANCE: {"ansible_connection": "containers.podman.podman", **GROUP_VARS}}}}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
@@ -38,7 +38,7 @@ def run_play(tmp_path: Path, tasks: list[dict], *args: str) -> subprocess.Comple
         text=True,
         timeout=600,
         check=False,
-        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_STDOUT_CALLBACK": callback},
     )
 
 
@@ -162,24 +162,44 @@ def test_broken_chain_then_fixed(host, tmp_path):
 
 
 def test_check_mode_changes_nothing_and_verbose_output_shows_no_secret(host, tmp_path):
+    """Every config writer in --check --diff -vvv against the converged host: changes planned, none made, no
+    secret (or token hash) printed. The whole playbook in check mode runs in tests/integration (local, faster)."""
     files = ["/etc/qgs.conf", QCNL, f"{PCCS}/config/production.json", "/etc/mpa_registration.conf"]
     snapshot = "sha256sum {0} && stat -c '%n %a %U %G' {0}".format(" ".join(files))
     before = host.check_output(snapshot)
-    new_token = "check-mode-Token-5521"
-    completed = subprocess.run(
-        [
-            "ansible-playbook", "-vvv", "--check", "--diff",
-            "-i", f"{INSTANCE},", "-c", "containers.podman.podman",
-            "-e", json.dumps({**GROUP_VARS, "tdx_attestation_pccs_user_token": new_token,
-                              "tdx_attestation_pccs_url": "https://pccs.example.com:8081/sgx/certification/v4/"}),
-            str(SCENARIO / "converge.yml"),
-        ],
-        capture_output=True, text=True, timeout=900, check=False, env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
-    )  # fmt: skip
+    new_token, new_key = "check-mode-Token-5521", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+    tasks = [
+        {"name": "qgs", "confidential.tee.dcap_config": {"component": "qgs", "socket_group": "qgsd"}},
+        {
+            "name": "qcnl",
+            "confidential.tee.dcap_config": {
+                "component": "qcnl",
+                "settings": {"pccs_url": "https://pccs.example.com:8081/sgx/certification/v4/"},
+            },
+        },
+        {
+            "name": "pccs",
+            "confidential.tee.dcap_config": {
+                "component": "pccs",
+                "settings": {"hosts": "0.0.0.0"},
+                "secrets": {
+                    "api_key": SECRETS["tdx_attestation_pccs_api_key"],
+                    "user_token": new_token,
+                    "admin_token": SECRETS["tdx_attestation_pccs_admin_token"],
+                },
+            },
+        },
+        {
+            "name": "mpa",
+            "confidential.tee.dcap_config": {"component": "mpa", "secrets": {"subscription_key": new_key}},
+        },
+    ]
+    completed = run_play(tmp_path, tasks, "--check", "--diff", "-vvv", callback="ansible.builtin.default")
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output[-4000:]
+    assert "changed=4" in output and '+    "hosts": "0.0.0.0"' in output  # four planned changes, with diffs
+    assert "pccs.example.com" in output and "subscription key = <redacted>" in output
     assert host.check_output(snapshot) == before
-    assert "pccs.example.com" in output and "changed=" in output
-    hashes = [hashlib.sha512(v.encode()).hexdigest() for v in [*SECRETS.values(), new_token]]
-    leaked = [value for value in [*SECRETS.values(), new_token, *hashes] if value in output]
+    values = [*SECRETS.values(), new_token, new_key]
+    leaked = [v for v in values + [hashlib.sha512(v.encode()).hexdigest() for v in values] if v in output]
     assert leaked == [], f"secrets in -vvv output: {len(leaked)}"
