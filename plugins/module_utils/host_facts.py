@@ -17,6 +17,8 @@ Kernel facts this reads:
   passthrough, ``DMA``/``DMA-FQ`` translated).
 * ``/sys/power/state``: ``disk`` is listed only while hibernation is available.
 * ``/sys/kernel/security/lockdown``: the active lockdown level in brackets.
+* ``/sys/bus/pci/devices/<bdf>/{vendor,class}`` and the ``driver`` and ``iommu_group`` links of NVIDIA GPUs
+  and NVSwitches: which driver owns each (``vfio-pci`` for passthrough) and its IOMMU group.
 
 Nothing here raises on bad input: absent hardware is a fact (``False``/``None``) and an unreadable or
 malformed file is a fact plus an entry in ``warnings`` naming the path.
@@ -59,6 +61,10 @@ DEV_SGX_PROVISION = "dev/sgx_provision"
 DEV_VHOST_VSOCK = "dev/vhost-vsock"
 DEV_VSOCK = "dev/vsock"
 QGS_SOCKET = "var/run/tdx-qgs/qgs.socket"
+PCI_DEVICES = "sys/bus/pci/devices"
+NVIDIA_PCI_VENDOR = "0x10de"
+# PCI class (base class + subclass): VGA and 3D controllers are GPUs, 0x0680 is an NVSwitch ("other bridge").
+NVIDIA_PCI_CLASSES = {"0x0300": "gpu", "0x0302": "gpu", "0x0680": "nvswitch"}
 
 CPU_FLAGS = ("tdx_host_platform", "sev", "sev_es", "sev_snp", "sgx", "sgx_lc", "hypervisor", "tdx_guest")
 KVM_AMD_PARAMS = ("sev", "sev_es", "sev_snp")
@@ -283,6 +289,46 @@ def read_devices(reader):
     }
 
 
+def _link_name(reader, rel):
+    """The last component of a symbolic link's target (``driver`` -> ``.../drivers/vfio-pci``), else ``None``."""
+    try:
+        link = reader.resolve(rel, follow_last=False)
+        return os.path.basename(os.readlink(link).rstrip("/")) or None
+    except OSError:
+        return None
+
+
+def read_pci_nvidia(reader):
+    """NVIDIA GPUs and NVSwitches on the PCI bus with their driver and IOMMU group.
+
+    ``listed`` is ``True`` when ``/sys/bus/pci/devices`` was listed, ``False`` when it does not exist (a
+    partial host tree) and ``None`` when it could not be read; ``devices`` is empty unless it was listed.
+    """
+    exists = reader.isdir(PCI_DEVICES)
+    entries = reader.listdir(PCI_DEVICES) if exists else []
+    if exists is None or entries is None:
+        return {"listed": None, "devices": []}
+    devices = []
+    for bdf in entries:
+        base = "%s/%s" % (PCI_DEVICES, bdf)
+        if (_read(reader, base + "/vendor") or "").strip().lower() != NVIDIA_PCI_VENDOR:
+            continue
+        pci_class = (_read(reader, base + "/class") or "").strip().lower()[:6]
+        if pci_class not in NVIDIA_PCI_CLASSES:
+            continue
+        devices.append(
+            {
+                "bdf": bdf,
+                "kind": NVIDIA_PCI_CLASSES[pci_class],
+                "device_id": (_read(reader, base + "/device") or "").strip() or None,
+                "class": pci_class,
+                "driver": _link_name(reader, base + "/driver"),
+                "iommu_group": _link_name(reader, base + "/iommu_group"),
+            }
+        )
+    return {"listed": exists, "devices": devices}
+
+
 # ---------------------------------------------------------------------------------------------------
 # Everything together
 # ---------------------------------------------------------------------------------------------------
@@ -315,6 +361,7 @@ def gather_host_facts(host_root="/", gpu=None):
         "power": power,
         "vsock": {"vhost_vsock": devices["vhost_vsock"], "vsock": devices["vsock"]},
         "qgs": qgs,
+        "pci": read_pci_nvidia(reader),
         "tdx": summarize_tdx(cpu, kvm, cmdline, kernel, qgs, power),
         "sgx": summarize_sgx(cpu, devices),
     }
