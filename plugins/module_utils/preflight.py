@@ -105,14 +105,13 @@ def _tdx_kvm_check(facts):
     reasons = tdx_kvm_reasons(facts["kvm"], facts["cmdline"], facts["kernel"])
     if not reasons:
         return check("tdx.kvm", title, SKIP, "kvm_intel tdx parameter unknown")
-    return check(
-        "tdx.kvm",
-        title,
-        FAIL,
-        "; ".join(reasons),
-        "add kvm_intel.tdx=1 to the kernel command line (role confidential.tee.tdx_host) and reboot; "
-        "a kernel older than 6.16 needs a vendor TDX kernel",
-    )
+    if facts["kvm"]["intel"]["loaded"] is False:
+        fix = "load kvm_intel with TDX on (`modprobe kvm_intel tdx=1`) and make it persistent (role tdx_host)"
+    elif value is None:
+        fix = "boot a kernel whose KVM supports TDX (upstream 6.16+ or a vendor TDX kernel)"
+    else:
+        fix = "add kvm_intel.tdx=1 to the kernel command line (role confidential.tee.tdx_host) and reboot"
+    return check("tdx.kvm", title, FAIL, "; ".join(reasons), fix)
 
 
 def _tdx_hibernation_check(facts):
@@ -189,13 +188,18 @@ def tdx_section(facts, capacity, hardware) -> dict:
     skipped = _vendor_skip(facts, "intel", "TDX")
     if skipped:
         return section("tdx", "Intel TDX", [], skipped)
-    checks = [
-        _tdx_cpu_check(facts),
-        _tdx_kvm_check(facts),
-        _tdx_hibernation_check(facts),
-        _tdx_keys_check(facts, capacity, hardware),
-    ]
-    return section("tdx", "Intel TDX", checks)
+    cpu_check = _tdx_cpu_check(facts)
+    if cpu_check["verdict"] == FAIL and facts["cpu"]["flags"]["hypervisor"]:
+        # A virtual machine cannot host TDs: the kernel, KVM and key checks would only add noise.
+        why = "not evaluated: a virtual machine cannot host TDX guests"
+        rest = [
+            check("tdx.kvm", "kvm_intel tdx=Y", SKIP, why),
+            check("tdx.hibernation", "hibernation unavailable (nohibernate)", SKIP, why),
+            check("tdx.keys", "TDX keys > 0", SKIP, why),
+        ]
+    else:
+        rest = [_tdx_kvm_check(facts), _tdx_hibernation_check(facts), _tdx_keys_check(facts, capacity, hardware)]
+    return section("tdx", "Intel TDX", [cpu_check, *rest])
 
 
 # ---------------------------------------------------------------------------------------------------
