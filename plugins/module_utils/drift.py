@@ -77,7 +77,7 @@ def nfd_advertisers(rules) -> dict[str, list[dict]]:
                 feature = NFD_FEATURES.get(value)
                 found.setdefault(name, []).append(
                     {
-                        "rule": "NodeFeatureRule %s (rule %s)" % (name_of(rule_object), rule.get("name")),
+                        "rule": "NodeFeatureRule %s/%s" % (name_of(rule_object), rule.get("name")),
                         "value": value,
                         "misc": feature or (KEY_POOLS.get(name) or {}).get("misc"),
                         "static": not value.startswith("@"),
@@ -232,12 +232,26 @@ def double_pool(node, resource, kernel, pools) -> list[dict]:
     )
     if "overcommit_now" in numbers:
         detail += " Right now it sees %d free where the kernel has %d." % (numbers["scheduler_free"], kernel["free"])
-    fix = (
-        "keep one pool for %s: make KubeVirt request %s as Kata does (one resource shared by both), or remove "
-        "the NFD extendedResources entry and let Kata's RuntimeClass overhead request the device plugin's resource; "
-        "if both must stay, give each a fixed share (a static NFD value and the plugin's limit) whose sum is at "
-        "most %s" % (resource, active[0]["name"], capacity if capacity is not None else "the kernel's capacity")
-    )
+    nfd = [p["name"] for p in active if p["kind"].startswith("nfd")]
+    plugins = [p["name"] for p in active if not p["kind"].startswith("nfd")]
+    share = "most %s" % capacity if capacity is not None else "most the kernel's capacity"
+    if nfd and plugins:
+        fix = (
+            "keep one pool for %s: make KubeVirt VMs request %s, the resource Kata's RuntimeClass overhead already "
+            "uses (one count for both), and stop the device plugin advertising %s; or the reverse: point the "
+            "RuntimeClass overhead at %s and drop %s from the NodeFeatureRule. If both must stay, give each a fixed "
+            "share (a static NFD value, the plugin's limit) that sum to at %s"
+            % (resource, nfd[0], ", ".join(plugins), plugins[0], nfd[0], share)
+        )
+    else:
+        fix = (
+            "advertise %s keys through one resource only (now: %s), or split them into fixed shares summing to at %s"
+            % (
+                resource,
+                ", ".join(p["name"] for p in active),
+                share,
+            )
+        )
     return [_finding(node, resource, "double_pool", CRITICAL, "double pool", numbers, detail, fix)]
 
 

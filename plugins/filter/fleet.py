@@ -1,0 +1,32 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+
+def fleet_hosts(names, hostvars, result_var, node_var="tee_node_name"):
+    """``[{"name", "node", "result"}]`` for confidential.tee.tee_fleet_report, one per host in ``names``.
+
+    ``result`` is the host's ``result_var`` (``None`` when the host never registered it: unreachable, limited
+    out of the play); ``node`` is its ``node_var`` or, when unset, the host name.
+    """
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise AnsibleFilterError("confidential.tee.fleet_hosts expects a list of host names, got %r" % (names,))
+    entries = []
+    for name in names:
+        variables = _lookup(hostvars, name) or {}
+        node = _lookup(variables, node_var)
+        entries.append({"name": name, "node": node or name, "result": _lookup(variables, result_var)})
+    return entries
+
+
+def _lookup(mapping, key):
+    """``mapping[key]`` or ``None``: HostVars has no ``get()``, and a host outside the play has no variable."""
+    return mapping[key] if key in mapping else None  # noqa: SIM401 (HostVars has no get())
+
+
+class FilterModule:
+    def filters(self):
+        return {"fleet_hosts": fleet_hosts}

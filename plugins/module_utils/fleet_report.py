@@ -1,0 +1,127 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""The fleet report as data: each node's preflight verdict, key pools and drift findings, and a summary.
+
+Pure Python, standard library only. Input is what a play registered from ``tee_host_info`` with
+``preflight: true`` for every host, plus the Kubernetes objects of the cluster (:mod:`drift`). The
+renderers (:mod:`fleet_render` for Markdown and HTML, :mod:`prometheus` for the textfile collector) take the
+returned dict and nothing else, so every format says the same thing.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.confidential.tee.plugins.module_utils.drift import MISC_RESOURCES, fleet_drift
+
+SCHEMA = "confidential.tee/fleet-report/v1"
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+NO_KUBERNETES = "no Kubernetes objects given (kubernetes or kubernetes_dir): drift not checked"
+
+
+def host_facts(result) -> tuple[dict | None, str | None]:
+    """``(facts, None)`` from a registered ``tee_host_info`` result, or ``(None, why not)``."""
+    if not isinstance(result, dict):
+        return None, "no result: the host was unreachable or the task did not run"
+    if result.get("unreachable"):
+        return None, "unreachable: %s" % (result.get("msg") or "no message")
+    if result.get("failed"):
+        return None, "tee_host_info failed: %s" % (result.get("msg") or "no message")
+    if result.get("skipped"):
+        return None, "tee_host_info was skipped"
+    facts = result.get("host")
+    if not isinstance(facts, dict) or not isinstance(facts.get("preflight"), dict):
+        return None, "the result has no host.preflight: run tee_host_info with preflight: true"
+    return facts, None
+
+
+def _node_entry(host, facts, error, drift) -> dict:
+    preflight = (facts or {}).get("preflight") or {}
+    kernel = (facts or {}).get("kernel") or {}
+    findings = sorted(drift["findings"], key=lambda f: (SEVERITY_ORDER.get(f["severity"], 9), f["id"]))
+    return {
+        "name": host["name"],
+        "node": host["node"],
+        "reachable": facts is not None,
+        "error": error,
+        "kernel": kernel.get("release"),
+        "cpu_vendor": (facts or {}).get("tee_vendor"),
+        "technology": preflight.get("technology"),
+        "verdict": preflight.get("verdict") if facts else "UNKNOWN",
+        "ready": bool(preflight.get("ready")),
+        "counts": preflight.get("counts") or {},
+        "blocking": preflight.get("blocking") or ([error] if error else []),
+        "sections": preflight.get("sections") or [],
+        "table": preflight.get("table") or [],
+        "gpu": _gpu_summary(facts),
+        "in_kubernetes": drift["in_kubernetes"],
+        "drift_reason": drift["reason"],
+        "pools": {r: drift["pools"][r] for r in MISC_RESOURCES if _pool_has_data(drift["pools"][r])},
+        "findings": findings,
+        "problems": drift["problems"],
+        "warnings": [w.get("problem") for w in (facts or {}).get("warnings") or []],
+    }
+
+
+def _gpu_summary(facts) -> dict | None:
+    gpu = (facts or {}).get("gpu") or {}
+    if not gpu.get("probed") or not gpu.get("present"):
+        return None
+    return {
+        "count": len(gpu.get("gpus") or []),
+        "names": sorted({g.get("name") for g in gpu.get("gpus") or [] if g.get("name")}),
+        "cc_capable": gpu.get("cc_capable"),
+        "cc_state": gpu.get("cc_state"),
+        "ready_state": gpu.get("ready_state"),
+    }
+
+
+def _pool_has_data(pool) -> bool:
+    return bool(pool["capacity"] or pool["in_use"] or pool["advertised"])
+
+
+def all_findings(report_nodes, fleet_findings) -> list[dict]:
+    """Every finding once: node findings, and fleet findings that no node carries (a copy sits on each node)."""
+    unattached = [f for f in fleet_findings if not (f.get("numbers") or {}).get("nodes_it_can_land_on")]
+    return [f for n in report_nodes for f in n["findings"]] + unattached
+
+
+def _summary(nodes, fleet_findings) -> dict:
+    findings = all_findings(nodes, fleet_findings)
+    by_id: dict[str, int] = {}
+    for finding in findings:
+        by_id[finding["id"]] = by_id.get(finding["id"], 0) + 1
+    verdicts: dict[str, int] = {}
+    for node in nodes:
+        verdicts[node["verdict"]] = verdicts.get(node["verdict"], 0) + 1
+    return {
+        "nodes": len(nodes),
+        "ready": sum(1 for n in nodes if n["ready"]),
+        "not_ready": [n["name"] for n in nodes if not n["ready"]],
+        "unreachable": [n["name"] for n in nodes if not n["reachable"]],
+        "verdicts": verdicts,
+        "findings": len(findings),
+        "critical": sum(1 for f in findings if f["severity"] == "critical"),
+        "findings_by_id": by_id,
+    }
+
+
+def build_report(hosts, kubernetes=None, resource_map=None, title="TEE fleet report") -> dict:
+    """The report. ``hosts`` is a list of ``{"name", "node", "result"}`` (``node``: the Kubernetes node name,
+    ``result``: the registered ``tee_host_info`` result); ``kubernetes`` as :func:`drift.fleet_drift` takes it."""
+    facts, errors = {}, {}
+    for host in hosts:
+        facts[host["node"]], errors[host["node"]] = host_facts(host.get("result"))
+    drift = fleet_drift(facts, kubernetes or {}, resource_map)
+    if kubernetes is None:
+        for entry in drift["nodes"].values():
+            entry["reason"] = NO_KUBERNETES
+    nodes = [_node_entry(h, facts[h["node"]], errors[h["node"]], drift["nodes"][h["node"]]) for h in hosts]
+    fleet_findings = list(drift["findings"])
+    return {
+        "schema": SCHEMA,
+        "title": title,
+        "kubernetes": kubernetes is not None,
+        "summary": _summary(nodes, fleet_findings),
+        "nodes": nodes,
+        "fleet_findings": fleet_findings,
+        "problems": drift["problems"],
+    }
