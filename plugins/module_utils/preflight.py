@@ -2,7 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """Preflight: one hierarchical verdict per host, PASS / FAIL / SKIP per check, a remediation for every FAIL.
 
-Pure functions over the ``tee_host_info`` facts (:func:`host_facts.gather_host_facts`), the capacity report
+Pure functions (all but :func:`gather_preflight`, which reads) over the ``tee_host_info`` facts
+(:func:`host_facts.gather_host_facts`), the capacity report
 (:func:`capacity_facts.capacity_facts`) and the hardware registers (:mod:`hardware_keys`). The rules that
 say *why* something is not ready live in :mod:`readiness`; this module arranges them as checks an operator
 reads top-down, and adds the ones a whole-host verdict needs (keys, vsock, GPU passthrough, attestation).
@@ -19,6 +20,9 @@ Verdicts:
 from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.capacity_check import ZERO_CAPACITY_HINTS
+from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.hardware_keys import gather_hardware_keys
+from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.readiness import (
     SEV_KINDS,
     sev_kvm_reasons,
@@ -254,7 +258,7 @@ def _sev_device_check(facts):
         "/dev/sev",
         FAIL,
         "/dev/sev is missing: QEMU cannot launch SEV guests",
-        "load ccp (`modprobe ccp`)",
+        "load the PSP driver (`modprobe ccp`)",
     )
 
 
@@ -575,6 +579,18 @@ def preflight_verdict(facts, capacity, hardware, min_free_keys=1, attestation=No
     }
     result["table"] = format_table(result)
     return result
+
+
+def gather_preflight(host_root, facts, min_free_keys=1, attestation=None) -> dict:
+    """Add ``capacity`` (with the top-level cgroups), ``hardware_keys`` and ``preflight`` to host ``facts``.
+
+    What ``tee_host_info`` does with ``preflight: true``; ``facts`` come from :func:`host_facts.gather_host_facts`.
+    """
+    # One level of cgroups: the misc.events counters of the top-level slices, for metrics and drift.
+    facts["capacity"] = capacity_facts(host_root, cgroups=True, cgroup_depth=1)
+    facts["hardware_keys"] = gather_hardware_keys(HostReader(host_root), facts, facts["capacity"])
+    facts["preflight"] = preflight_verdict(facts, facts["capacity"], facts["hardware_keys"], min_free_keys, attestation)
+    return facts
 
 
 def _clip(text, width=110):

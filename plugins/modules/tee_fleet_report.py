@@ -20,7 +20,7 @@ description:
     advertises, SEV-ES guests no resource counts), and writes one report.
   - The report is a self-contained HTML page (per-node verdict table, key pools per node as small charts,
     findings with fixes), the same as Markdown for tickets, the whole data as JSON, and node_exporter
-    textfile-collector metrics (C(.prom)): capacity, usage, peak, free and C(misc.events) per resource, advertised
+    textfile-collector metrics (C(.prom)) with capacity, usage, peak, free and C(misc.events) per resource, advertised
     and requested keys, keys used outside Kubernetes, findings and readiness.
   - Runs where the report is written (usually C(localhost)); it reads no host files itself.
   - Every file is written atomically (a temporary file in the same directory, then renamed), through a symbolic

@@ -64,9 +64,9 @@ options:
     default: false
   preflight:
     description:
-      - Also return the preflight verdict in RV(host.preflight): PASS, FAIL or SKIP per check (TDX, SEV-ES/SEV-SNP,
-        free keys, vsock, IOMMU and GPU passthrough, GPU confidential computing, attestation), with a remediation
-        for every failure, as data and as a short table.
+      - Also return the preflight verdict in RV(host.preflight), that is PASS, FAIL or SKIP per check (TDX,
+        SEV-ES/SEV-SNP, free keys, vsock, IOMMU and GPU passthrough, GPU confidential computing, attestation), with a
+        remediation for every failure, as data and as a short table.
       - Implies O(capacity=true), and the capacity report then also lists the top-level cgroups
         (C(cgroups), one level deep) with their C(misc.events) counters.
       - Reads the hardware key registers where they answer a question (RV(host.hardware_keys)); all of it in
@@ -366,7 +366,7 @@ host:
           tdx: {"name": tdx, "capacity": 63, "current": 2, "free": 61}
     pci:
       description:
-        - NVIDIA GPUs and NVSwitches on the PCI bus (C(/sys/bus/pci/devices)): C(bdf), C(kind) (V(gpu) or
+        - NVIDIA GPUs and NVSwitches on the PCI bus (C(/sys/bus/pci/devices)), each with C(bdf), C(kind) (V(gpu) or
           V(nvswitch)), C(device_id), C(class), the C(driver) bound (V(vfio-pci) for passthrough) and the
           C(iommu_group). C(listed) is V(false) when the directory does not exist, V(null) when unreadable.
       type: dict
@@ -380,7 +380,7 @@ host:
           C(sev) is CPUID 0x8000001F (ECX max ASID, EDX min SEV ASID, so sev_es = EDX - 1) on AMD hosts, with
           C(cross_check) against C(misc.capacity). C(tdx_misc_resource) says whether the kernel counts TDX keys.
         - Each register has C(readable), C(path) and C(problem) (why it could not be read, for example
-          C(cannot be opened: Operation not permitted) without root, or no C(msr) driver).
+          C(cannot be opened) with the error, without root, or that the C(msr) driver is not loaded).
       returned: when O(preflight=true)
       type: dict
       sample:
@@ -423,10 +423,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.gpu_facts import bounded_runner, empty_gpu, probe_gpu
-from ansible_collections.confidential.tee.plugins.module_utils.hardware_keys import gather_hardware_keys
 from ansible_collections.confidential.tee.plugins.module_utils.host_facts import HostRootError, gather_host_facts
-from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
-from ansible_collections.confidential.tee.plugins.module_utils.preflight import preflight_verdict
+from ansible_collections.confidential.tee.plugins.module_utils.preflight import gather_preflight
 
 
 def _gpu_facts(module, host_root):
@@ -491,12 +489,7 @@ def main():
         module.fail_json(msg=str(exc))
     params = module.params
     if params["preflight"]:
-        # One level of cgroups: the misc.events counters of the top-level slices, for metrics and drift.
-        facts["capacity"] = capacity_facts(host_root, cgroups=True, cgroup_depth=1)
-        facts["hardware_keys"] = gather_hardware_keys(HostReader(host_root), facts, facts["capacity"])
-        facts["preflight"] = preflight_verdict(
-            facts, facts["capacity"], facts["hardware_keys"], params["min_free_keys"], params["attestation"]
-        )
+        gather_preflight(host_root, facts, params["min_free_keys"], params["attestation"])
     elif params["capacity"]:
         facts["capacity"] = capacity_facts(host_root)
     for issue in facts.get("capacity", {}).get("issues", []):
