@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import compact_result
 
 
 def fleet_hosts(names, hostvars, result_var, node_var="tee_node_name"):
     """``[{"name", "node", "result"}]`` for confidential.tee.tee_fleet_report, one per host in ``names``.
 
-    ``result`` is the host's ``result_var`` (``None`` when the host never registered it: unreachable, limited
-    out of the play); ``node`` is its ``node_var`` or, when unset, the host name.
+    ``result`` is the part of the host's ``result_var`` the report reads (``None`` when the host never registered
+    it: unreachable, limited out of the play); ``node`` is its ``node_var`` or, when unset, the host name.
     """
     if isinstance(names, str) or not isinstance(names, (list, tuple)):
         raise AnsibleFilterError("confidential.tee.fleet_hosts expects a list of host names, got %r" % (names,))
@@ -18,7 +19,8 @@ def fleet_hosts(names, hostvars, result_var, node_var="tee_node_name"):
     for name in names:
         variables = _lookup(hostvars, name) or {}
         node = _lookup(variables, node_var)
-        entries.append({"name": name, "node": node or name, "result": _lookup(variables, result_var)})
+        result = compact_result(_lookup(variables, result_var))
+        entries.append({"name": name, "node": node or name, "result": result})
     return entries
 
 

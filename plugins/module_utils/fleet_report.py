@@ -11,10 +11,51 @@ returned dict and nothing else, so every format says the same thing.
 from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.drift import MISC_RESOURCES, fleet_drift
+from ansible_collections.confidential.tee.plugins.module_utils.preflight import format_table
 
 SCHEMA = "confidential.tee/fleet-report/v1"
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 NO_KUBERNETES = "no Kubernetes objects given (kubernetes or kubernetes_dir): drift not checked"
+
+
+_STATUS_KEYS = ("failed", "unreachable", "skipped", "msg")
+_GPU_KEYS = ("probed", "present", "cc_capable", "cc_state", "ready_state")
+
+
+def _pick(mapping, keys) -> dict:
+    return {key: mapping[key] for key in keys if key in mapping}
+
+
+def compact_result(result):
+    """Only what the report reads from a registered ``tee_host_info`` (preflight) result.
+
+    A whole result is about 20 KB per host (the facts twice: ``host`` and ``ansible_facts``); Ansible's cost of
+    passing data between tasks grows with its size, so the ``fleet_hosts`` filter hands the report module this
+    subset (about a quarter) instead. Applying it twice changes nothing.
+    """
+    if not isinstance(result, dict):
+        return result
+    compact = _pick(result, _STATUS_KEYS)
+    host = result.get("host")
+    if not isinstance(host, dict):
+        return compact
+    capacity = host.get("capacity") or {}
+    registers = host.get("hardware_keys") or {}
+    gpu = host.get("gpu") or {}
+    preflight = host.get("preflight")
+    compact["host"] = {
+        "kernel": _pick(host.get("kernel") or {}, ("release", "version")),
+        "tee_vendor": host.get("tee_vendor"),
+        "gpu": dict(_pick(gpu, _GPU_KEYS), gpus=[_pick(g, ("name",)) for g in gpu.get("gpus") or []]),
+        "capacity": _pick(capacity, ("misc_controller", "resources", "cgroups")),
+        "hardware_keys": dict(
+            _pick(registers, ("tdx_misc_resource", "tdx_misc_reason")),
+            tdx=_pick(registers.get("tdx") or {}, ("readable", "tdx_guest_keyids")),
+        ),
+        "warnings": [_pick(w, ("problem",)) for w in host.get("warnings") or []],
+        "preflight": {k: v for k, v in preflight.items() if k != "table"} if isinstance(preflight, dict) else None,
+    }
+    return compact
 
 
 def host_facts(result) -> tuple[dict | None, str | None]:
@@ -50,7 +91,7 @@ def _node_entry(host, facts, error, drift) -> dict:
         "counts": preflight.get("counts") or {},
         "blocking": preflight.get("blocking") or ([error] if error else []),
         "sections": preflight.get("sections") or [],
-        "table": preflight.get("table") or [],
+        "table": preflight.get("table") or (format_table(preflight) if preflight.get("sections") else []),
         "gpu": _gpu_summary(facts),
         "in_kubernetes": drift["in_kubernetes"],
         "drift_reason": drift["reason"],

@@ -170,7 +170,11 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.fleet_render import render_html, render_markdown
-from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import all_findings, build_report
+from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import (
+    all_findings,
+    build_report,
+    compact_result,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.prometheus import render_metrics
 
 KUBE_FILES = (
@@ -224,7 +228,7 @@ def _host_entries(hosts):
                 % (seen[node], name, node)
             )
         seen[node] = name
-        entries.append({"name": name, "node": node, "result": host.get("result")})
+        entries.append({"name": name, "node": node, "result": compact_result(host.get("result"))})
     return entries
 
 

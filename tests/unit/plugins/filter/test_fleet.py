@@ -8,9 +8,10 @@ from ansible_collections.confidential.tee.plugins.filter.fleet import FilterModu
 
 
 def test_entries_with_node_names_and_results():
-    hostvars = {"a": {"tee_node_name": "node-a", "r": {"host": {}}}, "b": {}}
+    failed = {"failed": True, "msg": "host_root /x is not a directory", "invocation": {"module_args": {}}}
+    hostvars = {"a": {"tee_node_name": "node-a", "r": failed}, "b": {}}
     assert fleet_hosts(["a", "b", "c"], hostvars, "r") == [
-        {"name": "a", "node": "node-a", "result": {"host": {}}},
+        {"name": "a", "node": "node-a", "result": {"failed": True, "msg": "host_root /x is not a directory"}},
         {"name": "b", "node": "b", "result": None},
         {"name": "c", "node": "c", "result": None},
     ]

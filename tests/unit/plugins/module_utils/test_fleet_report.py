@@ -7,7 +7,11 @@ import re
 
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.fleet_render import render_html, render_markdown
-from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import build_report, host_facts
+from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import (
+    build_report,
+    compact_result,
+    host_facts,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.preflight import gather_preflight
 from ansible_collections.confidential.tee.plugins.module_utils.prometheus import render_metrics
@@ -132,3 +136,16 @@ def test_without_kubernetes_objects_drift_is_not_checked(tmp_path):
     assert report["kubernetes"] is False and report["summary"]["findings"] == 0
     assert report["nodes"][0]["drift_reason"].startswith("no Kubernetes objects given")
     assert "Drift not checked: no Kubernetes objects." in render_markdown(report)
+
+
+def test_compact_result_keeps_what_the_report_reads(tmp_path):
+    build_node_tree(tmp_path / "a", usage={"tdx": 4})
+    full = result_for(tmp_path / "a")
+    full["ansible_facts"] = {"tee_host": full["host"]}
+    full["invocation"] = {"module_args": {"host_root": str(tmp_path / "a")}}
+    compact = compact_result(full)
+    assert set(compact) == {"host"} and "table" not in compact["host"]["preflight"]
+    assert len(json.dumps(compact)) < len(json.dumps(full)) / 3
+    assert compact_result(compact) == compact
+    hosts = [{"name": "a", "node": "a", "result": full}]
+    assert build_report(hosts) == build_report([dict(hosts[0], result=compact)])
