@@ -11,7 +11,7 @@ def test_entries_with_node_names_and_results():
     failed = {"failed": True, "msg": "host_root /x is not a directory", "invocation": {"module_args": {}}}
     hostvars = {"a": {"tee_node_name": "node-a", "r": failed}, "b": {}}
     assert fleet_hosts(["a", "b", "c"], hostvars, "r") == [
-        {"name": "a", "node": "node-a", "result": {"failed": True, "msg": "host_root /x is not a directory"}},
+        {"name": "a", "node": "node-a", "result": '{"failed": true, "msg": "host_root /x is not a directory"}'},
         {"name": "b", "node": "b", "result": None},
         {"name": "c", "node": "c", "result": None},
     ]

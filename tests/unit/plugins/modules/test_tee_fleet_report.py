@@ -146,6 +146,20 @@ def test_documentation_matches_argument_spec(monkeypatch):
         assert option.get("type") == documented[name]["type"], name
         assert option.get("default") == documented[name].get("default"), name
         assert option.get("choices") == documented[name].get("choices"), name
-    assert set(spec["hosts"]["options"]) == set(documented["hosts"]["suboptions"])
+    suboptions = documented["hosts"]["suboptions"]
+    assert set(spec["hosts"]["options"]) == set(suboptions)
+    for name, option in spec["hosts"]["options"].items():
+        assert option.get("type") == suboptions[name]["type"], name
     yaml.safe_load(tee_fleet_report.EXAMPLES)
     yaml.safe_load(tee_fleet_report.RETURN)
+
+
+def test_results_as_json_text_and_bad_results(run_module, tmp_path, fleet):
+    _, hosts = fleet
+    as_text = [dict(host, result=json.dumps(host["result"])) for host in hosts]
+    first = run_module(tee_fleet_report, args(tmp_path / "a", fleet))
+    second = run_module(tee_fleet_report, dict(args(tmp_path / "b", fleet), hosts=as_text))
+    assert first["summary"] == second["summary"]
+    assert (tmp_path / "a" / "report.md").read_text() == (tmp_path / "b" / "report.md").read_text()
+    wrong = run_module(tee_fleet_report, dict(args(tmp_path / "c", fleet), hosts=[{"name": "x", "result": "[1]"}]))
+    assert wrong["failed"] and "hosts entry x: result must be the registered tee_host_info result" in wrong["msg"]
