@@ -61,7 +61,7 @@ options:
       result:
         description:
           - The registered result of M(confidential.tee.tee_host_info) with C(preflight=true) for the host, as a dict
-            or as JSON text (what the P(confidential.tee.fleet_hosts#filter) filter gives: cheaper to pass).
+            or as JSON text (what the P(confidential.tee.fleet_hosts#filter) filter gives, cheaper to pass).
           - Missing, failed or unreachable results make the node C(UNKNOWN) in the report, with the reason.
         type: raw
   kubernetes:
