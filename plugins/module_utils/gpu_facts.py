@@ -16,6 +16,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.process import (
     TIMED_OUT,
     run_bounded,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.validation import as_text
 
 MAX_COMMAND_OUTPUT = DEFAULT_OUTPUT_LIMIT
 
@@ -23,15 +24,6 @@ _GPU_HEADER_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{
 # nvidia-smi -q pads keys and separates them with " : "; a bare ":" belongs to values such as bus ids.
 _SMI_KV_RE = re.compile(r"^(\s*)(\S.*?)\s+:(?:\s(.*))?$")
 _MIB_RE = re.compile(r"^(\d+)\s*MiB$")
-
-
-def _text(data):
-    """Parsers accept ``str`` or ``bytes``; undecodable bytes become U+FFFD instead of an exception."""
-    if data is None:
-        return ""
-    if isinstance(data, bytes):
-        return data.decode("utf-8", "replace")
-    return str(data)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -49,7 +41,7 @@ def parse_colon_lines(data):
     The first occurrence of a key wins; lines without a colon (banners, blank lines) are ignored.
     """
     result = {}
-    for line in _text(data).splitlines():
+    for line in as_text(data).splitlines():
         key, sep, value = line.partition(":")
         # "[-f | --get-cc-feature]: Display ..." is nvidia-smi's help text, printed on unknown options.
         if not sep or key.lstrip().startswith("["):
@@ -170,7 +162,7 @@ def parse_nvidia_smi_query(data):
     """
     header = []
     blocks = []
-    for line in _text(data).splitlines():
+    for line in as_text(data).splitlines():
         match = _GPU_HEADER_RE.match(line)
         if match:
             blocks.append((match.group(1), []))
@@ -263,7 +255,7 @@ class _Outputs:
         if result is None:
             return None
         rc, out, err = result[:3]
-        out, err = _text(out), _text(err)
+        out, err = as_text(out), as_text(err)
         if _NO_CC_DEVICE in (out + err).lower():
             # nvidia-smi exits 6 on GPUs without CC support: that is an answer, not a failure.
             self.gpu["cc_capable"] = False

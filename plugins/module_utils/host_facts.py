@@ -17,8 +17,6 @@ Kernel facts this reads:
   passthrough, ``DMA``/``DMA-FQ`` translated).
 * ``/sys/power/state``: ``disk`` is listed only while hibernation is available.
 * ``/sys/kernel/security/lockdown``: the active lockdown level in brackets.
-* ``/sys/bus/pci/devices/<bdf>/{vendor,class}`` and the ``driver`` and ``iommu_group`` links of NVIDIA GPUs
-  and NVSwitches: which driver owns each (``vfio-pci`` for passthrough) and its IOMMU group.
 
 Nothing here raises on bad input: absent hardware is a fact (``False``/``None``) and an unreadable or
 malformed file is a fact plus an entry in ``warnings`` naming the path.
@@ -41,6 +39,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.readiness import 
     summarize_tdx,
     tee_vendor,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.validation import as_text
 
 # cpuinfo of a 512-CPU host is about 1 MiB; anything far larger is not a cpuinfo.
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -62,9 +61,7 @@ DEV_VHOST_VSOCK = "dev/vhost-vsock"
 DEV_VSOCK = "dev/vsock"
 QGS_SOCKET = "var/run/tdx-qgs/qgs.socket"
 PCI_DEVICES = "sys/bus/pci/devices"
-NVIDIA_PCI_VENDOR = "0x10de"
-# PCI class (base class + subclass): VGA and 3D controllers are GPUs, 0x0680 is an NVSwitch ("other bridge").
-NVIDIA_PCI_CLASSES = {"0x0300": "gpu", "0x0302": "gpu", "0x0680": "nvswitch"}
+PCI_ATTRIBUTES = ("vendor", "device", "class")
 
 CPU_FLAGS = ("tdx_host_platform", "sev", "sev_es", "sev_snp", "sgx", "sgx_lc", "hypervisor", "tdx_guest")
 KVM_AMD_PARAMS = ("sev", "sev_es", "sev_snp")
@@ -84,14 +81,6 @@ class HostRootError(ValueError):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _text(data):
-    if data is None:
-        return ""
-    if isinstance(data, bytes):
-        return data.decode("utf-8", "replace")
-    return str(data)
-
-
 def parse_cpuinfo(data):
     """Flags present on *every* processor (a TEE needs all CPUs), vendor and model.
 
@@ -103,7 +92,7 @@ def parse_cpuinfo(data):
     first = {"vendor_id": None, "model name": None}
     processors = 0
     last_flags_text = None
-    for line in _text(data).splitlines():
+    for line in as_text(data).splitlines():
         key, sep, value = line.partition(":")
         if not sep:
             continue
@@ -130,7 +119,7 @@ def parse_cpuinfo(data):
 
 def parse_sysfs_bool(data):
     """A module parameter file: ``(True|False|None, problem|None)``."""
-    value = _text(data).strip()
+    value = as_text(data).strip()
     if value in ("Y", "y", "1"):
         return True, None
     if value in ("N", "n", "0"):
@@ -141,7 +130,7 @@ def parse_sysfs_bool(data):
 
 def parse_kernel_release(data):
     """``(release, [major, minor, patch] | None)`` from ``/proc/sys/kernel/osrelease``."""
-    lines = _text(data).strip().splitlines()
+    lines = as_text(data).strip().splitlines()
     release = lines[0].strip() if lines else ""
     if not release or any(ord(char) < 32 or char == "\ufffd" for char in release):
         return None, None
@@ -153,7 +142,7 @@ def parse_kernel_release(data):
 
 def parse_proc_version(data):
     """The release from ``/proc/version`` (``Linux version 6.8.0-48-generic (...) ...``)."""
-    match = _PROC_VERSION_RE.match(_text(data))
+    match = _PROC_VERSION_RE.match(as_text(data))
     if not match:
         return None, None
     return parse_kernel_release(match.group(1))
@@ -258,6 +247,29 @@ def read_iommu(reader, cmdline):
     }
 
 
+def read_pci(reader):
+    """PCI functions from sysfs: address, vendor, device, class, bound driver and IOMMU group."""
+    names = reader.listdir(PCI_DEVICES)
+    devices = []
+    for bdf in names or []:
+        base = "%s/%s" % (PCI_DEVICES, bdf)
+        values = {
+            key: (_read(reader, "%s/%s" % (base, key)) or "").strip() or None for key in ("vendor", "device", "class")
+        }
+        devices.append(
+            {
+                "bdf": bdf,
+                "vendor": values["vendor"],
+                "device": values["device"],
+                # class is 0xCCSSPP: base class and subclass say what the function is.
+                "class": values["class"][:6] if values["class"] else None,
+                "driver": reader.link_name(base + "/driver"),
+                "iommu_group": reader.link_name(base + "/iommu_group"),
+            }
+        )
+    return {"readable": names is not None, "devices": devices}
+
+
 def read_power(reader):
     """Hibernation availability as the running kernel reports it, and the lockdown level."""
     state = _read(reader, POWER_STATE)
@@ -287,46 +299,6 @@ def read_devices(reader):
         "vhost_vsock": reader.exists(DEV_VHOST_VSOCK),
         "vsock": reader.exists(DEV_VSOCK),
     }
-
-
-def _link_name(reader, rel):
-    """The last component of a symbolic link's target (``driver`` -> ``.../drivers/vfio-pci``), else ``None``."""
-    try:
-        link = reader.resolve(rel, follow_last=False)
-        return os.path.basename(os.readlink(link).rstrip("/")) or None
-    except OSError:
-        return None
-
-
-def read_pci_nvidia(reader):
-    """NVIDIA GPUs and NVSwitches on the PCI bus with their driver and IOMMU group.
-
-    ``listed`` is ``True`` when ``/sys/bus/pci/devices`` was listed, ``False`` when it does not exist (a
-    partial host tree) and ``None`` when it could not be read; ``devices`` is empty unless it was listed.
-    """
-    exists = reader.isdir(PCI_DEVICES)
-    entries = reader.listdir(PCI_DEVICES) if exists else []
-    if exists is None or entries is None:
-        return {"listed": None, "devices": []}
-    devices = []
-    for bdf in entries:
-        base = "%s/%s" % (PCI_DEVICES, bdf)
-        if (_read(reader, base + "/vendor") or "").strip().lower() != NVIDIA_PCI_VENDOR:
-            continue
-        pci_class = (_read(reader, base + "/class") or "").strip().lower()[:6]
-        if pci_class not in NVIDIA_PCI_CLASSES:
-            continue
-        devices.append(
-            {
-                "bdf": bdf,
-                "kind": NVIDIA_PCI_CLASSES[pci_class],
-                "device_id": (_read(reader, base + "/device") or "").strip() or None,
-                "class": pci_class,
-                "driver": _link_name(reader, base + "/driver"),
-                "iommu_group": _link_name(reader, base + "/iommu_group"),
-            }
-        )
-    return {"listed": exists, "devices": devices}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -361,7 +333,7 @@ def gather_host_facts(host_root="/", gpu=None):
         "power": power,
         "vsock": {"vhost_vsock": devices["vhost_vsock"], "vsock": devices["vsock"]},
         "qgs": qgs,
-        "pci": read_pci_nvidia(reader),
+        "pci": read_pci(reader),
         "tdx": summarize_tdx(cpu, kvm, cmdline, kernel, qgs, power),
         "sgx": summarize_sgx(cpu, devices),
     }

@@ -288,6 +288,13 @@ class HostReader:
         result = self.stat(rel)
         return bool(result) and stat.S_ISREG(result.st_mode) and bool(result.st_mode & 0o111)
 
+    def link_name(self, rel: str) -> str | None:
+        """Last component of a symbolic link's target (sysfs ``driver``/``iommu_group`` links); ``None`` if no link."""
+        try:
+            return os.path.basename(os.readlink(self.resolve(rel, follow_last=False)).rstrip("/")) or None
+        except OSError:
+            return None
+
     def listdir(self, rel: str) -> list[str] | None:
         """Sorted entries of a directory: ``[]`` when absent, ``None`` (with a problem) when unreadable."""
         try:

@@ -32,6 +32,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.readiness import 
 )
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+NVIDIA_PCI_VENDOR = "0x10de"
+# PCI base class + subclass: VGA (0x0300) and 3D (0x0302) controllers are GPUs, 0x0680 an NVSwitch.
+NVIDIA_PCI_CLASSES = ("0x0300", "0x0302", "0x0680")
 VERDICTS = (PASS, FAIL, SKIP)
 TEE_RESOURCE = {"intel": "tdx", "amd": "sev_es"}
 TEE_SECTION = {"intel": "tdx", "amd": "sev_snp"}
@@ -383,14 +386,21 @@ def _iommu_enabled_check(facts, devices):
     )
 
 
+def nvidia_devices(pci) -> list[dict]:
+    """NVIDIA GPUs (VGA and 3D controllers) and NVSwitches among the host's PCI functions (the ``pci`` fact)."""
+    return [
+        d
+        for d in pci.get("devices") or []
+        if (d.get("vendor") or "").lower() == NVIDIA_PCI_VENDOR and (d.get("class") or "").lower() in NVIDIA_PCI_CLASSES
+    ]
+
+
 def _gpu_passthrough_checks(pci):
-    devices = pci.get("devices") or []
-    if pci.get("listed") is None:
+    devices = nvidia_devices(pci)
+    if not pci.get("readable", True):
         why = "/sys/bus/pci/devices could not be read"
-    elif pci.get("listed") is False:
-        why = "no /sys/bus/pci/devices under host_root"
     elif not devices:
-        why = "no NVIDIA GPU or NVSwitch on the PCI bus"
+        why = "no NVIDIA GPU or NVSwitch on the PCI bus (/sys/bus/pci/devices lists none)"
     else:
         why = None
     if why:
@@ -422,8 +432,8 @@ def _gpu_passthrough_checks(pci):
 
 
 def iommu_section(facts) -> dict:
-    pci = facts.get("pci") or {"listed": None, "devices": []}
-    checks = [_iommu_enabled_check(facts, pci.get("devices") or []), *_gpu_passthrough_checks(pci)]
+    pci = facts.get("pci") or {"readable": False, "devices": []}
+    checks = [_iommu_enabled_check(facts, nvidia_devices(pci)), *_gpu_passthrough_checks(pci)]
     return section("iommu", "IOMMU and GPU passthrough", checks)
 
 

@@ -30,3 +30,12 @@ def display_text(text: str | None) -> str | None:
     if text is None:
         return None
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def as_text(data) -> str:
+    """Parser input as text: ``bytes`` decoded as UTF-8 with U+FFFD for bad bytes, ``None`` as empty."""
+    if data is None:
+        return ""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return str(data)

@@ -40,7 +40,7 @@ extends_documentation_fragment:
 options:
   present:
     description:
-      - Arguments that must be on the configured command line, as C(name) or C(name=value): a list of strings.
+      - Arguments that must be on the configured command line, as C(name) or C(name=value), in a list of strings.
       - A single string is refused rather than split on commas, because commas belong inside kernel
         arguments (C(iommu=pt,nomerge), C(console=ttyS0,115200n8)).
     type: raw
@@ -118,7 +118,7 @@ configured:
 configured_facts:
   description:
     - What the kernel will make of the configured arguments, as M(confidential.tee.tee_host_info) reports the
-      running ones (RV(host.cmdline) there), such as C(nohibernate), C(kvm_intel_tdx), C(iommu.passthrough) with the
+      running ones (C(host.cmdline) there), such as C(nohibernate), C(kvm_intel_tdx), C(iommu.passthrough) with the
       arguments that decide it, C(iommu_passthrough_remedy) and so on, plus C(verdict) (C(tdx.ready),
       C(tdx.reasons), C(snp.ready), C(snp.reasons), C(problems)). Roles decide from these facts.
   returned: always

@@ -267,6 +267,14 @@ host:
       sample: {"groups": 112, "enabled": true, "group_types": {"DMA-FQ": 112}, "default_domain": DMA-FQ,
                "passthrough": false, "cmdline_intel_iommu_on": true, "cmdline_iommu_pt": false,
                "cmdline_iommu_off": false, "ready": true, "reasons": []}
+    pci:
+      description:
+        - PCI functions from C(/sys/bus/pci/devices) with C(bdf), C(vendor), C(device), C(class) (C(0xCCSS), the
+          base class and subclass), the bound C(driver) and the C(iommu_group), each V(null) when unknown.
+          C(readable) is V(false) when the directory could not be listed.
+      type: dict
+      sample: {"readable": true, "devices": [{"bdf": "0000:17:00.0", "vendor": "0x10de", "device": "0x2330",
+               "class": "0x0302", "driver": vfio-pci, "iommu_group": "31"}]}
     power:
       description:
         - C(hibernation_available) is whether C(/sys/power/state) offers C(disk) (the kernel refuses to
@@ -364,14 +372,6 @@ host:
         misc_controller: {"present": true, "cgroup_version": 2, "path": "/sys/fs/cgroup", "reason": null}
         resources:
           tdx: {"name": tdx, "capacity": 63, "current": 2, "free": 61}
-    pci:
-      description:
-        - NVIDIA GPUs and NVSwitches on the PCI bus (C(/sys/bus/pci/devices)), each with C(bdf), C(kind) (V(gpu) or
-          V(nvswitch)), C(device_id), C(class), the C(driver) bound (V(vfio-pci) for passthrough) and the
-          C(iommu_group). C(listed) is V(false) when the directory does not exist, V(null) when unreadable.
-      type: dict
-      sample: {"listed": true, "devices": [{"bdf": "0000:00:06.0", "kind": gpu, "device_id": "0x2330",
-               "class": "0x0302", "driver": nvidia, "iommu_group": null}]}
     hardware_keys:
       description:
         - Only with O(preflight=true). Key counts read from the hardware where the kernel does not give them, or as

@@ -47,8 +47,8 @@ def test_h100_capture(h100_node, tmp_path, playbook):
     assert host["pci"]["devices"] == [
         {
             "bdf": "0000:00:06.0",
-            "kind": "gpu",
-            "device_id": "0x2330",
+            "vendor": "0x10de",
+            "device": "0x2330",
             "class": "0x0302",
             "driver": "nvidia",
             "iommu_group": None,

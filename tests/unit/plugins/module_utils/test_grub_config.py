@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils import grub_config as gc
 from ansible_collections.confidential.tee.plugins.module_utils.process import Completed
@@ -121,3 +124,41 @@ def test_dropin_round_trip_and_hand_edits_refused():
     ]
     with pytest.raises(gc.GrubError, match="changed by hand"):
         gc.dropin_args("/etc/default/grub.d/90-tee.cfg", text + 'GRUB_CMDLINE_LINUX="x"\n')
+
+
+GRUB_MKCONFIG = Path("/usr/sbin/grub-mkconfig")
+
+
+def real_sourcing_block() -> str:
+    """The lines of the installed grub-mkconfig that source /etc/default/grub and grub.d/*.cfg."""
+    lines = GRUB_MKCONFIG.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("if test -f ${sysconfdir}/default/grub"))
+    end = next(i for i in range(start, len(lines)) if lines[i].strip() == "done")
+    return "\n".join(lines[start : end + 1])
+
+
+@pytest.mark.skipif(not GRUB_MKCONFIG.exists(), reason="grub2-common is not installed (scripts/sysdeps.sh installs it)")
+@pytest.mark.parametrize(
+    ("main", "dropins"),
+    [
+        ('GRUB_CMDLINE_LINUX="a \\\n b foo=\\"x y\\""\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n', {}),
+        (
+            'GRUB_CMDLINE_LINUX="base"\n',
+            {"50-x.cfg": 'GRUB_CMDLINE_LINUX="${GRUB_CMDLINE_LINUX:+$GRUB_CMDLINE_LINUX }x"\n'},
+        ),
+        ('X=`echo sub`\nGRUB_CMDLINE_LINUX="$X"\n', {"10-a.cfg": "GRUB_CMDLINE_LINUX_DEFAULT=d\n", "9.cfg": "Y=1\n"}),
+    ],
+)
+def test_evaluation_matches_the_installed_grub_mkconfig(tmp_path, main, dropins):
+    """Run the real grub-mkconfig's own sourcing lines over the same files and compare the values."""
+    etc = tmp_path / "etc"
+    (etc / "default/grub.d").mkdir(parents=True)
+    (etc / "default/grub").write_text(main)
+    for name, text in dropins.items():
+        (etc / "default/grub.d" / name).write_text(text)
+    script = f'set -e\nsysconfdir="{etc}"\n{real_sourcing_block()}\n'
+    script += 'printf "%s\\0%s" "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"\n'
+    done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, env={"PATH": "/usr/bin:/bin"}, check=True)
+    linux, default = done.stdout.decode().split("\0")
+    ours = evaluate(main, **dropins)
+    assert (ours.linux, ours.default) == (linux, default)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import stat
 import tempfile
 from pathlib import Path
@@ -528,3 +529,71 @@ def test_gather_host_facts_never_raises_on_random_files(contents, groups):
     for param, data in zip(("sev", "sev_es", "sev_snp"), contents[5:], strict=True):
         expected = exact.get(data.decode("utf-8", "replace").strip())
         assert facts["kvm"]["amd"][param] is expected
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile trees: special files anywhere the modules read
+# ------------------------------------------------------------------------------------------------
+
+HOSTILE_PATHS = [
+    "proc/cmdline",
+    "proc/cpuinfo",
+    "proc/sys/kernel/osrelease",
+    "sys/module/kvm_intel/parameters/tdx",
+    "sys/power/state",
+    "sys/fs/cgroup/misc.capacity",
+    "sys/fs/cgroup/misc.current",
+    "sys/fs/cgroup/misc.peak",
+    "sys/kernel/iommu_groups/0/type",
+]
+KINDS = ("text", "fifo", "directory", "dangling", "loop", "absent", "device")
+
+
+def plant(root: Path, rel: str, kind: str, data: bytes) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "text":
+        path.write_bytes(data)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "dangling":
+        path.symlink_to("/nowhere/at/all")
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "device":
+        try:  # a real /dev/zero node: reading it would never end
+            os.mknod(path, stat.S_IFCHR | 0o444, os.makedev(1, 5))
+        except PermissionError:
+            path.symlink_to("/proc/self/fd/0")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(st.sampled_from(KINDS), min_size=len(HOSTILE_PATHS), max_size=len(HOSTILE_PATHS)),
+    data=st.binary(max_size=64) | st.sampled_from([b"tdx 63\n", b"Y\n", b"ro nohibernate\n", b"tdx -1\n"]),
+)
+def test_hostile_trees_never_hang_raise_or_invent_numbers(kinds, data):
+    from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
+
+    previous = signal.signal(signal.SIGALRM, _blocked)
+    signal.alarm(20)
+    try:
+        with tempfile.TemporaryDirectory() as root:
+            for rel, kind in zip(HOSTILE_PATHS, kinds, strict=True):
+                plant(Path(root), rel, kind, data)
+            facts = hf.gather_host_facts(root)
+            capacity = capacity_facts(root)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert isinstance(facts["tdx"]["ready"], bool)
+    capacity_kind = kinds[HOSTILE_PATHS.index("sys/fs/cgroup/misc.capacity")]
+    if capacity_kind != "text" and capacity["misc_controller"]["present"]:
+        # Anything but a readable regular file at misc.capacity: every capacity is unknown, never 0.
+        assert all(entry["capacity"] is None for entry in capacity["resources"].values()), capacity
+
+
+def _blocked(_signum, _frame):
+    raise AssertionError("a read blocked")

@@ -172,10 +172,13 @@ def test_nvidia_devices_must_be_grouped_and_on_vfio(tmp_path):
     assert (found["iommu.gpu_groups"]["verdict"], found["iommu.gpu_vfio"]["verdict"]) == (PASS, PASS)
 
 
-def test_no_pci_directory_skips_the_gpu_passthrough_checks(tmp_path):
+def test_no_nvidia_device_skips_the_gpu_passthrough_checks(tmp_path):
     found = checks(preflight(build_tree(tmp_path)))
     assert found["iommu.gpu_vfio"]["verdict"] == SKIP
-    assert found["iommu.gpu_vfio"]["detail"] == "no /sys/bus/pci/devices under host_root"
+    assert (
+        found["iommu.gpu_vfio"]["detail"]
+        == "no NVIDIA GPU or NVSwitch on the PCI bus (/sys/bus/pci/devices lists none)"
+    )
 
 
 def _gpu(**values) -> dict:
@@ -227,7 +230,15 @@ def test_iommu_off_only_fails_where_passthrough_is_needed(tmp_path):
     facts = gather_host_facts(str(root))
     facts["iommu"]["enabled"] = False
     assert iommu_section(facts)["checks"][0]["verdict"] == SKIP
-    facts["pci"] = {"listed": True, "devices": [{"bdf": "b", "driver": "nvidia", "iommu_group": None}]}
+    gpu = {
+        "bdf": "b",
+        "vendor": "0x10de",
+        "device": "0x2330",
+        "class": "0x0302",
+        "driver": "nvidia",
+        "iommu_group": None,
+    }
+    facts["pci"] = {"readable": True, "devices": [gpu]}
     assert iommu_section(facts)["checks"][0]["verdict"] == FAIL
 
 

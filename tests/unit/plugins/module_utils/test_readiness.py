@@ -28,7 +28,8 @@ QGS = {"path": "/var/run/tdx-qgs/qgs.socket", "present": True, "is_socket": True
 TRANSLATED = {"enabled": True, "group_types": {"DMA-FQ": 12}}
 
 
-def snp(line, iommu=TRANSLATED):
+def snp(line, iommu=None):
+    iommu = TRANSLATED if iommu is None else iommu
     return rd.summarize_sev(AMD_CPU, KVM_AMD, cmdline_facts(line), KERNEL, DEVICES, iommu)["snp"]
 
 
