@@ -10,6 +10,8 @@ returned dict and nothing else, so every format says the same thing.
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.confidential.tee.plugins.module_utils.drift import MISC_RESOURCES, fleet_drift
 from ansible_collections.confidential.tee.plugins.module_utils.preflight import format_table
 
@@ -56,6 +58,30 @@ def compact_result(result):
         "preflight": {k: v for k, v in preflight.items() if k != "table"} if isinstance(preflight, dict) else None,
     }
     return compact
+
+
+def _lookup(mapping, key):
+    """``mapping[key]`` or ``None``: Ansible's HostVars has no ``get()``, hosts outside the play no variable."""
+    return mapping[key] if key in mapping else None  # noqa: SIM401
+
+
+def fleet_host_entries(names, hostvars, result_var, node_var="tee_node_name") -> list[dict]:
+    """``[{"name", "node", "result"}]`` for ``tee_fleet_report``, one per host in ``names`` (``fleet_hosts`` filter).
+
+    ``result`` is :func:`compact_result` of the host's ``result_var`` as JSON text (``None`` when the host never
+    registered it: unreachable, limited out of the play); ``node`` is its ``node_var`` or the host name. Text,
+    because Ansible templates every string of nested data passed to a module (seconds for a hundred hosts' facts)
+    and one string per host costs next to nothing. Raises ``TypeError`` when ``names`` is not a list.
+    """
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise TypeError("expects a list of host names, got %r" % (names,))
+    entries = []
+    for name in names:
+        variables = _lookup(hostvars, name) or {}
+        result = compact_result(_lookup(variables, result_var))
+        text = None if result is None else json.dumps(result, sort_keys=True, default=str)
+        entries.append({"name": name, "node": _lookup(variables, node_var) or name, "result": text})
+    return entries
 
 
 def host_facts(result) -> tuple[dict | None, str | None]:

@@ -10,6 +10,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet_render impo
 from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import (
     build_report,
     compact_result,
+    fleet_host_entries,
     host_facts,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.host_facts import gather_host_facts
@@ -149,3 +150,18 @@ def test_compact_result_keeps_what_the_report_reads(tmp_path):
     assert compact_result(compact) == compact
     hosts = [{"name": "a", "node": "a", "result": full}]
     assert build_report(hosts) == build_report([dict(hosts[0], result=compact)])
+
+
+def test_fleet_host_entries_for_the_filter():
+    """(The filter plugin itself imports controller-side Ansible, which changes how module warnings are recorded
+    for every later test in the process; the integration test runs it through ansible-playbook.)"""
+    failed = {"failed": True, "msg": "host_root /x is not a directory", "invocation": {"module_args": {}}}
+    hostvars = {"a": {"tee_node_name": "node-a", "r": failed}, "b": {}}
+    assert fleet_host_entries(["a", "b", "c"], hostvars, "r") == [
+        {"name": "a", "node": "node-a", "result": '{"failed": true, "msg": "host_root /x is not a directory"}'},
+        {"name": "b", "node": "b", "result": None},
+        {"name": "c", "node": "c", "result": None},
+    ]
+    for names in ("a,b", None, 3):
+        with pytest.raises(TypeError, match="expects a list of host names"):
+            fleet_host_entries(names, {}, "r")
