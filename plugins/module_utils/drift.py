@@ -178,7 +178,7 @@ def advertised_pools(node, catalog, pods, problems) -> dict[str, list[dict]]:
                 "rules": entry.get("rules") or [],
                 "capacity": capacity.get(name),
                 "allocatable": allocatable.get(name, capacity.get(name)),
-                "requested": sum(r.get(name, 0) for _, r in requests),
+                "requested": sum(r.get(name, 0) for _pod, r in requests),
                 "held_by_running_pods": sum(r.get(name, 0) for pod, r in requests if is_running(pod)),
             }
         )

@@ -123,8 +123,7 @@ def render_markdown(report) -> str:
         lines.append("")
     lines += ["## Preflight per node", ""]
     for node in report["nodes"]:
-        lines += ["### %s" % _md(node["name"]), "", "```"] + [line for line in node["table"] or ["(no data)"]]
-        lines += ["```", ""]
+        lines += ["### %s" % _md(node["name"]), "", "```", *(node["table"] or ["(no data)"]), "```", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

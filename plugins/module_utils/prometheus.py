@@ -101,7 +101,7 @@ def _node_samples(node, samples) -> None:
 
 def render_metrics(nodes) -> str:
     """The exposition text for ``nodes`` (entries of the report's ``nodes``); families without samples are left out."""
-    samples: dict[str, list[str]] = {name: [] for name, _, _ in METRICS}
+    samples: dict[str, list[str]] = {metric[0]: [] for metric in METRICS}
     for node in nodes:
         _node_samples(node, samples)
     lines = []

@@ -462,7 +462,7 @@ def main():
             gpu_timeout=dict(type="int", default=20),
             capacity=dict(type="bool", default=False),
             preflight=dict(type="bool", default=False),
-            min_free_keys=dict(type="int", default=1),
+            min_free_keys=dict(type="int", default=1, no_log=False),
             attestation=dict(type="dict"),
         ),
         supports_check_mode=True,

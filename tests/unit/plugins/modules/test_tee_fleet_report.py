@@ -155,7 +155,7 @@ def test_documentation_matches_argument_spec(monkeypatch):
 
 
 def test_results_as_json_text_and_bad_results(run_module, tmp_path, fleet):
-    _, hosts = fleet
+    hosts = fleet[1]
     as_text = [dict(host, result=json.dumps(host["result"])) for host in hosts]
     first = run_module(tee_fleet_report, args(tmp_path / "a", fleet))
     second = run_module(tee_fleet_report, dict(args(tmp_path / "b", fleet), hosts=as_text))
