@@ -66,6 +66,7 @@ test: sysdeps lint sanity pytest molecule
 
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
+	$(BIN)/python benchmarks/bench_fleet.py
 	$(BIN)/python benchmarks/bench_simulator.py
 	$(BIN)/python benchmarks/bench_grpc_latency.py
 

@@ -543,7 +543,7 @@ def fleet_drift(hosts, kubernetes, resource_map=None) -> dict:
     ``kubernetes`` has ``nodes``, ``pods``, ``runtime_classes`` and ``node_feature_rules`` (lists or List
     documents). Returns ``{"nodes": {name: node_drift}, "findings": fleet findings, "problems": [...]}``.
     """
-    nodes = items(kubernetes.get("nodes"))
+    nodes = [node for node in items(kubernetes.get("nodes")) if name_of(node)]
     pods = items(kubernetes.get("pods"))
     catalog = pool_catalog(nfd_advertisers(kubernetes.get("node_feature_rules")), resource_map)
     problems: list[str] = []

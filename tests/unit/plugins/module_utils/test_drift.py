@@ -263,3 +263,31 @@ def test_nfd_rules_name_the_pools_they_advertise():
 def test_kernel_pool_without_a_misc_controller_is_unknown():
     pool = kernel_pool({"capacity": {"misc_controller": {"present": False}}}, "tdx")
     assert (pool["capacity"], pool["in_use"], pool["free"], pool["source"]) == (None, None, None, None)
+
+
+HOSTILE = [
+    None,
+    "nodes",
+    {"kind": "List", "items": "x"},
+    [{"kind": "Node"}, {"kind": "Node", "metadata": "x"}, {"kind": "Node", "metadata": {"name": "n1"}, "status": "x"}],
+    [{"kind": "Node", "metadata": {"name": "n1"}, "status": {"capacity": "x", "allocatable": ["y"]}}],
+]
+HOSTILE_PODS = [
+    None,
+    [{"kind": "Pod", "spec": "x"}],
+    [{"kind": "Pod", "spec": {"nodeName": "n1", "containers": "x", "initContainers": [3], "overhead": [1]}}],
+    [{"kind": "Pod", "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": "x", "limits": 4}}]}}],
+]
+
+
+@pytest.mark.parametrize("nodes", HOSTILE)
+@pytest.mark.parametrize("pods", HOSTILE_PODS)
+def test_hostile_objects_are_no_crash(nodes, pods):
+    kube = {
+        "nodes": nodes,
+        "pods": pods,
+        "runtime_classes": [{"kind": "RuntimeClass", "overhead": {"podFixed": {"a.b/c": "x"}}, "scheduling": "y"}],
+        "node_feature_rules": [{"kind": "NodeFeatureRule", "spec": {"rules": ["x", {"extendedResources": "y"}]}}],
+    }
+    result = fleet_drift({"n1": host({"tdx": 63}, {"tdx": 1}), "n2": None}, kube)
+    assert set(result["nodes"]) == {"n1", "n2"}
