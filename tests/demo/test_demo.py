@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from teesim.strategies import STRATEGIES
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,7 @@ def test_demo_succeeds_and_reports_capacity(demo):
 def test_demo_writes_the_simulation_report(demo):
     completed, out = demo
     report = json.loads((out / "report" / "report.json").read_text())
-    assert set(report["strategies"]) == {"kubevirt-static", "nfd-shared", "reconciling", "secure-guest-resources"}
+    assert set(report["strategies"]) == set(STRATEGIES)
+    assert "double-pool (baseline)" in completed.stdout
     assert "failed launches (EBUSY)" in completed.stdout  # the comparison table
     assert list((out / "report").glob("timeline-*.png"))
