@@ -291,11 +291,14 @@ def _sev_asid_check(hardware, capacity):
         "%s: CPUID gives %s, misc.capacity %s" % (name, entry["expected"], entry["misc_capacity"])
         for name, entry in cross["compared"].items()
     )
-    split = "max ASID %d, min SEV ASID %d (sev_es = %d - 1)" % (
-        cpuid["max_asid"],
-        cpuid["min_sev_asid"],
-        cpuid["min_sev_asid"],
-    )
+    if not cpuid["max_asid"]:
+        split = "CPUID 0x8000001F offers no ASIDs (max ASID 0: no SEV in this CPU, its BIOS or this VM)"
+    else:
+        split = "max ASID %d, min SEV ASID %d (sev_es = %d - 1)" % (
+            cpuid["max_asid"],
+            cpuid["min_sev_asid"],
+            cpuid["min_sev_asid"],
+        )
     if cross["agrees"] is None:
         return check("sev.asids", title, SKIP, "%s; misc.capacity unknown (%s)" % (split, numbers), source="cpuid")
     if cross["agrees"]:

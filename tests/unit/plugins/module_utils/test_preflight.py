@@ -266,3 +266,9 @@ def test_unknown_vendor_is_never_ready(tmp_path):
     verdict = preflight_verdict(facts, {"misc_controller": {"present": False}}, {})
     assert verdict["ready"] is False and verdict["technology"] is None
     assert sections(verdict)["tdx"]["reason"].startswith("CPU vendor unknown")
+
+
+def test_a_cpu_without_asids_says_so(tmp_path):
+    root = build_tree(tmp_path, vendor="amd", capacity={"sev": 0, "sev_es": 0}, registers=True)
+    asids = checks(preflight(root))["sev.asids"]
+    assert asids["verdict"] == PASS and asids["detail"].startswith("CPUID 0x8000001F offers no ASIDs (max ASID 0")
