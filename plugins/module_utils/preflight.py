@@ -494,8 +494,8 @@ def gpu_section(facts) -> dict:
 # ---------------------------------------------------------------------------------------------------
 
 NO_ATTESTATION = (
-    "no attestation result given: this collection has no attestation check module yet; pass the registered "
-    "result of one as `attestation` (keys verdict or ok, msg, remediation) to include it"
+    "no attestation result given: register the result of confidential.tee.tdx_attestation_check and pass it as "
+    "`attestation` (keys verdict or ok, msg, remediation) to include the chain"
 )
 
 

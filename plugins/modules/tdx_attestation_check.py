@@ -117,6 +117,24 @@ report:
   returned: always
   type: list
   elements: str
+ok:
+  description:
+    - No link fails. With RV(verdict), RV(msg) and RV(remediation), the result is the form
+      M(confidential.tee.tee_host_info) takes as its C(attestation) input for its preflight verdict.
+  returned: always
+  type: bool
+verdict:
+  description: C(PASS) or C(FAIL).
+  returned: always
+  type: str
+msg:
+  description: The counts, or every failing link with its message.
+  returned: always
+  type: str
+remediation:
+  description: The fix of every failing link; null when none fails.
+  returned: always
+  type: str
 """
 
 import os
@@ -178,12 +196,26 @@ def main():
     )
     results = check_chain(request)
     summary = summarize(results)
-    report = [display_text(line) for line in report_lines(results)]
-    outcome = dict(changed=False, checks=results, summary=summary, report=report)
-    if params["fail_on_fail"] and not summary["ok"]:
-        failing = [item for item in results if item["status"] == "FAIL"]
-        msg = "; ".join(f"{item['link']}: {item['message']} (fix: {item['fix']})" for item in failing)
-        module.fail_json(msg=display_text(f"{len(failing)} link(s) of the attestation chain fail: {msg}"), **outcome)
+    failing = [item for item in results if item["status"] == "FAIL"]
+    counts = f"{summary['pass']} PASS, {summary['fail']} FAIL, {summary['skip']} SKIP"
+    outcome = dict(
+        changed=False,
+        checks=results,
+        summary=summary,
+        report=[display_text(line) for line in report_lines(results)],
+        # The shape tee_host_info's preflight takes as its attestation input: ok, verdict, msg, remediation.
+        ok=summary["ok"],
+        verdict="PASS" if summary["ok"] else "FAIL",
+        msg=display_text(
+            f"{len(failing)} link(s) of the attestation chain fail ({counts}): "
+            + "; ".join(f"{item['link']}: {item['message']}" for item in failing)
+            if failing
+            else f"attestation chain: {counts}"
+        ),
+        remediation=display_text("; ".join(f"{item['link']}: {item['fix']}" for item in failing)) or None,
+    )
+    if params["fail_on_fail"] and failing:
+        module.fail_json(**outcome)
     module.exit_json(**outcome)
 
 

@@ -17,10 +17,8 @@ def tree(tmp_path):
 def test_broken_chain_fails_with_every_failing_link_and_its_fix(run_module, tree):
     result = run_module(tdx_attestation_check, {"host_root": str(tree), "dcap_version": "1.26", "timeout": 2})
     assert result["failed"] and result["summary"]["ok"] is False
-    assert (
-        "qgs_config: consumers need the Unix socket" in result["msg"]
-        and "(fix: remove every 'port' line" in result["msg"]
-    )
+    assert "qgs_config: consumers need the Unix socket" in result["msg"] and result["verdict"] == "FAIL"
+    assert "qgs_config: remove every 'port' line" in result["remediation"]
     assert "pccs_reachable" in result["msg"] and result["changed"] is False
     assert result["report"][0] == "PASS dcap_version: DCAP 1.26 (given): QGS behaves as 1.26+"
 
@@ -52,3 +50,16 @@ def test_tokens_are_not_echoed(run_module, tree):
     args = {"host_root": str(tree), "dcap_version": "1.26", "user_token": "tok-9931", "fail_on_fail": False}
     result = run_module(tdx_attestation_check, {**args, "timeout": 2})
     assert "tok-9931" not in str(result)
+
+
+def test_result_feeds_tee_host_infos_preflight(run_module, tree):
+    from ansible_collections.confidential.tee.plugins.module_utils.preflight import attestation_section
+
+    broken = run_module(tdx_attestation_check, {"host_root": str(tree), "dcap_version": "1.26", "timeout": 2})
+    section = attestation_section(broken)
+    check = section["checks"][0]
+    assert (
+        check["verdict"] == "FAIL"
+        and "qgs_config" in check["detail"]
+        and "remove every 'port' line" in check["remediation"]
+    )
