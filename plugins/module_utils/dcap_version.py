@@ -39,7 +39,7 @@ DPKG_STATUS = "var/lib/dpkg/status"
 # af_vsock.c: binding a port <= LAST_RESERVED_PORT needs CAP_NET_BIND_SERVICE (qgsd runs as user qgsd).
 VSOCK_LAST_RESERVED_PORT = 1023
 
-_VERSION = re.compile(r"^(?:DCAP_)?(\d+)\.(\d+)(?:[.\-+~].*)?$")
+_VERSION = re.compile(r"^(?:DCAP_)?(\d+)\.(\d+)(?:[.\-+~].*)?\Z")
 
 
 class DcapVersionError(ValueError):

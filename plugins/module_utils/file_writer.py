@@ -14,13 +14,13 @@ Standard library only.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
-from ansible_collections.confidential.tee.plugins.module_utils.kernel_cmdline import backup_file
 
 
 class WriteError(ValueError):
@@ -75,7 +75,7 @@ class FileWriter:
             os.unlink(real)
         elif "content" in reasons or "create" in reasons:
             self._backup(real)
-            _atomic_write(real, content.encode("utf-8", "surrogateescape"), st, uid, gid, mode)
+            atomic_write(real, content, mode=mode, uid=uid, gid=gid)
         else:
             if uid is not None or gid is not None:
                 os.chown(real, -1 if uid is None else uid, -1 if gid is None else gid)
@@ -112,18 +112,53 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%d@%H:%M:%S")
 
 
-def _atomic_write(real: str, data: bytes, st, uid, gid, mode) -> None:
+def backup_file(full_path: str, stamp: str) -> str | None:
+    """Copy an existing file next to itself; the ``~`` suffix keeps it out of ``*.cfg``/``*.conf`` globs."""
+    if not os.path.isfile(full_path):
+        return None
+    dest, n = f"{full_path}.{stamp}~", 1
+    # Two runs within one second must not overwrite the earlier, older copy.
+    while os.path.exists(dest):
+        dest, n = f"{full_path}.{stamp}.{n}~", n + 1
+    shutil.copy2(full_path, dest)
+    return dest
+
+
+def atomic_write(
+    real: str,
+    data: bytes | str,
+    *,
+    mode: int | None = None,
+    uid: int | None = None,
+    gid: int | None = None,
+    default_mode: int = 0o644,
+    durable: bool = True,
+) -> None:
+    """Replace ``real`` (an already resolved path) in one rename; a reader sees the old or the new file.
+
+    Without ``mode``/``uid``/``gid`` an existing file keeps its own (owner only when running as root); a new
+    file gets ``default_mode``. The temporary file is 0600 until its final mode, so a secret never leaks.
+    ``durable=False`` skips the ``fsync`` for files a later run regenerates anyway (reports).
+    """
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
     directory = os.path.dirname(real) or "."
     os.makedirs(directory, exist_ok=True)
-    final_mode = mode if mode is not None else (stat.S_IMODE(st.st_mode) if st else 0o644)
-    final_uid = uid if uid is not None else (st.st_uid if st else -1)
-    final_gid = gid if gid is not None else (st.st_gid if st else -1)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    final_mode = mode if mode is not None else (stat.S_IMODE(st.st_mode) if st else default_mode)
+    keep_owner = st is not None and os.geteuid() == 0
+    final_uid = uid if uid is not None else (st.st_uid if keep_owner else -1)
+    final_gid = gid if gid is not None else (st.st_gid if keep_owner else -1)
     fd, tmp = tempfile.mkstemp(prefix=".tee-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         if final_uid != -1 or final_gid != -1:
             os.chown(tmp, final_uid, final_gid)
         os.chmod(tmp, final_mode)

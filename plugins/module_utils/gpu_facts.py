@@ -20,10 +20,10 @@ from ansible_collections.confidential.tee.plugins.module_utils.validation import
 
 MAX_COMMAND_OUTPUT = DEFAULT_OUTPUT_LIMIT
 
-_GPU_HEADER_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_GPU_HEADER_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*\Z")
 # nvidia-smi -q pads keys and separates them with " : "; a bare ":" belongs to values such as bus ids.
-_SMI_KV_RE = re.compile(r"^(\s*)(\S.*?)\s+:(?:\s(.*))?$")
-_MIB_RE = re.compile(r"^(\d+)\s*MiB$")
+_SMI_KV_RE = re.compile(r"^(\s*)(\S.*?)\s+:(?:\s(.*))?\Z")
+_MIB_RE = re.compile(r"^(\d+)\s*MiB\Z")
 
 
 # ---------------------------------------------------------------------------------------------------

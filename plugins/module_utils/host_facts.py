@@ -29,6 +29,7 @@ import re
 from collections import Counter
 
 from ansible_collections.confidential.tee.plugins.module_utils.cmdline import cmdline_facts
+from ansible_collections.confidential.tee.plugins.module_utils.dcap_version import QGS_SOCKET
 from ansible_collections.confidential.tee.plugins.module_utils.gpu_facts import empty_gpu
 from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader, Problem
 from ansible_collections.confidential.tee.plugins.module_utils.readiness import (
@@ -59,7 +60,6 @@ DEV_SGX_ENCLAVE = "dev/sgx_enclave"
 DEV_SGX_PROVISION = "dev/sgx_provision"
 DEV_VHOST_VSOCK = "dev/vhost-vsock"
 DEV_VSOCK = "dev/vsock"
-QGS_SOCKET = "var/run/tdx-qgs/qgs.socket"
 PCI_DEVICES = "sys/bus/pci/devices"
 SYS_MODULE = "sys/module"
 # Kernel modules whose presence matters to a TEE node (/sys/module/<name> exists while one is loaded or built in).
@@ -298,7 +298,7 @@ def read_power(reader):
     }
 
 
-def read_qgs(reader, path="/" + QGS_SOCKET):
+def read_qgs(reader, path=QGS_SOCKET):
     """The Quote Generation Service socket at ``path`` (a host path; KubeVirt's qgsSocketPath may move it)."""
     result = reader.stat(path)
     return {
@@ -328,7 +328,7 @@ def read_devices(reader):
 # ---------------------------------------------------------------------------------------------------
 
 
-def gather_host_facts(host_root="/", gpu=None, qgs_socket="/" + QGS_SOCKET):
+def gather_host_facts(host_root="/", gpu=None, qgs_socket=QGS_SOCKET):
     """All host facts under ``host_root``.
 
     ``gpu`` is a ``(gpu_fact, warnings)`` pair from :func:`gpu_facts.probe_gpu` (or ``None``: not probed);

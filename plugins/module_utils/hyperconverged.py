@@ -22,7 +22,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.kubevirt_cc impor
 )
 
 API_VERSIONS = ("v1beta1", "v1")
-_DISABLED_INDEX = re.compile(r"^%s/(\d+)$" % re.escape(DISABLED_PATH))
+_DISABLED_INDEX = re.compile(r"^%s/(\d+)\Z" % re.escape(DISABLED_PATH))
 
 
 def parse_jsonpatch(text) -> list:

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import stat
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,13 +25,14 @@ from ansible_collections.confidential.tee.plugins.module_utils.cmdline import (
     parse_arg_text,
     tokenize,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.file_writer import atomic_write, backup_file
 from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.process import run_bounded
 from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text
 
 SETUPS = ("grub", "bls", "kernel_install", "ostree")
 BIN_DIRS = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
-DROPIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DROPIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 # Characters that would need shell escaping in a GRUB drop-in or are never part of a kernel argument.
 UNSAFE_ARG_RE = re.compile(r"[\s'`$\\;&|<>()\"]")
 MAX_BOOT_FILE = 1024 * 1024
@@ -725,43 +723,6 @@ def managed_running(running: list[str] | None, present: list[str], absent: list[
 # ------------------------------------------------------------------------------------------ execution
 
 
-def atomic_write(full_path: str, content: str, default_mode: int = 0o644) -> None:
-    """Write via a temporary file in the same directory and rename, keeping mode and owner."""
-    directory = os.path.dirname(full_path) or "."
-    os.makedirs(directory, exist_ok=True)
-    try:
-        st = os.stat(full_path)
-        mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
-    except FileNotFoundError:
-        mode, owner = default_mode, None
-    fd, tmp = tempfile.mkstemp(prefix=".tee-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(grub.encode(content))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if owner is not None and os.geteuid() == 0:
-            os.chown(tmp, *owner)
-        os.replace(tmp, full_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def backup_file(full_path: str, stamp: str) -> str | None:
-    """Copy an existing file next to itself; the suffix keeps it out of *.cfg / *.conf globs."""
-    if not os.path.isfile(full_path):
-        return None
-    dest, n = f"{full_path}.{stamp}~", 1
-    # Two runs within one second must not overwrite the earlier, older copy.
-    while os.path.exists(dest):
-        dest, n = f"{full_path}.{stamp}.{n}~", n + 1
-    shutil.copy2(full_path, dest)
-    return dest
-
-
 @dataclass
 class Executor:
     """The one place actions take effect: records every action, performs it only outside check mode.
@@ -820,7 +781,7 @@ class Executor:
         for path in [action.path] if action.path else action.backs_up:
             self._remember(path)
         if action.kind == "write":
-            atomic_write(self.real_path(action.path), action.content or "", action.mode)
+            atomic_write(self.real_path(action.path), action.content or "", default_mode=action.mode)
         elif action.kind == "remove":
             real = self.real_path(action.path)
             if os.path.lexists(real):

@@ -34,7 +34,7 @@ KATA = "kata"
 KUBEVIRT = "kubevirt"
 CONSUMERS = (KATA, KUBEVIRT)
 MODES = ("auto", "kubevirt", "nfd")
-NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 # Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
 VENDORS = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-_QUANTITY_RE = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)([A-Za-z]*|[eE][+-]?\d+)$")
+_QUANTITY_RE = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)([A-Za-z]*|[eE][+-]?\d+)\Z")
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 TERMINATED_PHASES = ("Succeeded", "Failed")

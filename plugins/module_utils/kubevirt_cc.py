@@ -42,8 +42,8 @@ ATTESTATION_MODES = ("auto", "enforced", "disabled")
 FG_PATH = "/spec/configuration/developerConfiguration/featureGates"
 DISABLED_PATH = "/spec/configuration/developerConfiguration/disabledFeatureGates"
 CC_PATH = "/spec/configuration/confidentialCompute"
-PCI_SELECTOR = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$")
-RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+PCI_SELECTOR = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}\Z")
+RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 
 
 class KubeVirtConfigError(ValueError):

@@ -15,8 +15,8 @@ API_VERSION = "machineconfiguration.openshift.io/v1"
 ROLE_LABEL = "machineconfiguration.openshift.io/role"
 # MCO accepts Ignition spec 3.x configs; 3.2.0 is understood by every supported OpenShift 4 release.
 IGNITION_VERSION = "3.2.0"
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-ROLE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+ROLE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 class MachineConfigError(ValueError):

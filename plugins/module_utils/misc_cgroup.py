@@ -51,8 +51,8 @@ SOURCE_ROOT = "root"
 SOURCE_CHILDREN_SUM = "children_sum"
 SOURCE_UNAVAILABLE = "unavailable"
 
-_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*$")
-_DIGITS_RE = re.compile(r"^[0-9]+$")
+_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*\Z")
+_DIGITS_RE = re.compile(r"^[0-9]+\Z")
 
 
 @dataclass

@@ -24,7 +24,7 @@ PCCS_DIR = "/opt/intel/sgx-dcap-pccs"
 CACHING_MODES = ("LAZY", "REQ", "OFFLINE")
 LOG_LEVELS = ("error", "warn", "info", "http", "verbose", "debug", "silly")
 SECRET_PATHS = [("ApiKey",), ("UserTokenHash",), ("AdminTokenHash",), ("mysql", "password")]
-_HEX128 = re.compile(r"^[0-9a-fA-F]{128}$")
+_HEX128 = re.compile(r"^[0-9a-fA-F]{128}\Z")
 _API_VERSION = re.compile(r"/v([1-9][0-9]*)/")
 # node-config also reads these after production.json: they would silently override what the role writes.
 OVERRIDING_FILES = ("local.json", "local-production.json", "production.json5", "local.json5")

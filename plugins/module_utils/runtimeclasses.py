@@ -23,7 +23,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.key_pools import 
 KATA_RUNTIME_LABEL = "katacontainers.io/kata-runtime"
 TEE_LABELS = {"tdx": "intel.feature.node.kubernetes.io/tdx", "snp": "amd.feature.node.kubernetes.io/snp"}
 DEFAULT_OVERHEAD = {"cpu": {"memory": "2048Mi", "cpu": "1"}, "gpu": {"memory": "10240Mi", "cpu": "1"}}
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?\Z")
 MANAGED_BY = "confidential.tee"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 # Control characters a TOML multi-line literal string may not hold (tab and newline are allowed).
 _LITERAL_FORBIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

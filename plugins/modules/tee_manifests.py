@@ -89,7 +89,7 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.kernel_cmdline import atomic_write
+from ansible_collections.confidential.tee.plugins.module_utils.file_writer import atomic_write
 from ansible_collections.confidential.tee.plugins.module_utils.manifests import ManifestError, plan_directory
 
 
@@ -123,11 +123,10 @@ def _digest(text):
 
 
 def _write_private(path, text):
-    """A Secret's manifest: mode 0600 from the first byte (atomic_write keeps an existing file's mode)."""
+    """A Secret's manifest: mode 0600 from the first byte (the old file's mode does not carry over)."""
     if os.path.exists(path):
         os.chmod(path, 0o600)
-    atomic_write(path, text, 0o600)
-    os.chmod(path, 0o600)
+    atomic_write(path, text, mode=0o600)
 
 
 def main() -> None:
@@ -160,7 +159,7 @@ def main() -> None:
                 if write["file"] in secrets:
                     _write_private(path, write["after"])
                 else:
-                    atomic_write(path, write["after"], 0o644)
+                    atomic_write(path, write["after"], default_mode=0o644)
             for name in removals:
                 os.unlink(os.path.join(dest, name))
         except OSError as exc:

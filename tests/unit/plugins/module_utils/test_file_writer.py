@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils import file_writer
 from ansible_collections.confidential.tee.plugins.module_utils.file_writer import FileWriter, WriteError, lookup_id
 from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
 
@@ -80,3 +81,27 @@ def test_directory_in_the_way_refused(root):
     (root / "etc/qgs.conf").mkdir()
     with pytest.raises(WriteError, match="not a regular file"):
         FileWriter(str(root), check_mode=False).apply("/etc/qgs.conf", "x")
+
+
+def test_backups_never_overwrite_an_earlier_copy(tmp_path):
+    target = tmp_path / "cmdline"
+    target.write_text("one\n")
+    first = file_writer.backup_file(str(target), "same-second")
+    target.write_text("two\n")
+    second = file_writer.backup_file(str(target), "same-second")
+    assert first != second
+    assert Path(first).read_text() == "one\n" and Path(second).read_text() == "two\n"
+
+
+def test_atomic_write_leaves_no_temporary_file_on_failure(tmp_path, monkeypatch):
+    target = tmp_path / "cmdline"
+    target.write_text("keep\n")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(file_writer.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        file_writer.atomic_write(str(target), "new\n")
+    assert target.read_text() == "keep\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmdline"]

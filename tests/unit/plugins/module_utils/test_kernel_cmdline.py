@@ -479,30 +479,6 @@ def test_remove_action_backs_up_and_diff_has_the_old_content(tmp_path):
     assert any(b.startswith(str(tmp_path / "etc/default/grub.d/tee.cfg.")) for b in executor.backups)
 
 
-def test_backups_never_overwrite_an_earlier_copy(tmp_path):
-    target = tmp_path / "cmdline"
-    target.write_text("one\n")
-    first = kc.backup_file(str(target), "same-second")
-    target.write_text("two\n")
-    second = kc.backup_file(str(target), "same-second")
-    assert first != second
-    assert Path(first).read_text() == "one\n" and Path(second).read_text() == "two\n"
-
-
-def test_atomic_write_leaves_no_temporary_file_on_failure(tmp_path, monkeypatch):
-    target = tmp_path / "cmdline"
-    target.write_text("keep\n")
-
-    def broken_replace(src, dst):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(kc.os, "replace", broken_replace)
-    with pytest.raises(OSError):
-        kc.atomic_write(str(target), "new\n")
-    assert target.read_text() == "keep\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmdline"]
-
-
 # -------------------------------------------------------------------------------------------- issue 7: GRUB is shell
 
 SHELL_GRUB = """GRUB_DEFAULT=0

@@ -35,3 +35,18 @@ def test_display_text_survives_json_with_any_bytes():
     assert shown == "# caf\\xe9\n"
     json.dumps(shown).encode("utf-8")
     assert display_text(None) is None
+
+
+def test_no_validation_pattern_accepts_a_trailing_newline():
+    # re's "$" also matches before a final "\n": "tee\n" would pass as a file name, "0\n" as a bare TOML key.
+    import re
+    from pathlib import Path
+
+    plugins = Path(__file__).resolve().parents[4] / "plugins"
+    loose = [
+        f"{path.relative_to(plugins)}: {pattern}"
+        for path in plugins.rglob("*.py")
+        for pattern in re.findall(r're\.compile\(r"(\^[^"]*)"', path.read_text())
+        if pattern.endswith("$")
+    ]
+    assert loose == []
