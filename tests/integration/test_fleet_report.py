@@ -38,6 +38,10 @@ def fleet(tmp_path_factory, ansible_playbook_cli, optional_reference):
     inventory = yaml.safe_load((out / "inventory.yml").read_text())
     broken = dict(inventory["tee_nodes"]["hosts"]["tdx-2"], tee_host_root=str(out / "gone"), tee_node_name="tdx-9")
     inventory["tee_nodes"]["hosts"]["tdx-9"] = broken
+    # One TDX node also gets its attestation chain checked (the simulated host has no QGS: the chain fails).
+    inventory["tee_nodes"]["hosts"]["tdx-1"].update(
+        tee_fleet_attestation=True, tee_fleet_attestation_args={"dcap_version": "1.26", "consumers": ["kubevirt"]}
+    )
     (out / "inventory.yml").write_text(yaml.safe_dump(inventory))
     output = run_playbook(ansible_playbook_cli, out, out / "report")
     return out, output
@@ -64,6 +68,17 @@ def test_report_shows_double_pool_external_usage_and_not_ready_nodes_with_fixes(
         h100 = next(n for n in report["nodes"] if n["name"] == "gpu-h100")
         assert h100["ready"] is False and h100["gpu"]["cc_state"] == "OFF"
         assert h100["gpu"]["ready_state"] == "not-ready"
+
+
+def test_attestation_chain_is_reported_where_it_was_checked(fleet):
+    out, _ = fleet
+    report = json.loads((out / "report" / "report.json").read_text())
+    sections = {node["name"]: {s["id"]: s for s in node["sections"]} for node in report["nodes"] if node["sections"]}
+    chain = sections["tdx-1"]["attestation"]
+    assert chain["verdict"] == "FAIL" and chain["checks"][0]["id"] == "attestation.chain"
+    assert chain["checks"][0]["remediation"]
+    assert sections["tdx-2"]["attestation"]["verdict"] == "SKIP"
+    assert "tdx_attestation_check" in sections["tdx-2"]["attestation"]["reason"]
 
 
 def test_metrics_for_every_node(fleet):
