@@ -42,14 +42,41 @@ def score(node: NodeView, need: Mapping[str, int]) -> float:
 
 def choose_node(need: Mapping[str, int], nodes: Sequence[NodeView]) -> str | None:
     """The node a pod with ``need`` is bound to, or ``None`` when it stays Pending."""
+    ordered = sorted(nodes, key=_name)
+    if len(need) == 1:
+        # The common case (one TEE resource) on a fleet: the same fit and score inlined, one pass.
+        ((resource, amount),) = need.items()
+        return _choose_single(resource, amount, ordered)
     best: tuple[float, str] | None = None
-    for node in sorted(nodes, key=lambda n: n.name):
+    for node in ordered:
         if not fits(node, need):
             continue
         candidate = (-score(node, need), node.name)
         if best is None or candidate < best:
             best = candidate
     return None if best is None else best[1]
+
+
+def _name(node: NodeView) -> str:
+    return node.name
+
+
+def _choose_single(resource: str, amount: int, ordered: Sequence[NodeView]) -> str | None:
+    """:func:`choose_node` for a need of one resource: exactly :func:`fits` and :func:`score`."""
+    best_name: str | None = None
+    best_score = 0.0
+    for node in ordered:
+        if not node.schedulable:
+            continue
+        total = node.allocatable.get(resource, 0)
+        free = total - node.requested.get(resource, 0)
+        if amount > 0 and free < amount:
+            continue
+        value = (free - amount) / total if total > 0 else 0.0
+        # Nodes come in name order, so the first of equal scores wins, as the name tie-break says.
+        if best_name is None or value > best_score:
+            best_name, best_score = node.name, value
+    return best_name
 
 
 def sum_needs(needs: Iterable[Mapping[str, int]]) -> dict[str, int]:

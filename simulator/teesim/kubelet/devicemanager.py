@@ -28,9 +28,11 @@ that runs are reproducible; a plugin's preferred allocation, when given and vali
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 API_VERSION = "v1beta1"
 SUPPORTED_VERSIONS = (API_VERSION,)
@@ -52,6 +54,7 @@ class AllocationError(RuntimeError):
     """The kubelet cannot give a container the devices it requests (pod admission fails)."""
 
 
+@lru_cache(maxsize=65536)
 def natural_key(device_id: str) -> tuple:
     """Sort key that orders ``tdx-2`` before ``tdx-10``."""
     return tuple(int(part) if part.isdigit() else part for part in _NATURAL_RE.split(device_id))
@@ -147,6 +150,13 @@ class DeviceManager:
         self._finished: set[str] = set()
         self._generation = 0
         self.restarts = 0
+        # Called after every change to capacity or allocatable (what the kubelet then writes to the node
+        # status), so a simulator with thousands of nodes can look only at the nodes that changed.
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     # -- registration and ListAndWatch -------------------------------------------------------------
 
@@ -171,6 +181,7 @@ class DeviceManager:
         )
         self._endpoints[resource] = ep
         self._resources.setdefault(resource, _Resource())
+        self._changed()
         return ep
 
     def _live(self, resource: str, generation: int | None) -> bool:
@@ -194,6 +205,7 @@ class DeviceManager:
                 continue
             state.listed.append(dev.id)
             (state.healthy if dev.healthy else state.unhealthy).add(dev.id)
+        self._changed()
         return True
 
     def stream_broken(self, resource: str, generation: int | None = None, now: float = 0.0) -> bool:
@@ -206,6 +218,7 @@ class DeviceManager:
         state = self._resources.setdefault(resource, _Resource())
         state.unhealthy |= state.healthy
         state.healthy = set()
+        self._changed()
         return True
 
     def restart(self, now: float = 0.0) -> None:
@@ -217,6 +230,7 @@ class DeviceManager:
         for res in checkpointed:
             self._generation += 1
             self._endpoints[res] = Endpoint(resource=res, generation=self._generation, stopped_at=now)
+        self._changed()
 
     # -- node status ---------------------------------------------------------------------------------
 
@@ -318,7 +332,8 @@ class DeviceManager:
             chosen = list(dict.fromkeys(preferred))
             if len(chosen) == count and set(chosen) <= available:
                 return chosen
-        return sorted(available, key=natural_key)[:count]
+        # The first ``count`` in natural order (what sorted(...)[:count] gives, without sorting them all).
+        return heapq.nsmallest(count, available, key=natural_key)
 
     def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
         """The plugin's Allocate succeeded: remember the container's devices (the checkpoint)."""
@@ -348,6 +363,19 @@ class DeviceManager:
 
     def active_pods(self) -> list[PodRef]:
         return [p for k, p in sorted(self._pods.items()) if k not in self._finished]
+
+    def active_device_ids(self, resource: str) -> frozenset[str]:
+        """Devices of ``resource`` held by active pods: the union of what :meth:`active_pods` and
+        :meth:`pod_devices` give (pod-resources ``List``), without copying every pod's map."""
+        finished = self._finished
+        pod_devices = self._pod_devices
+        held: set[str] = set()
+        for key in self._pods:
+            if key in finished:
+                continue
+            for per_resource in pod_devices.get(key, {}).values():
+                held.update(per_resource.get(resource, ()))
+        return frozenset(held)
 
     def pod_devices(self, pod: PodRef | str) -> Mapping[str, Mapping[str, list[str]]]:
         """container -> resource -> device IDs of one pod (empty if it holds none)."""

@@ -71,6 +71,8 @@ class InProcessPlugin:
         self.running = False
         self._sent_state: object = None
         self.registrations = 0
+        # False: read and decide at every poll, as the process does (the reference for tests).
+        self.skip_unchanged = True
 
     def start(self) -> None:
         """Process start: read capacity, register, send the first list."""
@@ -126,6 +128,10 @@ class ReconcilingPlugin(InProcessPlugin):
         # next_unhealthy is pure: the same inputs give the same set, so skip recomputing it.
         self._last_inputs: tuple[int | None, frozenset[str], frozenset[str]] | None = None
         self._own_cache: tuple[int, frozenset[str]] | None = None
+        # What the last decision was made from: the host files' revision and the pod generation. A
+        # poll that finds both unchanged would read the same misc.current and the same pod-resources
+        # List, so it ends there (most polls of a long run; the real plugin reads the file anyway).
+        self._decided_on: tuple[object, int] | None = None
 
     def own_allocated(self) -> frozenset[str]:
         """Device IDs pod-resources ``List`` reports for this resource (active pods only)."""
@@ -133,21 +139,34 @@ class ReconcilingPlugin(InProcessPlugin):
             return frozenset()
         if self._own_cache is not None and self._own_cache[0] == self.node.pod_generation:
             return self._own_cache[1]
-        own: set[str] = set()
-        for pod in self.node.devices.active_pods():
-            for per_resource in self.node.devices.pod_devices(pod).values():
-                own.update(per_resource.get(self.resource_name, ()))
-        self._own_cache = (self.node.pod_generation, frozenset(own))
-        return self._own_cache[1]
+        if self.skip_unchanged:
+            own = self.node.devices.active_device_ids(self.resource_name)
+        else:
+            # The reference path: walk the pods as a pod-resources List response lists them.
+            listed: set[str] = set()
+            for pod in self.node.devices.active_pods():
+                for per_resource in self.node.devices.pod_devices(pod).values():
+                    listed.update(per_resource.get(self.resource_name, ()))
+            own = frozenset(listed)
+        self._own_cache = (self.node.pod_generation, own)
+        return own
 
     def poll(self) -> None:
-        if not self.running or not self.node.kubelet_up:
+        node = self.node
+        if not self.running or not node.kubelet_up:
             return
         self.polls += 1
+        if self.skip_unchanged and (node.files_revision(), node.pod_generation) == self._decided_on:
+            return
         self._decide()
         self.refresh()
 
     def _decide(self) -> None:
+        node = self.node
+        decided_on = (node.files_revision(), node.pod_generation)
+        if self.skip_unchanged and decided_on == self._decided_on:
+            return
+        self._decided_on = decided_on
         current = read_current(self.node, self.misc_resource)
         own = self.own_allocated()
         inputs = (current, own, self.unhealthy)
@@ -156,7 +175,7 @@ class ReconcilingPlugin(InProcessPlugin):
             self._last_inputs = (current, own, self.unhealthy)
 
     def start(self) -> None:
-        self._last_inputs = None
+        self._last_inputs = self._decided_on = None
         super().start()
 
     def register(self) -> None:

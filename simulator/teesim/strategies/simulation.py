@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import errno
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
@@ -33,7 +33,7 @@ from teesim.cluster.clock import VirtualClock
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, NFD_RESOURCES, discover
 from teesim.cluster.node import EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
-from teesim.cluster.scheduler import choose_node
+from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, NodeSpec
@@ -42,6 +42,14 @@ from teesim.strategies.base import PLUGIN_RESOURCES, RECONCILING, Strategy
 from teesim.strategies.plugins import InProcessPlugin, ReconcilingPlugin, StaticPlugin
 
 _PLUGIN_NAMES = frozenset(PLUGIN_RESOURCES.values())
+
+
+# (member, value) of each consumer, looked up once: Enum.value is a property, slow in a hot loop.
+_CONSUMERS: tuple[tuple[Consumer, str], ...] = tuple((c, c.value) for c in Consumer)
+
+
+def _node_name(node: SimNode) -> str:
+    return node.name
 
 
 @dataclass(frozen=True)
@@ -82,9 +90,10 @@ class Failure:
     in_race_window: bool
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ResourceSnapshot:
-    """One node's view of one misc resource at one instant."""
+    """One node's view of one misc resource at one instant (read-only by convention: a frozen
+    dataclass costs five times as much to build, and the report builds one per change)."""
 
     node: str
     resource: str
@@ -115,29 +124,49 @@ class ResourceSnapshot:
 
 
 class Observer(Protocol):
+    """Sees the run. ``after_event`` follows every event that changed a node (:attr:`Simulation.changed`)
+    or the number of pending pods; the events in between change nothing it could see."""
+
     def after_event(self, sim: Simulation, now: float) -> None: ...
     def on_kernel_change(self, sim: Simulation, node: str, resource: str, consumer: str, now: float) -> None: ...
     def on_failure(self, sim: Simulation, failure: Failure) -> None: ...
 
 
 class Simulation:
-    """Runs one :class:`World` under one :class:`Strategy`."""
+    """Runs one :class:`World` under one :class:`Strategy`.
 
-    def __init__(self, world: World, strategy: Strategy):
+    After every event, :attr:`changed` lists the nodes whose snapshot may differ from the last
+    event's (the nodes that said they changed, plus those whose allocatable changes with time alone);
+    the observer looks at those only. ``incremental=False`` is the reference: every node counts as
+    changed after every event, the scheduler tries every pod on every node, plugins and NFD parse
+    their files at every read. It gives the same report, slower; tests and the benchmark compare.
+    """
+
+    def __init__(self, world: World, strategy: Strategy, *, incremental: bool = True):
         self.world = world
         self.strategy = strategy
         self.settings = world.settings
+        self.incremental = incremental
         self.clock = VirtualClock()
         self.nodes: dict[str, SimNode] = {}
+        self._touched: list[SimNode] = []
         for spec in world.nodes:
             if not spec.profile.has_misc:
                 raise ValueError(
                     f"node {spec.name}: kernel profile {spec.profile.name!r} has no misc controller, so no "
                     "strategy can count keys there; use it with `teesim node build` to test detection"
                 )
-            self.nodes[spec.name] = SimNode(spec)
+            self.nodes[spec.name] = SimNode(spec, self._node_changed)
+        self.queue = SchedulingQueue(self.nodes, incremental)
+        # Every node counts as changed by the first event, so the observer starts from a full picture.
+        for node in self.nodes.values():
+            node.changed = True
+            self._touched.append(node)
+        self.changed: list[SimNode] = list(self.nodes.values())
+        # Nodes with a stopped plugin endpoint inside the kubelet's grace period.
+        self._expiring: set[SimNode] = set()
+        self._nfd_read: dict[str, object] = {}
         self.plugins: dict[str, list[InProcessPlugin]] = defaultdict(list)
-        self.pending: list[Pod] = []
         self.waiting: dict[str, list[Pod]] = defaultdict(list)
         self.pods: list[Pod] = []
         self.failures: list[Failure] = []
@@ -146,6 +175,34 @@ class Simulation:
         self._charge_times: dict[tuple[str, str], deque[float]] = defaultdict(lambda: deque(maxlen=64))
         self._external_seq = 0
         self.observer: Observer | None = None
+
+    @property
+    def pending(self) -> list[Pod]:
+        """Pods not bound yet, in creation order."""
+        return self.queue.pending
+
+    def _node_changed(self, node: SimNode) -> None:
+        self._touched.append(node)
+        self.queue.node_changed(node)
+
+    def _collect_changed(self, now: float) -> None:
+        """Set :attr:`changed` for the event that just ran and start listening afresh."""
+        touched = self._touched
+        if not self.incremental:
+            self.changed = list(self.nodes.values())
+        elif not touched and not self._expiring:
+            self.changed = []
+            return
+        else:
+            # Touched nodes in the order they changed, then the rest of the expiring ones by name:
+            # a deterministic order, so that the report is the same on every run.
+            changed = touched + sorted((n for n in self._expiring if not n.changed), key=_node_name)
+            self.changed = changed
+            # Only a change of the device manager can start a grace period.
+            self._expiring = {n for n in changed if (n.devices_touched or n in self._expiring) and n.expiring(now)}
+        for node in touched:
+            node.changed = node.devices_touched = False
+        touched.clear()
 
     # -- set-up ------------------------------------------------------------------------------------
     def resources(self, node: SimNode) -> list[str]:
@@ -163,6 +220,7 @@ class Simulation:
                 name = PLUGIN_RESOURCES[resource]
                 cls = ReconcilingPlugin if kind == RECONCILING else StaticPlugin
                 plugin = cls(node, clock, name, resource)
+                plugin.skip_unchanged = self.incremental
                 self.plugins[node.name].append(plugin)
                 clock.at(0.0, plugin.start)
                 if isinstance(plugin, ReconcilingPlugin):
@@ -190,6 +248,12 @@ class Simulation:
         node.sync_status(self.clock.now)
 
     def _nfd(self, node: SimNode) -> None:
+        if self.incremental:
+            # Discovery depends on the host files alone: unchanged files, unchanged resources.
+            revision = node.files_revision()
+            if self._nfd_read.get(node.name) == revision:
+                return
+            self._nfd_read[node.name] = revision
         reserved = self.settings.reserved if self.strategy.reserve_external else None
         node.nfd = discover(node.read, reserved)
 
@@ -206,7 +270,7 @@ class Simulation:
             resource = self.strategy.vmi_resource(arrival.resource)
             pod = vmi_pod(uid, arrival.resource, resource, now, arrival.launch_delay, arrival.duration)
         self.pods.append(pod)
-        self.pending.append(pod)
+        self.queue.add(pod)
 
     def _start_external(self, arrival: Arrival, uid: str) -> None:
         node = self.nodes.get(arrival.node or "") if arrival.node else next(iter(self.nodes.values()))
@@ -232,25 +296,15 @@ class Simulation:
         self.clock.after(arrival.duration, stop)
 
     def _schedule(self) -> None:
-        if not self.pending:
-            return
-        now = self.clock.now
-        still: list[Pod] = []
-        views = {name: node.view() for name, node in self.nodes.items()}
-        for pod in self.pending:
-            choice = choose_node(pod.need(), list(views.values()))
-            if choice is None:
-                still.append(pod)
-                continue
-            node = self.nodes[choice]
-            pod.phase, pod.node, pod.bound_at = Phase.BOUND, choice, now
-            node.bind(pod)
-            views[choice] = node.view()
-            if node.kubelet_up:
-                self._admit(node, pod)
-            else:
-                self.waiting[choice].append(pod)
-        self.pending = still
+        self.queue.run_pass(self._bind)
+
+    def _bind(self, pod: Pod, node: SimNode) -> None:
+        pod.phase, pod.node, pod.bound_at = Phase.BOUND, node.name, self.clock.now
+        node.bind(pod)
+        if node.kubelet_up:
+            self._admit(node, pod)
+        else:
+            self.waiting[node.name].append(pod)
 
     @staticmethod
     def _ref(pod: Pod) -> PodRef:
@@ -365,25 +419,40 @@ class Simulation:
 
     # -- observation -------------------------------------------------------------------------------
     def snapshot(self, node: SimNode, resource: str) -> ResourceSnapshot:
-        vmi = self.strategy.vmi_resource(resource)
-        allocatable = node.allocatable(self.clock.now)
-        nfd_name = NFD_RESOURCES.get(resource)
-        return ResourceSnapshot(
-            node=node.name,
-            resource=resource,
-            capacity=node.capacity(resource),
-            current=node.usage(resource),
-            vmi_resource=vmi,
-            advertised=allocatable.get(vmi, 0),
-            published=node.status_allocatable().get(vmi, 0),
-            requested=node.requested().get(vmi, 0),
-            claims=node.claims[resource],
-            nfd_advertised=node.nfd.get(nfd_name, 0) if nfd_name else 0,
-            charged={c.value: node.charged[(c, resource)] for c in Consumer},
-        )
+        return self._node_snapshots(node, [resource])[0]
 
-    def snapshots(self) -> list[ResourceSnapshot]:
-        return [self.snapshot(node, r) for node in self.nodes.values() for r in self.resources(node)]
+    def snapshots(self, nodes: Iterable[SimNode] | None = None) -> list[ResourceSnapshot]:
+        """Snapshots of every misc resource of ``nodes`` (default: every node)."""
+        nodes = self.nodes.values() if nodes is None else nodes
+        return [snap for node in nodes for snap in self._node_snapshots(node, self.resources(node))]
+
+    def _node_snapshots(self, node: SimNode, resources: Iterable[str]) -> list[ResourceSnapshot]:
+        # What is per node (allocatable, node status, requests) is computed once for all its resources.
+        allocatable = node.allocatable(self.clock.now)
+        published = node.status_allocatable()
+        requested = node.requested()
+        misc = node.kernel.misc
+        assert misc is not None
+        snaps = []
+        for resource in resources:
+            vmi = self.strategy.vmi_resource(resource)
+            nfd_name = NFD_RESOURCES.get(resource)
+            snaps.append(
+                ResourceSnapshot(
+                    node=node.name,
+                    resource=resource,
+                    capacity=misc.capacity(resource),
+                    current=misc.usage(resource),
+                    vmi_resource=vmi,
+                    advertised=allocatable.get(vmi, 0),
+                    published=published.get(vmi, 0),
+                    requested=requested.get(vmi, 0),
+                    claims=node.claims[resource],
+                    nfd_advertised=node.nfd.get(nfd_name, 0) if nfd_name else 0,
+                    charged={value: node.charged[(consumer, resource)] for consumer, value in _CONSUMERS},
+                )
+            )
+        return snaps
 
     def run(self, observer: Observer | None = None, progress: Callable[[float], None] | None = None) -> None:
         self.observer = observer
@@ -392,9 +461,19 @@ class Simulation:
         step = max(duration / 100.0, 1e-9)
         next_report = [0.0]
 
+        pending = self.queue.pending
+        seen_pending = [0]
+
         def after(now: float) -> None:
-            self._schedule()
-            if observer is not None:
+            if pending:
+                self.queue.run_pass(self._bind)
+            if self._touched or self._expiring or not self.incremental:
+                self._collect_changed(now)
+            elif self.changed:
+                self.changed = []
+            # An event that changed no node and no pending count changes nothing an observer sees.
+            if observer is not None and (self.changed or len(pending) != seen_pending[0]):
+                seen_pending[0] = len(pending)
                 observer.after_event(self, now)
             if progress is not None and now >= next_report[0]:
                 progress(min(now / duration, 1.0))
