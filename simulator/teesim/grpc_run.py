@@ -33,7 +33,11 @@ from teesim.kernel.profiles import get_profile
 from teesim.kubelet.server import Kubelet
 
 SIMULATOR_DIR = Path(__file__).resolve().parents[1]
-PLUGIN_MODULES = {"static": "teesim.plugins.static", "reconciling": "teesim.plugins.reconciling"}
+PLUGIN_MODULES = {
+    "static": "teesim.plugins.static",
+    "reconciling": "teesim.plugins.reconciling",
+    "unified": "teesim.plugins.unified",
+}
 EXTERNAL_SLICE = "machine.slice"
 PODS_SLICE = "kubepods.slice"
 ROOT_CURRENT = "sys/fs/cgroup/misc.current"

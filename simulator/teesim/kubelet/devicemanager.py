@@ -1,53 +1,80 @@
 """The kubelet's device manager as a pure state machine (no gRPC, no threads, no clock of its own).
 
-This models ``pkg/kubelet/cm/devicemanager`` (``manager.go``, ``plugin/v1beta1/server.go``) closely
-enough that a strategy's failure modes come out the same as on a real node:
+This models ``pkg/kubelet/cm/devicemanager`` (``manager.go``, ``endpoint.go``,
+``plugin/v1beta1/{server,handler,client}.go``) closely enough that a strategy's failure modes come
+out the same as on a real node:
 
 * ``Register`` accepts only API version ``v1beta1`` and an *extended* resource name
-  (``domain/name``, not in the ``kubernetes.io/`` namespace, not starting with ``requests.``).
-  A second registration of the same resource replaces the first endpoint (a restarted plugin);
-  the old device list stays until the new stream's first response replaces it.
+  (:mod:`teesim.kubelet.names`). A resource is known to the manager (it has capacity) only once a
+  ``ListAndWatch`` response arrived, as upstream creates ``healthyDevices[resource]`` there.
 * Every ``ListAndWatch`` response *replaces* the resource's device list; ``Healthy`` devices are
-  healthy, any other health string is unhealthy (as ``genericDeviceUpdateCallback`` does).
+  healthy, any other health string is unhealthy (``genericDeviceUpdateCallback``). Responses are
+  keyed by resource name only: a stream that is still open updates the list even after a newer
+  registration of the same resource (upstream's callback does not check which client sent it).
 * Node capacity = healthy + unhealthy, allocatable = healthy (``GetCapacity``).
-* When a plugin's stream breaks, every device of the resource turns unhealthy (capacity kept,
-  allocatable 0: ``markResourceUnhealthy``); after ``ENDPOINT_STOP_GRACE_PERIOD`` seconds without a
-  new registration the resource disappears from the node.
-* Allocation happens per container and per resource (the kubelet calls the plugin's ``Allocate``
-  once per container). Before choosing devices, devices of pods that are no longer active are
-  released (``UpdateAllocatedDevices``): finished pods are freed *lazily* and the plugin is never
-  told. A container that already holds devices of the resource gets the same ones again.
-* A kubelet restart loses every endpoint and device list (plugins must re-register) but keeps the
-  pod-to-device assignments (the kubelet's checkpoint file); the restored resources have a
-  stopped endpoint, so capacity reads 0 until the plugin re-registers.
+* When a plugin's stream ends, the kubelet disconnects *the client currently registered for that
+  resource name* (``runClient`` looks the client up by name again): every device turns unhealthy
+  and the endpoint's stop time is set (``PluginDisconnected``). So when a plugin registers again
+  while its old stream is still open, the old stream's end marks the *new* endpoint's devices
+  unhealthy and cuts the new connection; after ``ENDPOINT_STOP_GRACE_PERIOD`` without a new
+  registration the resource disappears from the node.
+* Allocation is per container and per resource (one ``Allocate`` per container). Before choosing
+  devices, devices of pods that are no longer active are released (``UpdateAllocatedDevices``):
+  finished pods are freed *lazily* and the plugin is never told. A container that already holds
+  devices of the resource gets them again, but only if they are all still healthy.
+* Free devices are handed out in no particular order (upstream iterates a Go map). A plugin's
+  preferred allocation is intersected with the available devices and topped up from the rest.
+* A kubelet restart loses every endpoint and device list but keeps the checkpoint: the pod-to-device
+  assignments and the names of every registered resource. Each of those comes back with a stopped
+  endpoint and no devices, i.e. capacity 0, until its plugin registers again or the grace period
+  drops it.
 
-Device choice: the real kubelet, absent ``GetPreferredAllocation``, takes an arbitrary subset of the
-available set (Go map order). Here the choice is the first available IDs in natural sort order so
-that runs are reproducible; a plugin's preferred allocation, when given and valid, wins as upstream.
+``pod_generation`` changes whenever the set of pods or their devices changes (what a pod-resources
+``List`` would answer): in-process readers cache on it. Only this class changes it.
+
+Device choice uses ``rng`` (a seeded ``random.Random`` by default) so runs are reproducible while no
+caller can rely on an order.
 """
 
 from __future__ import annotations
 
-import heapq
+import random
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-API_VERSION = "v1beta1"
-SUPPORTED_VERSIONS = (API_VERSION,)
+from teesim.kubelet.names import (
+    API_VERSION,
+    SUPPORTED_VERSIONS,
+    RegistrationError,
+    check_registration,
+    extended_resource_name_problem,
+)
+
+__all__ = [
+    "API_VERSION",
+    "ENDPOINT_STOP_GRACE_PERIOD",
+    "HEALTHY",
+    "SUPPORTED_VERSIONS",
+    "UNHEALTHY",
+    "AllocationError",
+    "Device",
+    "DeviceManager",
+    "Endpoint",
+    "PodRef",
+    "RegistrationError",
+    "check_registration",
+    "extended_resource_name_problem",
+    "natural_key",
+]
+
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-# endpointStopGracePeriod in pkg/kubelet/cm/devicemanager/endpoint.go.
+# endpointStopGracePeriod in pkg/kubelet/cm/devicemanager/types.go.
 ENDPOINT_STOP_GRACE_PERIOD = 5 * 60.0
 
-_QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NATURAL_RE = re.compile(r"(\d+)")
-
-
-class RegistrationError(ValueError):
-    """The kubelet rejected a Register call (the plugin is expected to exit)."""
 
 
 class AllocationError(RuntimeError):
@@ -58,35 +85,6 @@ class AllocationError(RuntimeError):
 def natural_key(device_id: str) -> tuple:
     """Sort key that orders ``tdx-2`` before ``tdx-10``."""
     return tuple(int(part) if part.isdigit() else part for part in _NATURAL_RE.split(device_id))
-
-
-def extended_resource_name_problem(name: str) -> str | None:
-    """Why ``name`` is not an extended resource name (``v1helper.IsExtendedResourceName``), or None."""
-    if "/" not in name:
-        return f"{name!r} has no domain prefix; device plugins must use 'vendor.example.com/name'"
-    if "kubernetes.io/" in name:
-        return f"{name!r} is in the kubernetes.io namespace, which is reserved for native resources"
-    if name.startswith("requests."):
-        return f"{name!r} must not start with 'requests.'"
-    prefix, _, short = name.rpartition("/")
-    if "/" in prefix:
-        return f"{name!r} has more than one '/'"
-    if not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix):
-        return f"prefix {prefix!r} of {name!r} is not a DNS-1123 subdomain"
-    if not short or len(short) > 63 or not _QUALIFIED_NAME_RE.match(short):
-        return f"name part {short!r} of {name!r} is not a qualified name (<= 63 alphanumerics, '-', '_', '.')"
-    return None
-
-
-def check_registration(resource: str, version: str) -> None:
-    """Raise :class:`RegistrationError` with the kubelet's wording when Register must be refused."""
-    if version not in SUPPORTED_VERSIONS:
-        raise RegistrationError(
-            f"invalid version of api: {version!r}, supported versions: {', '.join(SUPPORTED_VERSIONS)}"
-        )
-    problem = extended_resource_name_problem(resource)
-    if problem:
-        raise RegistrationError(f"invalid resource name: {problem}")
 
 
 @dataclass(frozen=True)
@@ -116,7 +114,7 @@ class PodRef:
 
 @dataclass
 class Endpoint:
-    """The kubelet's connection to one plugin; ``generation`` tells a stale stream from the live one."""
+    """The kubelet's connection to one plugin; ``generation`` identifies its ListAndWatch stream."""
 
     resource: str
     generation: int
@@ -141,18 +139,27 @@ class _Resource:
 class DeviceManager:
     """State of the kubelet's device manager on one node. Not thread-safe: callers serialise."""
 
-    def __init__(self) -> None:
+    def __init__(self, rng: random.Random | None = None) -> None:
         self._resources: dict[str, _Resource] = {}
         self._endpoints: dict[str, Endpoint] = {}
+        # Generations whose ListAndWatch stream is open (the kubelet's live plugin clients).
+        self._open: set[int] = set()
         # pod key -> container -> resource -> device IDs (the checkpointed podDevices).
         self._pod_devices: dict[str, dict[str, dict[str, list[str]]]] = {}
         self._pods: dict[str, PodRef] = {}
         self._finished: set[str] = set()
         self._generation = 0
+        self.rng = rng if rng is not None else random.Random(0)
         self.restarts = 0
+        self.pod_generation = 0
+        # Devices a ListAndWatch response turned unhealthy while a pod held them.
+        self.allocated_marked_unhealthy = 0
         # Called after every change to capacity or allocatable (what the kubelet then writes to the node
         # status), so a simulator with thousands of nodes can look only at the nodes that changed.
         self.on_change: Callable[[], None] | None = None
+
+    def _pods_changed(self) -> None:
+        self.pod_generation += 1
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -180,24 +187,24 @@ class DeviceManager:
             get_preferred_allocation_available=get_preferred_allocation_available,
         )
         self._endpoints[resource] = ep
-        self._resources.setdefault(resource, _Resource())
+        self._open.add(ep.generation)
         self._changed()
         return ep
 
-    def _live(self, resource: str, generation: int | None) -> bool:
-        ep = self._endpoints.get(resource)
-        # A stopped endpoint's stream is over: nothing it sends counts until the plugin registers again.
-        if ep is None or ep.stopped:
-            return False
-        return generation is None or ep.generation == generation
+    def _stream_open(self, resource: str, generation: int | None) -> bool:
+        if generation is None:
+            ep = self._endpoints.get(resource)
+            return ep is not None and ep.generation in self._open
+        return generation in self._open
 
     def update_devices(
         self, resource: str, devices: Iterable[Device | tuple[str, str]], generation: int | None = None
     ) -> bool:
-        """Apply one ListAndWatch response (replaces the list). False if the stream is stale."""
-        if not self._live(resource, generation):
+        """Apply one ListAndWatch response (replaces the list). False if that stream is closed."""
+        if not self._stream_open(resource, generation):
             return False
         state = self._resources.setdefault(resource, _Resource())
+        held = self.allocated_ids(resource)
         state.healthy, state.unhealthy, state.listed = set(), set(), []
         for item in devices:
             dev = item if isinstance(item, Device) else Device(*item)
@@ -205,16 +212,26 @@ class DeviceManager:
                 continue
             state.listed.append(dev.id)
             (state.healthy if dev.healthy else state.unhealthy).add(dev.id)
+        self.allocated_marked_unhealthy += len(held & state.unhealthy)
         self._changed()
         return True
 
     def stream_broken(self, resource: str, generation: int | None = None, now: float = 0.0) -> bool:
-        """The plugin's ListAndWatch stream ended: every device turns unhealthy. False if stale."""
-        if not self._live(resource, generation):
+        """A ListAndWatch stream of ``resource`` ended. Returns whether the kubelet's state changed.
+
+        The kubelet disconnects whichever client is registered for the resource *now*
+        (``runClient``), so a stale stream's end stops the newer endpoint too.
+        """
+        if generation is not None:
+            if generation not in self._open:
+                return False
+            self._open.discard(generation)
+        ep = self._endpoints.get(resource)
+        if ep is None or (ep.generation not in self._open and ep.generation != generation):
+            # No client is registered any more (already disconnected): nothing to do.
             return False
-        ep = self._endpoints[resource]
-        if ep.stopped_at is None:
-            ep.stopped_at = now
+        self._open.discard(ep.generation)
+        ep.stopped_at = now
         state = self._resources.setdefault(resource, _Resource())
         state.unhealthy |= state.healthy
         state.healthy = set()
@@ -222,14 +239,17 @@ class DeviceManager:
         return True
 
     def restart(self, now: float = 0.0) -> None:
-        """Kubelet restart: endpoints and device lists are gone, pod assignments survive (checkpoint)."""
+        """Kubelet restart: every endpoint and device list is gone; the checkpoint brings back the pod
+        assignments and every registered resource, each with a stopped endpoint (capacity 0)."""
         self.restarts += 1
-        checkpointed = {res for containers in self._pod_devices.values() for c in containers.values() for res in c}
-        self._resources = {res: _Resource() for res in checkpointed}
+        registered = [res for res in self._resources if not self._expired(res, now)]
+        self._resources = {res: _Resource() for res in registered}
         self._endpoints = {}
-        for res in checkpointed:
+        self._open = set()
+        for res in registered:
             self._generation += 1
             self._endpoints[res] = Endpoint(resource=res, generation=self._generation, stopped_at=now)
+        self._pods_changed()
         self._changed()
 
     # -- node status ---------------------------------------------------------------------------------
@@ -245,6 +265,10 @@ class DeviceManager:
         if ep is None:
             return True
         return now is not None and ep.stopped_at is not None and now - ep.stopped_at > ENDPOINT_STOP_GRACE_PERIOD
+
+    def registered(self, resource: str, now: float | None = None) -> bool:
+        """Whether the kubelet has a device list for ``resource`` (``healthyDevices`` has the key)."""
+        return resource in self._resources and not self._expired(resource, now)
 
     def capacity(self, now: float | None = None) -> dict[str, int]:
         """Node capacity per resource (healthy + unhealthy); resources past the grace period vanish."""
@@ -266,15 +290,13 @@ class DeviceManager:
         st = self._resources.get(resource)
         return sorted(st.unhealthy, key=natural_key) if st else []
 
-    def all_devices(self, resource: str) -> list[Device]:
-        """Every device of the last list, in the plugin's order (``GetAllocatableResources`` reports
-        unhealthy devices too, as upstream's ``allDevices`` does)."""
+    def allocatable_devices(self, resource: str) -> list[Device]:
+        """``GetAllocatableDevices``: the *healthy* devices of the last list, in the plugin's order
+        (upstream filters ``allDevices`` by ``healthyDevices``)."""
         st = self._resources.get(resource)
         if not st:
             return []
-        return [
-            Device(i, HEALTHY if i in st.healthy else UNHEALTHY) for i in st.listed if i in st.healthy | st.unhealthy
-        ]
+        return [Device(i, HEALTHY) for i in st.listed if i in st.healthy]
 
     # -- pods and allocation ------------------------------------------------------------------------
 
@@ -287,6 +309,10 @@ class DeviceManager:
             for dev in per_res.get(resource, ())
         }
 
+    def is_device_plugin_resource(self, resource: str, now: float | None = None) -> bool:
+        """``isDevicePluginResource``: registered, or held by some pod in the checkpoint."""
+        return self.registered(resource, now) or bool(self.allocated_ids(resource))
+
     def release_finished_pods(self) -> list[str]:
         """``UpdateAllocatedDevices``: forget devices of pods that are no longer active."""
         released = sorted(k for k in self._finished if k in self._pod_devices)
@@ -294,46 +320,69 @@ class DeviceManager:
             del self._pod_devices[key]
         for key in list(self._finished):
             self._pods.pop(key, None)
+        if self._finished:
+            self._pods_changed()
         self._finished.clear()
         return released
 
+    def _check_held(self, pod: PodRef, container: str, resource: str, count: int) -> list[str] | None:
+        held = self._pod_devices.get(pod.key, {}).get(container, {}).get(resource)
+        if held is not None and len(held) != count:
+            raise AllocationError(
+                f"pod {pod.key!r} container {container!r} changed request for resource {resource!r} "
+                f"from {len(held)} to {count}"
+            )
+        return held
+
+    def _check_health(self, resource: str, held: list[str] | None, now: float | None) -> set[str]:
+        """The three checks ``devicesToAllocate`` makes before counting; returns the healthy set."""
+        if not self.registered(resource, now):
+            raise AllocationError(f"cannot allocate unregistered device {resource}")
+        healthy = self._resources[resource].healthy
+        if not healthy:
+            raise AllocationError(f"no healthy devices present; cannot allocate unhealthy devices {resource}")
+        if held is not None and not set(held) <= healthy:
+            raise AllocationError(
+                f"previously allocated devices are no longer healthy; cannot allocate unhealthy devices {resource}"
+            )
+        return healthy
+
     def devices_to_allocate(
-        self, pod: PodRef, container: str, resource: str, count: int, preferred: Iterable[str] | None = None
+        self,
+        pod: PodRef,
+        container: str,
+        resource: str,
+        count: int,
+        preferred: Iterable[str] | None = None,
+        *,
+        now: float | None = None,
+        already_running: bool = False,
     ) -> list[str]:
         """Choose ``count`` devices for one container (``devicesToAllocate``); does not record them.
 
-        Raises :class:`AllocationError` with the kubelet's wording when it cannot.
+        ``already_running``: the kubelet just restarted and the runtime reports this container
+        running, so nothing is (re)allocated. Raises :class:`AllocationError` with the kubelet's words.
         """
         if count < 0:
             raise AllocationError(f"negative device count {count} requested for {resource}")
-        held = self._pod_devices.get(pod.key, {}).get(container, {}).get(resource)
-        if held is not None:
-            if len(held) != count:
-                raise AllocationError(
-                    f"pod {pod.key} container {container} already holds {len(held)} {resource} devices, "
-                    f"requested {count}"
-                )
-            return list(held)
+        held = self._check_held(pod, container, resource, count)
+        if already_running:
+            return list(held or ())
         if count == 0:
             return []
-        self.release_finished_pods()
-        if resource not in self._resources or resource not in self._endpoints:
-            raise AllocationError(f"cannot allocate unregistered device {resource}")
-        ep = self._endpoints[resource]
-        if ep.stopped:
-            raise AllocationError(f"endpoint of {resource} is stopped: requested {count}, available 0")
-        available = self._resources[resource].healthy - self.allocated_ids(resource)
+        healthy = self._check_health(resource, held, now)
+        if held is not None:
+            return list(held)
+        available = healthy - self.allocated_ids(resource)
         if len(available) < count:
             raise AllocationError(
                 f"requested number of devices unavailable for {resource}. "
                 f"Requested: {count}, Available: {len(available)}"
             )
-        if preferred is not None:
-            chosen = list(dict.fromkeys(preferred))
-            if len(chosen) == count and set(chosen) <= available:
-                return chosen
-        # The first ``count`` in natural order (what sorted(...)[:count] gives, without sorting them all).
-        return heapq.nsmallest(count, available, key=natural_key)
+        chosen = [i for i in dict.fromkeys(preferred or ()) if i in available][:count]
+        rest = sorted(available - set(chosen), key=natural_key)
+        self.rng.shuffle(rest)
+        return chosen + rest[: count - len(chosen)]
 
     def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
         """The plugin's Allocate succeeded: remember the container's devices (the checkpoint)."""
@@ -341,46 +390,61 @@ class DeviceManager:
         self._finished.discard(pod.key)
         ids = list(device_ids)
         self._pod_devices.setdefault(pod.key, {}).setdefault(container, {})[resource] = ids
+        self._pods_changed()
 
     def allocate(
-        self, pod: PodRef, container: str, resource: str, count: int, preferred: Iterable[str] | None = None
+        self,
+        pod: PodRef,
+        container: str,
+        resource: str,
+        count: int,
+        preferred: Iterable[str] | None = None,
+        *,
+        now: float | None = None,
     ) -> list[str]:
-        """Choose and record in one step (for in-process models where Allocate cannot fail)."""
-        ids = self.devices_to_allocate(pod, container, resource, count, preferred)
-        self.record_allocation(pod, container, resource, ids)
+        """Release finished pods, choose and record in one step (for in-process models)."""
+        held = self._pod_devices.get(pod.key, {}).get(container, {}).get(resource)
+        if count:
+            self.release_finished_pods()
+        ids = self.devices_to_allocate(pod, container, resource, count, preferred, now=now)
+        if held is None and ids:
+            self.record_allocation(pod, container, resource, ids)
         return ids
 
     def add_pod(self, pod: PodRef) -> None:
         """Make a pod known (and active) even if it holds no devices, so pod-resources lists it."""
+        if pod.key in self._pods and pod.key not in self._finished:
+            return
         self._pods[pod.key] = pod
         self._finished.discard(pod.key)
+        self._pods_changed()
 
     def finish_pod(self, pod: PodRef | str) -> None:
         """The pod terminated. Its devices stay allocated until the next allocation releases them."""
         key = pod.key if isinstance(pod, PodRef) else pod
-        if key in self._pods or key in self._pod_devices:
+        if (key in self._pods or key in self._pod_devices) and key not in self._finished:
             self._finished.add(key)
+            self._pods_changed()
 
     def active_pods(self) -> list[PodRef]:
         return [p for k, p in sorted(self._pods.items()) if k not in self._finished]
-
-    def active_device_ids(self, resource: str) -> frozenset[str]:
-        """Devices of ``resource`` held by active pods: the union of what :meth:`active_pods` and
-        :meth:`pod_devices` give (pod-resources ``List``), without copying every pod's map."""
-        finished = self._finished
-        pod_devices = self._pod_devices
-        held: set[str] = set()
-        for key in self._pods:
-            if key in finished:
-                continue
-            for per_resource in pod_devices.get(key, {}).values():
-                held.update(per_resource.get(resource, ()))
-        return frozenset(held)
 
     def pod_devices(self, pod: PodRef | str) -> Mapping[str, Mapping[str, list[str]]]:
         """container -> resource -> device IDs of one pod (empty if it holds none)."""
         key = pod.key if isinstance(pod, PodRef) else pod
         return {c: dict(r) for c, r in self._pod_devices.get(key, {}).items()}
+
+    def active_device_ids(self, resource: str) -> frozenset[str]:
+        """What pod-resources ``List`` reports for ``resource``: devices of active pods only
+        (``List`` calls ``UpdateAllocatedDevices`` first, so finished pods are freed before it answers)."""
+        finished, pod_devices = self._finished, self._pod_devices
+        held: set[str] = set()
+        # Every active pod, unsorted (a set needs no order): a plugin asks at every change of pods.
+        for key in self._pods:
+            if key not in finished:
+                for per_res in pod_devices.get(key, {}).values():
+                    held.update(per_res.get(resource, ()))
+        return frozenset(held)
 
     def find_pod(self, namespace: str, name: str) -> PodRef | None:
         for pod in self.active_pods():

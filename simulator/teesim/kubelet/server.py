@@ -7,11 +7,21 @@ pure :class:`~teesim.kubelet.devicemanager.DeviceManager` the way the real kubel
 * ``Register`` validates version and resource name, then (still inside the call, as upstream's
   ``connectClient``) dials ``<device-plugins>/<endpoint>`` and calls ``GetDevicePluginOptions``; a
   plugin whose socket does not answer gets the error back. ``ListAndWatch`` then runs in its own
-  thread; every response replaces the device list; the stream's end marks every device unhealthy.
+  thread; every response replaces the device list. When a stream ends, the kubelet disconnects the
+  client registered for that resource *now* (upstream's ``runClient``): a plugin that registered
+  again while its old stream was open loses its new connection when the old stream ends.
 * :meth:`Kubelet.allocate` is pod admission for one container: choose devices, ask the plugin for
-  its preferred allocation if it offers one, call ``Allocate`` once for the container, record it.
+  its preferred allocation if it offers one (intersected with the free devices and topped up),
+  call ``Allocate`` once for the container, record it. :meth:`Kubelet.start_container` calls
+  ``PreStartContainer`` when the plugin asked for it.
 * :meth:`Kubelet.restart` is a kubelet restart: connections drop, every socket in the
-  device-plugins directory is deleted, ``kubelet.sock`` is created anew, allocations survive.
+  device-plugins directory is deleted, ``kubelet.sock`` is created anew, allocations survive and
+  every registered resource reads capacity 0 until its plugin registers again.
+* Pod resources: ``List`` frees finished pods' devices first, ``GetAllocatableResources`` lists
+  healthy devices only, ``Get`` of an unknown pod fails with upstream's words; all three share one
+  100 QPS / burst 10 token bucket (``ResourceExhausted: rejected by rate limit``).
+* ``GET /pods`` (:mod:`teesim.kubelet.podlist`) lists the pod objects bound to the node, with
+  ``spec.overhead``: the view an informer gives an advertiser.
 
 Only the kubelet's device-plugin path is modelled: pods are whatever the caller admits, and
 RuntimeClass overhead never reaches the device manager, so it never shows in pod-resources.
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -32,19 +43,14 @@ from typing import Any
 import grpc
 
 from teesim.kubelet import sockets
-from teesim.kubelet.devicemanager import (
-    AllocationError,
-    Device,
-    DeviceManager,
-    PodRef,
-    RegistrationError,
-    check_registration,
-    natural_key,
-)
+from teesim.kubelet.devicemanager import AllocationError, Device, DeviceManager, PodRef
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
 from teesim.kubelet.generated.podresources.v1 import api_pb2_grpc as pr_grpc
+from teesim.kubelet.names import RegistrationError, check_registration
+from teesim.kubelet.podlist import PodListServer, PodRegistry
+from teesim.kubelet.ratelimit import RATE_LIMIT_MESSAGE, TokenBucket
 
 log = logging.getLogger(__name__)
 RPC_TIMEOUT = 10.0
@@ -80,9 +86,10 @@ class _Registration(dp_grpc.RegistrationServicer):
         try:
             self._kubelet._register(request)
         except (RegistrationError, ValueError) as exc:
-            message = str(exc)
-            log.warning("registration of %s failed: %s", request.resource_name, message)
-            context.abort(grpc.StatusCode.UNKNOWN, message)
+            reason = getattr(exc, "reason", str(exc))
+            log.warning("registration of %s failed: %s (%s)", request.resource_name, exc, reason)
+            # Upstream returns a plain error: gRPC status Unknown with the kubelet's sentence.
+            context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         return dp.Empty()
 
 
@@ -90,36 +97,53 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
     def __init__(self, kubelet: Kubelet):
         self._kubelet = kubelet
 
+    def _admit_call(self, context) -> None:
+        # The rate limit is a unary interceptor in front of every method, shared by every client.
+        if not self._kubelet.pod_resources_limiter.allow(time.monotonic()):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, RATE_LIMIT_MESSAGE)
+
     def List(self, request, context):
+        self._admit_call(context)
         with self._kubelet._lock:
             dm = self._kubelet.device_manager
+            dm.release_finished_pods()  # List calls UpdateAllocatedDevices before answering
             pods = [self._kubelet._pod_resources(pod) for pod in dm.active_pods()]
         return pr.ListPodResourcesResponse(pod_resources=pods)
 
     def GetAllocatableResources(self, request, context):
+        self._admit_call(context)
         with self._kubelet._lock:
             dm = self._kubelet.device_manager
             devices = [
                 # Upstream reports one ContainerDevices per device (per NUMA node, when known).
                 pr.ContainerDevices(resource_name=resource, device_ids=[device.id])
                 for resource in dm.capacity(now=self._kubelet.clock())
-                for device in dm.all_devices(resource)
+                for device in dm.allocatable_devices(resource)
             ]
         return pr.AllocatableResourcesResponse(devices=devices)
 
     def Get(self, request, context):
+        self._admit_call(context)
         with self._kubelet._lock:
             pod = self._kubelet.device_manager.find_pod(request.pod_namespace, request.pod_name)
             if pod is not None:
                 return pr.GetPodResourcesResponse(pod_resources=self._kubelet._pod_resources(pod))
-        context.abort(grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} not found in {request.pod_namespace}")
+        # A plain fmt.Errorf upstream, so the status code is Unknown.
+        context.abort(grpc.StatusCode.UNKNOWN, f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
 
 
 class Kubelet:
     """The kubelet's device-plugin side on one node directory. Use as a context manager or call
     :meth:`start` / :meth:`stop`."""
 
-    def __init__(self, root: str | os.PathLike[str], *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        serve_pods: bool = True,
+    ):
         self.root = Path(root)
         self.dir = sockets.kubelet_dir(root)
         self.plugin_dir = sockets.device_plugin_dir(self.dir)
@@ -130,7 +154,9 @@ class Kubelet:
         self.clock = clock
         # How long Register waits for the plugin's socket to answer (upstream: 10 s).
         self.dial_timeout = sockets.DIAL_TIMEOUT
-        self.device_manager = DeviceManager()
+        self.device_manager = DeviceManager(rng or random.Random())
+        self.pod_resources_limiter = TokenBucket()
+        self.pods = PodRegistry()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         # Pod admission is serial in the kubelet; plugin RPCs happen outside the state lock.
@@ -139,10 +165,16 @@ class Kubelet:
         self._containers: dict[str, list[str]] = {}
         self._registration_server: grpc.Server | None = None
         self._pod_resources_server: grpc.Server | None = None
+        self._pod_list = PodListServer(self._pod_list_snapshot) if serve_pods else None
         self.registrations = 0
         self.updates = 0
         # time.monotonic() of the last ListAndWatch response that changed the device manager.
         self.updated_at = 0.0
+
+    @property
+    def pods_url(self) -> str | None:
+        """``http://127.0.0.1:PORT/pods``: the pod objects bound to this node (None when not served)."""
+        return self._pod_list.url if self._pod_list is not None else None
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -167,6 +199,11 @@ class Kubelet:
             self.registration_socket,
             lambda s: dp_grpc.add_RegistrationServicer_to_server(_Registration(self), s),
         )
+        if self._pod_list is not None and not self._pod_list_started:
+            self._pod_list.start()
+            self._pod_list_started = True
+
+    _pod_list_started = False
 
     def _serve(self, path: Path, add: Callable[[grpc.Server], None]) -> grpc.Server:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kubelet"))
@@ -189,14 +226,15 @@ class Kubelet:
         with self._lock:
             clients = list(self._clients.values())
             self._clients.clear()
+            for client in clients:
+                client.closing = True
         for client in clients:
-            client.closing = True
             client.channel.close()
         for client in clients:
             if client.thread is not None:
                 client.thread.join(timeout=5)
 
-    def stop(self) -> None:
+    def stop(self, *, process_exit: bool = True) -> None:
         """The kubelet process exits: servers stop, plugin connections drop, sockets go away."""
         for server in (self._registration_server, self._pod_resources_server):
             if server is not None:
@@ -206,10 +244,15 @@ class Kubelet:
         for path in (self.registration_socket, self.pod_resources_socket):
             if sockets.is_socket(path):
                 path.unlink()
+        if process_exit and self._pod_list is not None and self._pod_list_started:
+            self._pod_list.stop()
+            self._pod_list_started = False
+            self._pod_list = PodListServer(self._pod_list_snapshot)
 
     def restart(self) -> None:
-        """Stop, forget endpoints and device lists (allocations are checkpointed), start again."""
-        self.stop()
+        """Stop, forget endpoints and device lists (the checkpoint keeps allocations and the names of
+        registered resources), start again. The pod list (the API server's view) stays served."""
+        self.stop(process_exit=False)
         with self._lock:
             self.device_manager.restart(now=self.clock())
             self._changed.notify_all()
@@ -228,8 +271,8 @@ class Kubelet:
         except grpc.RpcError as exc:
             channel.close()
             raise RegistrationError(
-                f"failed to connect to the device plugin at {socket} within {self.dial_timeout} s "
-                f"({exc.code().name}: {exc.details()}); is it serving there?"
+                f"failed to dial device plugin: {socket}: {exc.code().name}: {exc.details()}",
+                f"nothing answered at {socket} within {self.dial_timeout} s; is the plugin serving there?",
             ) from exc
         except BaseException:
             channel.close()
@@ -243,13 +286,11 @@ class Kubelet:
                 get_preferred_allocation_available=options.get_preferred_allocation_available,
             )
             client = _PluginClient(request.resource_name, socket, channel, stub, endpoint.generation, options)
-            previous = self._clients.get(request.resource_name)
+            # Upstream replaces the client in its map and leaves the previous one running: its
+            # stream keeps feeding the resource until it ends (and then disconnects this one).
             self._clients[request.resource_name] = client
             self.registrations += 1
             self._changed.notify_all()
-        if previous is not None:
-            previous.closing = True
-            previous.channel.close()
         client.thread = threading.Thread(
             target=self._list_and_watch, args=(client,), name=f"listandwatch-{client.resource}", daemon=True
         )
@@ -266,49 +307,91 @@ class Kubelet:
                         self._changed.notify_all()
             reason = "stream ended"
         except (grpc.RpcError, ValueError) as exc:
-            # ValueError: the channel was closed under the stream (restart, replacement).
+            # ValueError: the channel was closed under the stream (restart, disconnect).
             reason = f"stream broke: {exc}"
-        log.info("ListAndWatch of %s: %s", client.resource, reason)
+        log.info("ListAndWatch of %s (generation %d): %s", client.resource, client.generation, reason)
+        self._stream_ended(client)
+
+    def _stream_ended(self, client: _PluginClient) -> None:
+        """``runClient`` after ``Run`` returns: disconnect whichever client holds the name now."""
         with self._lock:
+            current = self._clients.get(client.resource)
+            if client.closing and current is not client:
+                return  # the kubelet itself closed it (restart): that kubelet process is gone
             if self.device_manager.stream_broken(client.resource, client.generation, now=self.clock()):
                 self._changed.notify_all()
-            if self._clients.get(client.resource) is client:
+            if current is not None:
                 del self._clients[client.resource]
-        if not client.closing:
+                current.closing = True
+        if current is not None and current is not client:
+            log.warning(
+                "the ended stream of %s (generation %d) disconnected the newer registration (generation %d)",
+                client.resource,
+                client.generation,
+                current.generation,
+            )
+            current.channel.close()
+        if not client.closing or current is client:
             client.channel.close()
 
     # -- pods ----------------------------------------------------------------------------------------
+
+    def _choose(self, pod: PodRef, container: str, resource: str, count: int) -> tuple[list[str], _PluginClient]:
+        """Pick the devices (asking the plugin for its preference) without recording them."""
+        with self._lock:
+            dm = self.device_manager
+            dm.release_finished_pods()
+            ids = dm.devices_to_allocate(pod, container, resource, count, now=self.clock())
+            client = self._clients.get(resource)
+            if client is None:
+                raise AllocationError(f"unknown Device Plugin {resource}")
+            available = sorted(set(dm.healthy_ids(resource)) - dm.allocated_ids(resource))
+        if client.options.get_preferred_allocation_available:
+            preferred = self._preferred(client, available, count)
+            with self._lock:
+                ids = self.device_manager.devices_to_allocate(pod, container, resource, count, preferred)
+        return ids, client
 
     def allocate(self, pod: PodRef, container: str, resource: str, count: int) -> dp.ContainerAllocateResponse:
         """Admit one container's request for ``count`` devices of ``resource`` (raises AllocationError)."""
         with self._admission:
             with self._lock:
-                dm = self.device_manager
-                held = dm.pod_devices(pod).get(container, {}).get(resource)
-                ids = dm.devices_to_allocate(pod, container, resource, count)
-                client = self._clients.get(resource)
+                held = self.device_manager.pod_devices(pod).get(container, {}).get(resource)
+                self.pods.upsert(pod).containers.setdefault(container, {})[resource] = count
                 if held is not None or count == 0:
+                    # Re-admission: the held devices must all still be healthy.
+                    self.device_manager.devices_to_allocate(pod, container, resource, count, now=self.clock())
                     self._note_container(pod, container)
                     return dp.ContainerAllocateResponse()
-                if client is None:
-                    raise AllocationError(f"no plugin connected for {resource}")
-                available = sorted(set(dm.healthy_ids(resource)) - dm.allocated_ids(resource), key=natural_key)
-            if client.options.get_preferred_allocation_available:
-                preferred = self._preferred(client, available, count)
-                with self._lock:
-                    ids = self.device_manager.devices_to_allocate(pod, container, resource, count, preferred)
+            ids, client = self._choose(pod, container, resource, count)
             request = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)])
             response = _plugin_call(f"Allocate of {resource} devices {ids}", client.stub.Allocate, request)
-            if len(response.container_responses) != 1:
-                raise AllocationError(
-                    f"plugin for {resource} answered {len(response.container_responses)} "
-                    "container responses to a request for 1"
-                )
+            if not response.container_responses:
+                raise AllocationError(f"no containers return in allocation response {response}")
             with self._lock:
                 self.device_manager.record_allocation(pod, container, resource, ids)
                 self._note_container(pod, container)
                 self._changed.notify_all()
             return response.container_responses[0]
+
+    def start_container(self, pod: PodRef, container: str) -> int:
+        """The runtime is about to start the container: ``PreStartContainer`` for every device-plugin
+        resource whose plugin asked for it (``pre_start_required``). Returns the number of calls."""
+        with self._lock:
+            held = self.device_manager.pod_devices(pod).get(container, {})
+            calls = [(res, ids, self._clients.get(res)) for res, ids in sorted(held.items()) if ids]
+        made = 0
+        for resource, ids, client in calls:
+            if client is None:
+                raise AllocationError(f"endpoint not found in cache for a registered resource: {resource}")
+            if not client.options.pre_start_required:
+                continue
+            try:
+                client.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=RPC_TIMEOUT)
+            except grpc.RpcError as exc:
+                raise AllocationError(f"device plugin PreStartContainer rpc failed with err: {exc.details()}") from exc
+            made += 1
+        return made
 
     def _preferred(self, client: _PluginClient, available: list[str], count: int) -> list[str] | None:
         request = dp.PreferredAllocationRequest(
@@ -316,31 +399,52 @@ class Kubelet:
                 dp.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=count)
             ]
         )
-        # The kubelet treats a failing preference as an admission error too.
-        what = f"GetPreferredAllocation for {client.resource}"
-        response = _plugin_call(what, client.stub.GetPreferredAllocation, request)
+        try:
+            response = client.stub.GetPreferredAllocation(request, timeout=RPC_TIMEOUT)
+        except grpc.RpcError as exc:
+            # The kubelet treats a failing preference as an admission error too.
+            raise AllocationError(f"device plugin GetPreferredAllocation rpc failed with err: {exc.details()}") from exc
         if not response.container_responses:
             return None
         return list(response.container_responses[0].deviceIDs)
 
     def _note_container(self, pod: PodRef, container: str) -> None:
+        """The container is admitted: the pod is active for pod-resources and listed as running."""
         self.device_manager.add_pod(pod)
         names = self._containers.setdefault(pod.key, [])
         if container not in names:
             names.append(container)
+        obj = self.pods.upsert(pod)
+        obj.phase = "Running"
+        obj.containers.setdefault(container, {})
 
-    def add_pod(self, pod: PodRef, containers: list[str] | tuple[str, ...] = ()) -> None:
+    def add_pod(
+        self,
+        pod: PodRef,
+        containers: list[str] | tuple[str, ...] = (),
+        *,
+        overhead: dict[str, int] | None = None,
+        runtime_class: str | None = None,
+    ) -> None:
         """A pod that holds no device-plugin devices (e.g. a Kata pod charged through overhead)."""
         with self._lock:
             for name in containers or ("main",):
                 self._note_container(pod, name)
+            obj = self.pods.upsert(pod)
+            obj.overhead = dict(overhead or {})
+            obj.runtime_class = runtime_class
             self._changed.notify_all()
 
     def finish_pod(self, pod: PodRef) -> None:
         """The pod terminated; its devices are released at the next admission (never told to plugins)."""
         with self._lock:
             self.device_manager.finish_pod(pod)
+            self.pods.finish(pod)
             self._changed.notify_all()
+
+    def _pod_list_snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self.pods.pod_list()
 
     def _pod_resources(self, pod: PodRef) -> pr.PodResources:
         devices = self.device_manager.pod_devices(pod)

@@ -5,6 +5,16 @@ A real plugin learns of a kubelet restart because the kubelet deletes every sock
 device-plugins directory and creates a new ``kubelet.sock``; real plugins watch that with inotify.
 Here the watcher compares the ``kubelet.sock`` inode (and checks the plugin's own socket) every
 ``watch_interval`` seconds, then serves a fresh socket and registers again.
+
+The kubelet can also drop a plugin's stream without restarting: when a plugin registers again
+while its previous stream is still open, the old stream's end disconnects the new registration
+(upstream's ``runClient``). The service notices the kubelet cancelling its ``ListAndWatch`` and the
+watcher then registers again *on the same socket*, without re-serving (re-serving would end the
+current stream and start the same race over).
+
+Every ``Allocate`` the kubelet makes is passed to ``on_allocate``: the kubelet decides which devices a
+pod gets before the plugin's next poll can see it in pod-resources, and a plugin that marks devices
+Unhealthy must know them at once.
 """
 
 from __future__ import annotations
@@ -43,9 +53,15 @@ class RegistrationRejected(RuntimeError):
 class DevicePluginService(dp_grpc.DevicePluginServicer):
     """The plugin's gRPC service: a device list that streams to the kubelet on every change."""
 
-    def __init__(self, resource_name: str, options: dp.DevicePluginOptions | None = None):
+    def __init__(
+        self,
+        resource_name: str,
+        options: dp.DevicePluginOptions | None = None,
+        on_allocate: Callable[[list[str]], None] | None = None,
+    ):
         self.resource_name = resource_name
         self.options = options or dp.DevicePluginOptions()
+        self.on_allocate = on_allocate
         self._devices: tuple[Device, ...] = ()
         self._version = 0
         # Bumped by close(): a stream opened in an earlier epoch ends, even if the plugin re-serves
@@ -53,6 +69,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         self._epoch = 0
         self._cond = threading.Condition()
         self.allocations: list[list[str]] = []
+        self.pre_starts: list[list[str]] = []
+        # Set when the kubelet (not the plugin) ended a ListAndWatch stream.
+        self.stream_lost = threading.Event()
 
     @property
     def devices(self) -> tuple[Device, ...]:
@@ -92,7 +111,10 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
             with self._cond:
                 while self._version == sent and self._epoch == epoch and context.is_active():
                     self._cond.wait(1.0)
-                if self._epoch != epoch or not context.is_active():
+                if self._epoch != epoch:
+                    return
+                if not context.is_active():
+                    self.stream_lost.set()
                     return
                 sent = self._version
                 devices = self._devices
@@ -121,12 +143,15 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
                     f"{self.resource_name}: unknown device IDs {unknown}; this plugin has {len(known)} devices",
                 )
             self.allocations.append(list(req.devices_ids))
+            if self.on_allocate is not None:
+                self.on_allocate(list(req.devices_ids))
             # A simulated key has no device node to pass in; the environment names what was given.
             env_name = "TEESIM_" + self.resource_name.rpartition("/")[2].upper().replace("-", "_") + "_DEVICES"
             responses.append(dp.ContainerAllocateResponse(envs={env_name: ",".join(req.devices_ids)}))
         return dp.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(self, request, context):
+        self.pre_starts.append(list(request.devices_ids))
         return dp.PreStartContainerResponse()
 
 
@@ -201,16 +226,28 @@ class PluginServer:
             return False  # no kubelet yet; wait for one
         return identity != self._kubelet_identity or not sockets.is_socket(self.socket)
 
+    def stream_dropped(self) -> bool:
+        """True when the same kubelet cancelled our ListAndWatch stream: register again, same socket."""
+        return self.service.stream_lost.is_set() and sockets.socket_identity(self.kubelet_socket) is not None
+
     def keep_registered(self, stop: threading.Event, watch_interval: float = 0.05) -> None:
         """Loop until ``stop``: re-serve and re-register whenever the kubelet asks for it."""
         while not stop.is_set():
-            if self.needs_registration():
-                try:
+            try:
+                if self.needs_registration():
+                    self.service.stream_lost.clear()
                     self.serve()
                     self.register()
-                except (grpc.RpcError, OSError) as exc:
-                    log.warning("registration with %s failed, will retry: %s", self.kubelet_socket, exc)
-                    self._kubelet_identity = None
+                elif self.stream_dropped():
+                    log.warning(
+                        "the kubelet dropped the ListAndWatch stream of %s; registering again",
+                        self.service.resource_name,
+                    )
+                    self.service.stream_lost.clear()
+                    self.register()
+            except (grpc.RpcError, OSError) as exc:
+                log.warning("registration with %s failed, will retry: %s", self.kubelet_socket, exc)
+                self._kubelet_identity = None
             stop.wait(watch_interval)
 
 

@@ -1,21 +1,29 @@
-"""The reconciling device plugin's decision, as pure functions shared by the real gRPC plugin
-(:mod:`teesim.plugins.reconciling`) and the in-process strategy model.
+"""The reconciling advertisers' decision, as pure functions shared by the real gRPC plugins
+(:mod:`teesim.plugins.reconciling`, :mod:`teesim.plugins.unified`) and the in-process models.
 
 The kernel's ``misc.current`` counts every key in use on the host: this plugin's own VMs, Kata pods
-(charged through RuntimeClass overhead, invisible to the plugin) and VMs started outside Kubernetes.
-The plugin knows its own share from the kubelet's pod-resources ``List``. The difference,
-``current - own``, is keys someone else holds; the plugin advertises that many of its *free*
-devices as Unhealthy so the scheduler cannot place a VM whose launch would hit EBUSY.
+and VMs started outside Kubernetes. The plugin knows its own share from the kubelet's pod-resources
+``List`` plus every ``Allocate`` it answered since (the kubelet picks a pod's devices before the
+next ``List`` can show them). The unified plugin also knows the keys the scheduler already counts
+for pods that hold no device (RuntimeClass overhead: ``accounted_elsewhere``). The rest,
+``current - own - accounted_elsewhere``, is keys someone else holds; the plugin advertises that
+many of its *free* devices as Unhealthy so the scheduler cannot place a guest whose launch would hit
+EBUSY. An operator may keep ``reserve`` keys out of the pool for VMs started outside Kubernetes:
+then at least that many free devices stay Unhealthy.
 
 Rules (each one is tested):
 
-* never mark an allocated device Unhealthy (the kubelet would count the pod's device as broken);
-* choose the free devices from the end of the natural sort order, so the choice is deterministic
-  and does not collide with the kubelet, which hands out free devices from the front;
-* when ``current - own`` exceeds the free devices, mark every free device and report the rest as
+* never mark an allocated device Unhealthy (the kubelet would count the pod's device as broken, and
+  a restart of that container would fail admission);
+* keep the devices that are already Unhealthy when the count allows it, and take new ones from the
+  end of the natural order: the published set changes as little as possible between polls. This
+  does not assume anything about which free device the kubelet hands out next (it picks in no
+  particular order); the plugin relies only on knowing every allocation, from ``List`` and from its
+  own ``Allocate`` calls;
+* when the count exceeds the free devices, mark every free device and report the rest as
   ``overflow`` (the kernel is more used than this plugin can express);
-* own allocations that the kernel has not charged yet (pod admitted, VM not started) make
-  ``current - own`` too small: that is the race window every strategy based on usage has.
+* own allocations that the kernel has not charged yet (pod admitted, VM not started) make the count
+  too small: that is the race window every strategy based on usage has.
 """
 
 from __future__ import annotations
@@ -45,19 +53,36 @@ class Decision:
     """What the plugin advertises after one poll."""
 
     unhealthy: frozenset[str]
-    others: int  # keys the kernel counts beyond this plugin's own allocations (never negative)
-    overflow: int  # of those, how many could not be expressed because no free device was left
+    others: int  # keys the kernel counts beyond what the scheduler already accounts for (>= 0)
+    overflow: int  # of the keys to hide (others, or the reserve), how many had no free device left
 
 
-def reconcile(all_ids: Sequence[str], own_allocated_ids: Iterable[str], kernel_current: int) -> Decision:
+def reconcile(
+    all_ids: Sequence[str],
+    own_allocated_ids: Iterable[str],
+    kernel_current: int,
+    previous: Iterable[str] = (),
+    *,
+    accounted_elsewhere: int = 0,
+    reserve: int = 0,
+) -> Decision:
     """Decide which devices to mark Unhealthy given the kernel's usage of the resource."""
     known = set(all_ids)
     own = {i for i in own_allocated_ids if i in known}
-    others = max(kernel_current - len(own), 0)
+    others = max(kernel_current - len(own) - max(accounted_elsewhere, 0), 0)
+    want = max(others, max(reserve, 0))
     free = sorted((i for i in known if i not in own), key=natural_key)
-    take = min(others, len(free))
-    chosen = frozenset(free[len(free) - take :]) if take else frozenset()
-    return Decision(unhealthy=chosen, others=others, overflow=others - take)
+    free_set = set(free)
+    kept = sorted((i for i in previous if i in free_set), key=natural_key)
+    chosen = kept[len(kept) - min(want, len(kept)) :] if want else []
+    chosen_set = set(chosen)
+    for device in reversed(free):
+        if len(chosen) >= want:
+            break
+        if device not in chosen_set:
+            chosen.append(device)
+            chosen_set.add(device)
+    return Decision(unhealthy=frozenset(chosen), others=others, overflow=want - len(chosen))
 
 
 def unhealthy_devices(all_ids: Sequence[str], own_allocated_ids: Iterable[str], kernel_current: int) -> frozenset[str]:
@@ -70,11 +95,21 @@ def next_unhealthy(
     own_allocated_ids: Iterable[str],
     kernel_current: int | None,
     previous: Iterable[str],
+    *,
+    accounted_elsewhere: int = 0,
+    reserve: int = 0,
 ) -> frozenset[str]:
     """One poll's result; when ``misc.current`` could not be read (None) keep the previous set,
     minus any device that has since been allocated (an allocated device is never Unhealthy)."""
     if kernel_current is not None:
-        return unhealthy_devices(all_ids, own_allocated_ids, kernel_current)
+        return reconcile(
+            all_ids,
+            own_allocated_ids,
+            kernel_current,
+            previous,
+            accounted_elsewhere=accounted_elsewhere,
+            reserve=reserve,
+        ).unhealthy
     own = set(own_allocated_ids)
     known = set(all_ids)
     return frozenset(i for i in previous if i in known and i not in own)

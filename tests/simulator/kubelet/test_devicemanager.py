@@ -1,6 +1,9 @@
-"""The pure kubelet device-manager model against the real kubelet's documented behaviour."""
+"""The pure kubelet device-manager model against the upstream kubelet's behaviour
+(``pkg/kubelet/cm/devicemanager``: manager.go, endpoint.go, plugin/v1beta1)."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 from teesim.kubelet.devicemanager import (
@@ -33,10 +36,17 @@ def dm() -> DeviceManager:
 
 @pytest.mark.parametrize(
     "name",
-    ["devices.kubevirt.io/tdx", "tdx.intel.com/keys", "example.com/a.b_c-d"],
+    [
+        "devices.kubevirt.io/tdx",
+        "tdx.intel.com/keys",
+        "example.com/a.b_c-d",
+        "a" * 244 + "/x",  # the domain may use 253 - len("requests.") characters
+        "example.com/" + "x" * 63,
+    ],
 )
 def test_extended_resource_names_accepted(name):
     assert extended_resource_name_problem(name) is None
+    DeviceManager().register(name)
 
 
 @pytest.mark.parametrize(
@@ -51,17 +61,32 @@ def test_extended_resource_names_accepted(name):
         ("example.com/-x", "qualified name"),
         ("example.com/" + "x" * 64, "qualified name"),
         ("a/b/c", "more than one"),
+        ("a" * 245 + "/x", "at most 244"),
     ],
 )
-def test_register_rejects_non_extended_names(name, why):
-    with pytest.raises(RegistrationError, match="invalid resource name") as err:
+def test_register_rejects_non_extended_names_with_the_kubelets_words(name, why):
+    with pytest.raises(RegistrationError) as err:
         DeviceManager().register(name)
-    assert why in str(err.value)
+    # errInvalidResourceName: `the ResourceName %q is invalid`; teesim adds which rule broke.
+    assert str(err.value) == f'the ResourceName "{name}" is invalid'
+    assert why in err.value.reason
 
 
-def test_register_rejects_other_versions():
-    with pytest.raises(RegistrationError, match="invalid version of api: 'v1alpha'"):
+def test_register_rejects_other_versions_with_the_kubelets_words():
+    with pytest.raises(RegistrationError) as err:
         DeviceManager().register(RES, version="v1alpha")
+    assert (
+        str(err.value)
+        == 'requested API version "v1alpha" is not supported by kubelet. Supported version is ["v1beta1"]'
+    )
+
+
+def test_a_registered_plugin_has_no_capacity_until_its_first_list():
+    manager = DeviceManager()
+    manager.register(RES)
+    assert manager.capacity() == {}
+    with pytest.raises(AllocationError, match=f"cannot allocate unregistered device {RES}"):
+        manager.allocate(PodRef("d", "a"), "c", RES, 1)
 
 
 def test_list_and_watch_replaces_device_list(dm):
@@ -81,36 +106,62 @@ def test_stream_break_marks_everything_unhealthy_then_resource_expires(dm):
     assert dm.stream_broken(RES, now=100.0)
     assert dm.capacity(now=100.0) == {RES: 4}
     assert dm.allocatable(now=100.0) == {RES: 0}
-    with pytest.raises(AllocationError, match="stopped"):
-        dm.allocate(PodRef("default", "vm-b"), "compute", RES, 1)
+    with pytest.raises(AllocationError, match=f"no healthy devices present; cannot allocate unhealthy devices {RES}"):
+        dm.allocate(PodRef("default", "vm-b"), "compute", RES, 1, now=100.0)
     assert dm.capacity(now=100.0 + ENDPOINT_STOP_GRACE_PERIOD + 1) == {}
+    with pytest.raises(AllocationError, match="cannot allocate unregistered device"):
+        dm.allocate(PodRef("default", "vm-c"), "compute", RES, 1, now=100.0 + ENDPOINT_STOP_GRACE_PERIOD + 1)
 
 
-def test_stale_stream_cannot_touch_a_newer_registration(dm):
+def test_old_stream_end_disconnects_the_newer_registration(dm):
+    """Upstream's runClient looks the client up by resource name when a stream ends: a plugin that
+    registered again while its old stream was open loses the new registration too."""
     old = dm.endpoint(RES).generation
     new = dm.register(RES).generation
-    assert new != old
-    assert not dm.stream_broken(RES, generation=old)
-    assert not dm.update_devices(RES, _devices(1), generation=old)
-    assert dm.allocatable() == {RES: 4}, "re-registration keeps the list until the new stream sends one"
+    assert dm.allocatable() == {RES: 4}, "re-registration keeps the list until a stream sends one"
     assert dm.update_devices(RES, _devices(2), generation=new)
-    assert dm.allocatable() == {RES: 2}
+    # The old stream is still connected: its responses still land (keyed by resource name only).
+    assert dm.update_devices(RES, _devices(3), generation=old)
+    assert dm.allocatable() == {RES: 3}
+    assert dm.stream_broken(RES, generation=old, now=50.0)
+    assert dm.endpoint(RES).generation == new and dm.endpoint(RES).stopped
+    assert dm.allocatable(now=50.0) == {RES: 0}
+    assert not dm.update_devices(RES, _devices(4), generation=new), "the new connection was cut"
+    assert not dm.stream_broken(RES, generation=new, now=60.0), "nobody left to disconnect"
+    assert dm.capacity(now=50.0 + ENDPOINT_STOP_GRACE_PERIOD + 1) == {}, "dropped after the grace period"
+    fresh = dm.register(RES).generation
+    assert dm.update_devices(RES, _devices(4), generation=fresh)
+    assert dm.allocatable(now=50.0 + ENDPOINT_STOP_GRACE_PERIOD + 1) == {RES: 4}
 
 
-def test_allocation_is_per_container_in_natural_order(dm):
-    dm.update_devices(RES, [Device(f"tdx-{i}") for i in (10, 2, 1)])
+def test_free_devices_come_in_no_particular_order():
+    firsts = set()
+    for seed in range(20):
+        manager = DeviceManager(random.Random(seed))
+        manager.register(RES)
+        manager.update_devices(RES, _devices(8))
+        firsts.add(manager.allocate(PodRef("d", "a"), "c", RES, 1)[0])
+    assert len(firsts) > 3, "a plugin must not assume the kubelet hands out tdx-0 first"
+
+
+def test_allocation_is_per_container_and_sticks(dm):
     pod = PodRef("default", "vm-a")
-    assert dm.allocate(pod, "compute", RES, 2) == ["tdx-1", "tdx-2"]
+    first = dm.allocate(pod, "compute", RES, 2)
+    assert len(first) == 2
     # The same container asking again gets the same devices (no second Allocate in the kubelet).
-    assert dm.allocate(pod, "compute", RES, 2) == ["tdx-1", "tdx-2"]
-    assert dm.allocate(pod, "sidecar", RES, 1) == ["tdx-10"]
-    assert dm.allocated_ids(RES) == {"tdx-1", "tdx-2", "tdx-10"}
-    assert dm.pod_devices(pod) == {"compute": {RES: ["tdx-1", "tdx-2"]}, "sidecar": {RES: ["tdx-10"]}}
+    assert dm.allocate(pod, "compute", RES, 2) == first
+    side = dm.allocate(pod, "sidecar", RES, 1)
+    assert dm.allocated_ids(RES) == set(first) | set(side)
+    assert dm.pod_devices(pod) == {"compute": {RES: first}, "sidecar": {RES: side}}
+    with pytest.raises(AllocationError, match=r"pod 'default/vm-a' container 'compute' changed request .* from 2 to 3"):
+        dm.allocate(pod, "compute", RES, 3)
 
 
 def test_allocation_fails_with_kubelet_wording(dm):
     dm.allocate(PodRef("default", "a"), "c", RES, 3)
-    with pytest.raises(AllocationError, match=r"Requested: 2, Available: 1"):
+    with pytest.raises(
+        AllocationError, match=rf"requested number of devices unavailable for {RES}\. Requested: 2, Available: 1"
+    ):
         dm.allocate(PodRef("default", "b"), "c", RES, 2)
     with pytest.raises(AllocationError, match=r"cannot allocate unregistered device example\.com/gpu"):
         dm.allocate(PodRef("default", "b"), "c", "example.com/gpu", 1)
@@ -118,16 +169,29 @@ def test_allocation_fails_with_kubelet_wording(dm):
 
 def test_unhealthy_devices_are_never_allocated(dm):
     dm.update_devices(RES, _devices(4, unhealthy={0, 1}))
-    assert dm.allocate(PodRef("default", "a"), "c", RES, 2) == ["tdx-2", "tdx-3"]
+    assert sorted(dm.allocate(PodRef("default", "a"), "c", RES, 2)) == ["tdx-2", "tdx-3"]
     with pytest.raises(AllocationError):
         dm.allocate(PodRef("default", "b"), "c", RES, 1)
 
 
-def test_preferred_allocation_used_only_when_valid(dm):
-    assert dm.allocate(PodRef("d", "a"), "c", RES, 1, preferred=["tdx-3"]) == ["tdx-3"]
-    # An unavailable or wrongly sized preference falls back to the kubelet's own choice.
-    assert dm.allocate(PodRef("d", "b"), "c", RES, 1, preferred=["tdx-3"]) == ["tdx-0"]
-    assert dm.allocate(PodRef("d", "e"), "c", RES, 1, preferred=["tdx-1", "tdx-2"]) == ["tdx-1"]
+def test_readmission_fails_when_held_devices_turned_unhealthy(dm):
+    pod = PodRef("default", "vm-a")
+    (held,) = dm.allocate(pod, "compute", RES, 1)
+    other = next(d for d in dm.healthy_ids(RES) if d != held)
+    dm.update_devices(RES, [Device(held, UNHEALTHY), Device(other)])
+    with pytest.raises(AllocationError, match="previously allocated devices are no longer healthy"):
+        dm.allocate(pod, "compute", RES, 1)
+    # A container the runtime still reports running after a kubelet restart is left alone.
+    assert dm.devices_to_allocate(pod, "compute", RES, 1, already_running=True) == [held]
+
+
+def test_preferred_allocation_is_intersected_and_topped_up(dm):
+    dm.allocate(PodRef("d", "x"), "c", RES, 1, preferred=["tdx-0"])
+    # Preferred: one taken device, one free one, one unknown: only the free one survives ...
+    got = dm.allocate(PodRef("d", "a"), "c", RES, 3, preferred=["tdx-0", "tdx-3", "gpu-9"])
+    assert got[0] == "tdx-3"
+    # ... and the rest is topped up from the available devices.
+    assert sorted(got) == ["tdx-1", "tdx-2", "tdx-3"]
 
 
 def test_finished_pods_are_freed_lazily(dm):
@@ -136,27 +200,69 @@ def test_finished_pods_are_freed_lazily(dm):
     dm.finish_pod(a)
     assert dm.allocated_ids(RES) == {f"tdx-{i}" for i in range(4)}, "still held until the next allocation"
     assert a not in dm.active_pods()
-    assert dm.allocate(PodRef("default", "b"), "c", RES, 4) == [f"tdx-{i}" for i in range(4)]
+    assert dm.active_device_ids(RES) == frozenset(), "pod-resources List frees finished pods first"
+    assert sorted(dm.allocate(PodRef("default", "b"), "c", RES, 4)) == [f"tdx-{i}" for i in range(4)]
     assert dm.pod_devices(a) == {}
 
 
-def test_restart_keeps_assignments_and_drops_endpoints(dm):
+def test_restart_brings_every_registered_resource_back_at_capacity_zero(dm):
+    other = "example.com/idle"
+    dm.register(other)
+    dm.update_devices(other, [Device("x")])
     pod = PodRef("default", "a")
-    dm.allocate(pod, "c", RES, 1)
+    (held,) = dm.allocate(pod, "c", RES, 1)
     dm.restart(now=10.0)
-    assert dm.capacity(now=10.0) == {RES: 0}
-    assert dm.endpoint(RES).stopped
-    assert dm.pod_devices(pod) == {"c": {RES: ["tdx-0"]}}
-    with pytest.raises(AllocationError):
+    # Not only resources pods hold: every resource in the checkpoint's registered devices.
+    assert dm.capacity(now=10.0) == {other: 0, RES: 0}
+    assert dm.endpoint(RES).stopped and dm.endpoint(other).stopped
+    assert dm.pod_devices(pod) == {"c": {RES: [held]}}
+    with pytest.raises(AllocationError, match="no healthy devices present"):
         dm.allocate(PodRef("default", "b"), "c", RES, 1)
+    assert dm.capacity(now=10.0 + ENDPOINT_STOP_GRACE_PERIOD + 1) == {}, "unless they re-register in time"
     gen = dm.register(RES).generation
     dm.update_devices(RES, _devices(4), generation=gen)
-    assert dm.allocate(PodRef("default", "b"), "c", RES, 1) == ["tdx-1"], "checkpointed tdx-0 stays taken"
+    assert held not in dm.allocate(PodRef("default", "b"), "c", RES, 3), "checkpointed device stays taken"
 
 
-def test_all_devices_reports_unhealthy_too(dm):
-    dm.update_devices(RES, _devices(2, unhealthy={1}))
-    assert dm.all_devices(RES) == [Device("tdx-0", HEALTHY), Device("tdx-1", UNHEALTHY)]
+def test_old_streams_are_ignored_after_a_restart(dm):
+    gen = dm.endpoint(RES).generation
+    dm.restart(now=5.0)
+    assert not dm.update_devices(RES, _devices(4), generation=gen)
+    assert not dm.stream_broken(RES, generation=gen, now=6.0)
+
+
+def test_allocatable_devices_are_the_healthy_ones_only(dm):
+    """GetAllocatableResources filters allDevices by healthyDevices (upstream since 2021)."""
+    dm.update_devices(RES, _devices(3, unhealthy={1}))
+    assert dm.allocatable_devices(RES) == [Device("tdx-0", HEALTHY), Device("tdx-2", HEALTHY)]
+
+
+def test_a_list_that_turns_held_devices_unhealthy_is_counted(dm):
+    (held,) = dm.allocate(PodRef("d", "a"), "c", RES, 1)
+    dm.update_devices(RES, [Device(i, UNHEALTHY if i == held else HEALTHY) for i in dm.healthy_ids(RES)])
+    assert dm.allocated_marked_unhealthy == 1
+
+
+def test_pod_generation_changes_with_every_pod_change(dm):
+    seen = [dm.pod_generation]
+
+    def changed() -> bool:
+        seen.append(dm.pod_generation)
+        return seen[-1] != seen[-2]
+
+    a = PodRef("d", "a")
+    dm.allocate(a, "c", RES, 1)
+    assert changed()
+    dm.add_pod(PodRef("d", "kata"))
+    assert changed()
+    dm.finish_pod(a)
+    assert changed()
+    assert dm.release_finished_pods() == ["d/a"]
+    assert changed()
+    assert dm.release_finished_pods() == []
+    assert not changed(), "nothing to release: the pods a List would show are the same"
+    dm.restart(now=1.0)
+    assert changed()
 
 
 def test_find_pod_and_natural_key(dm):

@@ -16,7 +16,18 @@ events = st.one_of(
     st.tuples(st.just("break"), st.none()),
     st.tuples(st.just("register"), st.none()),
     st.tuples(st.just("restart"), st.none()),
+    st.tuples(st.just("add"), st.integers(0, 5)),
+    st.tuples(st.just("release"), st.none()),
 )
+
+
+def _pod_view(dm: DeviceManager) -> tuple:
+    """Everything pod-resources List would answer, plus the checkpointed devices."""
+    return (
+        tuple(p.key for p in dm.active_pods()),
+        tuple(sorted(dm.active_device_ids(RES))),
+        tuple(sorted(dm.allocated_ids(RES))),
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -25,6 +36,8 @@ def test_books_balance(sequence):
     dm = DeviceManager()
     dm.register(RES)
     finished: set[str] = set()
+    # What an in-process reader caches on pod_generation (issue 7): it must never go stale.
+    cache = (dm.pod_generation, _pod_view(dm))
     for event in sequence:
         kind = event[0]
         if kind == "list":
@@ -45,8 +58,17 @@ def test_books_balance(sequence):
             dm.stream_broken(RES)
         elif kind == "register":
             dm.register(RES)
+        elif kind == "add":
+            dm.add_pod(PodRef("default", f"p{event[1]}"))
+            finished.discard(f"default/p{event[1]}")
+        elif kind == "release":
+            dm.release_finished_pods()
         else:
             dm.restart()
+
+        if cache[0] == dm.pod_generation:
+            assert cache[1] == _pod_view(dm), f"pod state changed after {event} without a new pod_generation"
+        cache = (dm.pod_generation, _pod_view(dm))
 
         healthy, unhealthy = set(dm.healthy_ids(RES)), set(dm.unhealthy_ids(RES))
         assert not healthy & unhealthy

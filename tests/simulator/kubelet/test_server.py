@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
@@ -14,6 +16,7 @@ from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
 from teesim.kubelet.generated.podresources.v1 import api_pb2_grpc as pr_grpc
+from teesim.kubelet.ratelimit import TokenBucket
 from teesim.kubelet.server import Kubelet
 from teesim.plugins.base import DevicePluginService, PluginServer
 
@@ -72,10 +75,10 @@ def test_sockets_are_where_the_kubelet_puts_them(kubelet, node_root):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"version": "v1alpha"}, "invalid version of api"),
-        ({"resource_name": "tdx"}, "invalid resource name"),
-        ({"resource_name": "kubernetes.io/tdx"}, "invalid resource name"),
-        ({"endpoint": "nobody-listens.sock"}, "failed to connect to the device plugin"),
+        ({"version": "v1alpha"}, 'requested API version "v1alpha" is not supported by kubelet'),
+        ({"resource_name": "tdx"}, 'the ResourceName "tdx" is invalid'),
+        ({"resource_name": "kubernetes.io/tdx"}, 'the ResourceName "kubernetes.io/tdx" is invalid'),
+        ({"endpoint": "nobody-listens.sock"}, "failed to dial device plugin"),
     ],
 )
 def test_register_rejections_reach_the_plugin(kubelet, fields, message):
@@ -99,41 +102,129 @@ def test_every_list_and_watch_response_replaces_the_list(kubelet, plugin):
 def test_allocate_once_per_container_and_pod_resources_lists_it(kubelet, plugin, pod_resources):
     vm = PodRef("default", "virt-launcher-a", uid="uid-a")
     response = kubelet.allocate(vm, "compute", RES, 2)
-    assert response.envs == {"TEESIM_TDX_DEVICES": "tdx-0,tdx-1"}
+    (first,) = plugin.service.allocations
+    assert response.envs == {"TEESIM_TDX_DEVICES": ",".join(first)}
     kubelet.allocate(vm, "compute", RES, 2)  # already holds them: no second Allocate
     kubelet.allocate(vm, "sidecar", RES, 1)
     kata = PodRef("default", "kata-b", uid="uid-b")
     kubelet.add_pod(kata, ["app"])  # its key is charged through RuntimeClass overhead, not a device
-    assert plugin.service.allocations == [["tdx-0", "tdx-1"], ["tdx-2"]]
+    assert len(plugin.service.allocations) == 2
+    side = plugin.service.allocations[1]
 
     stub = pod_resources
     listed = _listed(stub.List(pr.ListPodResourcesRequest(), timeout=WAIT))
     assert listed == {
-        "default/virt-launcher-a": {"compute": ["tdx-0", "tdx-1"], "sidecar": ["tdx-2"]},
+        "default/virt-launcher-a": {"compute": sorted(first), "sidecar": side},
         "default/kata-b": {"app": []},
     }
     got = stub.Get(pr.GetPodResourcesRequest(pod_name="virt-launcher-a", pod_namespace="default"), timeout=WAIT)
     assert {d.resource_name for c in got.pod_resources.containers for d in c.devices} == {RES}
-    allocatable = stub.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=WAIT)
-    assert sorted(i for d in allocatable.devices for i in d.device_ids) == [f"tdx-{i}" for i in range(4)]
     with pytest.raises(grpc.RpcError) as err:
         stub.Get(pr.GetPodResourcesRequest(pod_name="nope", pod_namespace="default"), timeout=WAIT)
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert "pod nope not found in default" in err.value.details()
+    # A plain fmt.Errorf in server_v1.go: status Unknown, upstream's sentence.
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert err.value.details() == "pod nope in namespace default not found"
 
     with pytest.raises(AllocationError, match="Requested: 2, Available: 1"):
         kubelet.allocate(PodRef("default", "c"), "compute", RES, 2)
 
 
-def test_finished_pods_vanish_from_list_and_free_devices_lazily(kubelet, plugin, pod_resources):
+def test_get_allocatable_resources_lists_healthy_devices_only(kubelet, plugin, pod_resources):
+    plugin.service.set_devices(_devices(4, unhealthy=frozenset({1, 3})))
+    assert kubelet.wait_for(lambda k: _allocatable(k) == 2, WAIT)
+    answer = pod_resources.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=WAIT)
+    assert sorted(i for d in answer.devices for i in d.device_ids) == ["tdx-0", "tdx-2"]
+
+
+def test_pod_resources_share_one_rate_limit(kubelet, plugin, pod_resources):
+    kubelet.pod_resources_limiter = TokenBucket(qps=0.001, burst=3)
+    calls = [
+        lambda: pod_resources.List(pr.ListPodResourcesRequest(), timeout=WAIT),
+        lambda: pod_resources.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=WAIT),
+        lambda: pod_resources.List(pr.ListPodResourcesRequest(), timeout=WAIT),
+    ]
+    for call in calls:
+        call()
+    with pytest.raises(grpc.RpcError) as err:
+        pod_resources.List(pr.ListPodResourcesRequest(), timeout=WAIT)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.details() == "rejected by rate limit"
+
+
+def test_pod_list_carries_overhead_for_informer_like_readers(kubelet, plugin):
+    vm = PodRef("default", "virt-launcher-a", uid="uid-a")
+    kubelet.allocate(vm, "compute", RES, 1)
+    kata = PodRef("default", "kata-b", uid="uid-b")
+    kubelet.add_pod(kata, ["app"], overhead={"tdx.intel.com/keys": 1}, runtime_class="kata-qemu-tdx")
+    kubelet.finish_pod(vm)
+    with urllib.request.urlopen(kubelet.pods_url, timeout=WAIT) as answer:
+        document = json.load(answer)
+    assert document["kind"] == "PodList"
+    by_name = {p["metadata"]["name"]: p for p in document["items"]}
+    assert by_name["kata-b"]["spec"]["overhead"] == {"tdx.intel.com/keys": "1"}
+    assert by_name["kata-b"]["spec"]["runtimeClassName"] == "kata-qemu-tdx"
+    assert by_name["kata-b"]["status"]["phase"] == "Running"
+    assert by_name["virt-launcher-a"]["status"]["phase"] == "Succeeded"
+    assert by_name["virt-launcher-a"]["spec"]["containers"][0]["resources"]["requests"] == {RES: "1"}
+
+
+def test_pre_start_container_is_called_when_the_plugin_asks(kubelet, node_root):
+    service = DevicePluginService(RES, dp.DevicePluginOptions(pre_start_required=True))
+    service.set_devices(_devices(2))
+    server = PluginServer(service, kubelet.dir, "pre.sock")
+    server.serve()
+    try:
+        server.register()
+        assert kubelet.wait_for(lambda k: _allocatable(k) == 2, WAIT)
+        vm = PodRef("default", "a")
+        kubelet.allocate(vm, "compute", RES, 1)
+        assert kubelet.start_container(vm, "compute") == 1
+        assert service.pre_starts == service.allocations
+    finally:
+        server.shutdown()
+
+
+def test_pre_start_container_is_skipped_otherwise(kubelet, plugin):
+    vm = PodRef("default", "a")
+    kubelet.allocate(vm, "compute", RES, 1)
+    assert kubelet.start_container(vm, "compute") == 0
+    assert plugin.service.pre_starts == []
+
+
+def test_reregistering_while_the_old_stream_is_open_loses_the_new_registration(kubelet, plugin):
+    """The old stream's end disconnects whichever client holds the resource name now (runClient)."""
+    old_service = plugin.service
+    new_service = DevicePluginService(RES)
+    new_service.set_devices(_devices(3))
+    new_server = PluginServer(new_service, kubelet.dir, "tdx-new.sock")
+    new_server.serve()
+    try:
+        new_server.register()
+        assert kubelet.wait_for(lambda k: _allocatable(k) == 3, WAIT)
+        old_service.close()  # the old plugin goes away only now
+        assert kubelet.wait_for(lambda k: _allocatable(k) == 0 and not k.connected(RES), WAIT)
+        assert kubelet.device_manager.endpoint(RES).stopped
+        assert kubelet.device_manager.capacity() == {RES: 3}, "kept (unhealthy) until the grace period ends"
+        # A plugin that watches for its stream being dropped registers again on the same socket.
+        assert new_server.stream_dropped() or new_service.stream_lost.wait(WAIT)
+        new_service.stream_lost.clear()
+        new_server.register()
+        assert kubelet.wait_for(lambda k: _allocatable(k) == 3, WAIT)
+    finally:
+        new_server.shutdown()
+
+
+def test_finished_pods_are_freed_lazily_and_by_list(kubelet, plugin, pod_resources):
     a = PodRef("default", "a")
     kubelet.allocate(a, "compute", RES, 4)
     kubelet.finish_pod(a)
+    assert len(kubelet.device_manager.allocated_ids(RES)) == 4, "the plugin is never told; held until..."
     stub = pod_resources
     assert _listed(stub.List(pr.ListPodResourcesRequest(), timeout=WAIT)) == {}
-    assert len(kubelet.device_manager.allocated_ids(RES)) == 4, "freed only at the next admission"
+    # ... pod-resources List, which calls UpdateAllocatedDevices before answering (or the next admission).
+    assert kubelet.device_manager.allocated_ids(RES) == set()
     kubelet.allocate(PodRef("default", "b"), "compute", RES, 4)
-    assert plugin.service.allocations[-1] == [f"tdx-{i}" for i in range(4)]
+    assert sorted(plugin.service.allocations[-1]) == [f"tdx-{i}" for i in range(4)]
 
 
 def test_preferred_allocation_is_asked_for_and_used(kubelet, node_root):
@@ -154,6 +245,9 @@ def test_preferred_allocation_is_asked_for_and_used(kubelet, node_root):
         assert kubelet.wait_for(lambda k: _allocatable(k) == 4, WAIT)
         kubelet.allocate(PodRef("default", "a"), "compute", RES, 1)
         assert service.allocations == [["tdx-3"]]
+        # A preference naming fewer devices than asked for is topped up by the kubelet.
+        kubelet.allocate(PodRef("default", "b"), "compute", RES, 2)
+        assert service.allocations[-1][0] == "tdx-2" and len(set(service.allocations[-1])) == 2
     finally:
         server.shutdown()
 
@@ -171,6 +265,7 @@ def test_stream_break_makes_all_devices_unhealthy(kubelet, plugin):
 def test_restart_deletes_sockets_and_the_plugin_reregisters(kubelet, plugin):
     vm = PodRef("default", "a")
     kubelet.allocate(vm, "compute", RES, 1)
+    (held,) = plugin.service.allocations[-1]
     old_kubelet_sock = sockets.socket_identity(kubelet.registration_socket)
     stray = kubelet.plugin_dir / "not-a-socket"
     stray.write_text("kept")
@@ -191,9 +286,9 @@ def test_restart_deletes_sockets_and_the_plugin_reregisters(kubelet, plugin):
         stop.set()
         watcher.join(WAIT)
     assert plugin.registrations == 2
-    assert kubelet.device_manager.pod_devices(vm) == {"compute": {RES: ["tdx-0"]}}, "checkpoint survives"
-    kubelet.allocate(PodRef("default", "b"), "compute", RES, 1)
-    assert plugin.service.allocations[-1] == ["tdx-1"]
+    assert kubelet.device_manager.pod_devices(vm) == {"compute": {RES: [held]}}, "checkpoint survives"
+    kubelet.allocate(PodRef("default", "b"), "compute", RES, 3)
+    assert held not in plugin.service.allocations[-1]
 
 
 def test_socket_paths_over_the_limit_are_refused(tmp_path):

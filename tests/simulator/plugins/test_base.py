@@ -78,5 +78,5 @@ def test_plugin_exits_when_the_kubelet_rejects_it(node, processes):
     proc = node.plugin("reconciling", resource_name="kubernetes.io/tdx")
     processes.append(proc)
     assert proc.process.wait(timeout=WAIT) == 2
-    assert "rejected kubernetes.io/tdx: invalid resource name" in proc.stop()
+    assert 'rejected kubernetes.io/tdx: the ResourceName "kubernetes.io/tdx" is invalid' in proc.stop()
     assert node.kubelet.device_manager.resources() == []

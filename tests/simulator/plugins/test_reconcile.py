@@ -53,7 +53,21 @@ def test_unknown_own_ids_are_ignored():
 
 def test_unreadable_current_keeps_previous_minus_allocated():
     assert next_unhealthy(IDS, {"tdx-007"}, None, {"tdx-006", "tdx-007", "x"}) == {"tdx-006"}
-    assert next_unhealthy(IDS, set(), 1, {"tdx-000"}) == {"tdx-007"}
+    # A device already Unhealthy stays so when the count allows: the published set moves little.
+    assert next_unhealthy(IDS, set(), 1, {"tdx-000"}) == {"tdx-000"}
+    assert next_unhealthy(IDS, set(), 2, {"tdx-000"}) == {"tdx-000", "tdx-007"}
+    assert next_unhealthy(IDS, {"tdx-000"}, 2, {"tdx-000"}) == {"tdx-007"}
+
+
+def test_overhead_pods_are_not_hidden_twice_and_the_reserve_is_kept():
+    # 2 VMIs hold devices, 3 Kata pods hold keys through overhead, 1 VM outside Kubernetes.
+    own = {"tdx-000", "tdx-001"}
+    decision = reconcile(IDS, own, 6, accounted_elsewhere=3)
+    assert decision.others == 1 and decision.unhealthy == {"tdx-007"}
+    # The operator keeps 2 keys for external VMs: 2 hidden while only 1 is used outside ...
+    assert reconcile(IDS, own, 6, accounted_elsewhere=3, reserve=2).unhealthy == {"tdx-006", "tdx-007"}
+    # ... and every foreign key once they use more than the reserve.
+    assert len(reconcile(IDS, own, 8, accounted_elsewhere=3, reserve=2).unhealthy) == 3
 
 
 @given(

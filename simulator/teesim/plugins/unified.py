@@ -1,0 +1,116 @@
+"""The unified reconciling device plugin: one kernel-reconciled pool for every consumer.
+
+It advertises the resource name Kata's RuntimeClass overhead already asks for
+(``tdx.intel.com/keys``, ``sev-snp.amd.com/esids``; the NFD rule that advertised it as a fixed
+count is turned off), and KubeVirt maps its VMIs to the same name, so the scheduler counts Kata pods
+(through ``spec.overhead``) and VMIs (through container requests) against one pool. Every poll:
+
+* ``misc.current`` from the kernel: every key in use, whoever holds it;
+* its own devices, allocated to VMIs: pod-resources ``List`` plus the ``Allocate`` calls since
+  (as :mod:`teesim.plugins.reconciling`);
+* the keys of pods that hold no device but whose ``spec.overhead`` names this resource: the pods
+  bound to the node (the kubelet's ``/pods``; an informer on ``spec.nodeName`` in production), in
+  phase Pending or Running. The scheduler already counts those keys, so they must not be hidden
+  a second time;
+* the rest is keys held outside Kubernetes: that many free devices are advertised Unhealthy, and at
+  least ``--reserve`` of them when the operator keeps keys for VMs started outside Kubernetes.
+
+    python -m teesim.plugins.unified --host-root DIR --resource-name tdx.intel.com/keys \\
+        --misc-resource tdx --pods-url http://127.0.0.1:10255/pods --poll-interval 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from teesim.plugins.reconciling import Reconciler, add_reconciler_arguments, serve_reconciler
+
+log = logging.getLogger(__name__)
+PODS_TIMEOUT = 2.0
+ACTIVE_PHASES = frozenset({"Pending", "Running"})
+
+
+def parse_count(quantity: Any) -> int | None:
+    """An integer Kubernetes quantity (``"1"``, ``1``, ``"2000m"``); None when it is not a whole count."""
+    text = str(quantity).strip()
+    try:
+        if text.endswith("m"):
+            milli = int(text[:-1])
+            return milli // 1000 if milli % 1000 == 0 else None
+        return int(text)
+    except ValueError:
+        return None
+
+
+def overhead_keys(pods: Iterable[Mapping[str, Any]], resource_name: str) -> int:
+    """Keys of ``resource_name`` that bound, active pods take through ``spec.overhead``."""
+    total = 0
+    for pod in pods:
+        if pod.get("status", {}).get("phase") not in ACTIVE_PHASES:
+            continue
+        overhead = pod.get("spec", {}).get("overhead") or {}
+        if resource_name in overhead:
+            count = parse_count(overhead[resource_name])
+            if count is None or count < 0:
+                name = pod.get("metadata", {}).get("name", "?")
+                log.warning("pod %s: overhead %s=%r is not a whole count; ignored", name, resource_name, overhead)
+                continue
+            total += count
+    return total
+
+
+class UnifiedReconciler(Reconciler):
+    """A :class:`Reconciler` that also subtracts the keys RuntimeClass overhead already accounts for."""
+
+    def __init__(self, *args: Any, pods_url: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pods_url = pods_url
+        self._overhead = 0
+        self.pod_list_failures = 0
+
+    def _fetch_pods(self) -> list[Mapping[str, Any]] | None:
+        try:
+            with urllib.request.urlopen(self.pods_url, timeout=PODS_TIMEOUT) as answer:
+                document = json.load(answer)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.pod_list_failures += 1
+            log.info("pod list at %s unavailable, keeping the last device list: %s", self.pods_url, exc)
+            return None
+        items = document.get("items") if isinstance(document, dict) else None
+        if not isinstance(items, list):
+            self.pod_list_failures += 1
+            log.warning("%s did not answer a PodList; keeping the last device list", self.pods_url)
+            return None
+        return items
+
+    def _refresh_own(self) -> bool:
+        pods = self._fetch_pods()
+        if pods is None:
+            return False
+        self._overhead = overhead_keys(pods, self.service.resource_name)
+        return super()._refresh_own()
+
+    def accounted_elsewhere(self) -> int:
+        return self._overhead
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m teesim.plugins.unified", description=__doc__.splitlines()[0])
+    add_reconciler_arguments(parser)
+    parser.add_argument("--pods-url", required=True, help="the node's pod list (the kubelet's /pods endpoint)")
+    parser.add_argument("--reserve", type=int, default=0, help="keys kept out of the pool for VMs outside Kubernetes")
+    args = parser.parse_args(argv)
+    if args.reserve < 0:
+        parser.error("--reserve must be >= 0")
+    return serve_reconciler(args, UnifiedReconciler, pods_url=args.pods_url, reserve=args.reserve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""``python -m teesim.plugins.unified`` as a real process: one pool under Kata's resource name,
+Kata pods accounted through their RuntimeClass overhead (the kubelet's /pods), VMIs through
+pod-resources, and only keys held outside Kubernetes hidden."""
+
+from __future__ import annotations
+
+import pytest
+from teesim.grpc_run import PODS_SLICE, GrpcNode, unhealthy_count
+from teesim.kubelet.devicemanager import PodRef
+from teesim.plugins.unified import overhead_keys, parse_count
+
+KEYS = "tdx.intel.com/keys"
+WAIT = 10.0
+POLL = 0.05
+
+
+def test_overhead_keys_counts_active_pods_only():
+    pods = [
+        {"spec": {"overhead": {KEYS: "1"}}, "status": {"phase": "Running"}},
+        {"spec": {"overhead": {KEYS: "2"}}, "status": {"phase": "Pending"}},
+        {"spec": {"overhead": {KEYS: "1"}}, "status": {"phase": "Succeeded"}},
+        {"spec": {"overhead": {"memory": "2Gi"}}, "status": {"phase": "Running"}},
+        {"metadata": {"name": "odd"}, "spec": {"overhead": {KEYS: "half"}}, "status": {"phase": "Running"}},
+        {"spec": {}, "status": {"phase": "Running"}},
+    ]
+    assert overhead_keys(pods, KEYS) == 3
+    assert parse_count("2000m") == 2 and parse_count("1500m") is None and parse_count(3) == 3
+
+
+def _start(node: GrpcNode, processes, *extra: str):
+    proc = node.plugin(
+        "unified", resource_name=KEYS, poll_interval=POLL, extra=["--pods-url", node.kubelet.pods_url, *extra]
+    )
+    processes.append(proc)
+    ok = node.kubelet.wait_for(lambda k: k.device_manager.capacity().get(KEYS, 0) == 8, WAIT)
+    assert ok, f"unified plugin did not register:\n{proc.stop()}"
+    return proc
+
+
+def _kata(node: GrpcNode, name: str) -> PodRef:
+    """A Kata pod: bound with overhead tdx.intel.com/keys: 1, then its VM charges a key."""
+    pod = PodRef("default", f"kata-{name}", uid=f"kata-{name}")
+    node.kubelet.add_pod(pod, ["app"], overhead={KEYS: 1}, runtime_class="kata-qemu-tdx")
+    node.start_guest(PODS_SLICE, f"kata-{name}")
+    return pod
+
+
+def _vmi(node: GrpcNode, name: str) -> str:
+    pod = PodRef("default", f"virt-launcher-{name}", uid=f"vmi-{name}")
+    node.kubelet.allocate(pod, "compute", KEYS, 1)
+    node.start_guest(PODS_SLICE, f"vmi-{name}")
+    return node.kubelet.device_manager.pod_devices(pod)["compute"][KEYS][0]
+
+
+@pytest.mark.slow
+def test_unified_hides_only_keys_held_outside_kubernetes(node, processes):
+    _start(node, processes)
+    _kata(node, "a")
+    _kata(node, "b")
+    own = _vmi(node, "c")
+    # Kata's keys are the scheduler's already (overhead): nothing is hidden.
+    assert not node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) > 0, 6 * POLL)
+    external = node.start_guest()
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) == 1, WAIT)
+    assert own not in node.kubelet.snapshot()[KEYS]["unhealthy"]
+    # Allocatable 7 = 8 - 1 external; the scheduler subtracts 2 Kata + 1 VMI itself: 4 left, as in the kernel.
+    assert node.kubelet.device_manager.allocatable() == {KEYS: 7}
+    assert node.misc.capacity("tdx") - node.current() == 4
+    node.stop_guest(external)
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) == 0, WAIT)
+
+
+@pytest.mark.slow
+def test_unified_keeps_the_operators_reserve(node, processes):
+    _start(node, processes, "--reserve", "2")
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) == 2, WAIT)
+    for _ in range(3):
+        node.start_guest()
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) == 3, WAIT)
