@@ -24,10 +24,10 @@ from teesim.strategies.simulation import Settings, Simulation, World
 
 # Whole seconds as well as fractions, so that events collide at the same instant as timers do.
 instant = st.one_of(st.integers(0, 300).map(float), st.floats(0, 300))
-arrival = st.tuples(
-    instant, st.sampled_from(list(Consumer)), st.floats(1, 200), st.sampled_from([0.0, 1.0, 2.5]), st.sampled_from("abc")
-)
-fault = st.tuples(st.sampled_from(["kubelet-restart", "plugin-crash", "sysfs-unreadable"]), instant, st.sampled_from("ab"))
+consumer = st.sampled_from(list(Consumer))
+arrival = st.tuples(instant, consumer, st.floats(1, 200), st.sampled_from([0.0, 1.0, 2.5]), st.sampled_from("abc"))
+fault_kind = st.sampled_from(["kubelet-restart", "plugin-crash", "sysfs-unreadable"])
+fault = st.tuples(fault_kind, instant, st.sampled_from("ab"))
 
 
 def _report(world: World, strategy: str, incremental: bool) -> dict:
