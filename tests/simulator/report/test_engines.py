@@ -1,0 +1,54 @@
+"""Sweep engines: the standard library's process pool here, and the optional cluster engine as a
+local cluster (skipped, with the reason, when its package is not installed)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from teesim.report.engines import EngineUnavailable, default_workers, longest_first, make_engine
+from teesim.report.render import deterministic_json
+from teesim.report.sweep import make_tasks, run_serial, sweep
+
+TASKS = make_tasks(["quick", "tdx-kata-surge"], [1, 2], ["kubevirt-static", "reconciling"])
+
+
+def _without_runtime(report: dict) -> str:
+    report = dict(report)
+    report.pop("_runtime")
+    return deterministic_json(report)
+
+
+def test_longest_tasks_go_first_and_every_task_stays() -> None:
+    ordered = longest_first(TASKS)
+    assert sorted(t.key for t in ordered) == sorted(t.key for t in TASKS)
+    assert ordered[0].scenario == "tdx-kata-surge"  # 2400 s against quick's 600 s
+    assert default_workers() >= 1
+
+
+@pytest.mark.parametrize("engine", ["ray", "dask"])
+def test_a_missing_engine_package_says_how_to_install_it(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # None in sys.modules makes the import fail as it does when the package is absent.
+    for module in ("ray", "dask", "dask.distributed", "distributed"):
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(EngineUnavailable, match=rf"confidential-tee\[{engine}\]"):
+        make_engine(engine, 2)
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_gives_the_same_report() -> None:
+    pytest.importorskip(
+        "dask.distributed", reason="Dask is an optional extra: pip install 'confidential-tee[dask]' to run this test"
+    )
+    engine, workers = make_engine("dask", 2)
+    report = sweep(TASKS, engine, "dask", workers)
+    assert report["_runtime"] == {**report["_runtime"], "engine": "dask", "workers": 2, "tasks": len(TASKS)}
+    assert _without_runtime(report) == _without_runtime(sweep(TASKS, run_serial, "serial", 1))
+
+
+@pytest.mark.slow
+def test_ray_local_cluster_gives_the_same_report() -> None:
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'confidential-tee[ray]' to run this test")
+    engine, workers = make_engine("ray", 2)
+    report = sweep(TASKS, engine, "ray", workers)
+    assert _without_runtime(report) == _without_runtime(sweep(TASKS, run_serial, "serial", 1))
