@@ -36,8 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "simulator"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulator"))
 
 from teesim.kernel.misc import MiscController
 from teesim.report.metrics import MetricsRecorder
@@ -45,6 +44,7 @@ from teesim.report.scenario import bundled_scenarios, load_scenario
 from teesim.strategies import STRATEGIES
 from teesim.strategies.simulation import Simulation, World
 
+ROOT = Path(__file__).resolve().parents[1]
 FLEET = ROOT / "benchmarks" / "scenarios" / "fleet-1000.yaml"
 
 
@@ -190,7 +190,9 @@ print(json.dumps(out))
 def bench_git_baseline(ref: str, names: list[str], repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="teesim-baseline-") as tmp:
         archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", ref, "simulator", "plugins/module_utils"], check=True, capture_output=True
+            ["git", "-C", str(ROOT), "archive", ref, "simulator", "plugins/module_utils"],
+            check=True,
+            capture_output=True,
         ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "simulator")}

@@ -6,38 +6,135 @@ written by the gRPC engineer and shared with the real-socket kubelet), the exten
 patched into the node status, and the pods bound to it. In-process readers (NFD, plugins) read files
 through :meth:`SimNode.read`, which renders the kernel's text and honours "sysfs unreadable" faults, so
 they parse exactly what a real reader would.
+
+State that readers cache on has one owner that keeps its generation: :class:`BoundPods` (the pods
+bound to the node, what an informer on ``spec.nodeName`` sees) and the device manager (what
+pod-resources ``List`` answers, ``devices.pod_generation``). Callers change pods only through them.
 """
 
 from __future__ import annotations
 
 import errno
+import random
 from collections import Counter
 from collections.abc import Callable
 
+from teesim.cluster.dra import DRAPool
 from teesim.cluster.pods import Consumer, Pod
 from teesim.cluster.scheduler import NodeView, sum_needs
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, Node, NodeSpec
 from teesim.kubelet.devicemanager import ENDPOINT_STOP_GRACE_PERIOD, DeviceManager
+from teesim.kubelet.ratelimit import TokenBucket
 
 EXTERNAL_CGROUP = "machine.slice"
 _NONE: frozenset[str] = frozenset()
+
+
+class BoundPods:
+    """The pods bound to one node and what the scheduler counts for them.
+
+    Every change goes through :meth:`bind`, :meth:`started` and :meth:`release`, which bump
+    ``generation`` and call ``on_change``; readers that cache what they derive from the pods (the
+    unified plugin's overhead count) compare it.
+    """
+
+    def __init__(self) -> None:
+        self._pods: dict[str, Pod] = {}
+        self._requested: Counter[str] = Counter()
+        # Pods bound here whose guest is not charged yet, per misc resource.
+        self.claims: Counter[str] = Counter()
+        self.generation = 0
+        self._overhead_cache: dict[tuple[str, bool], tuple[int, int]] = {}
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        self.generation += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._pods
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def pods(self) -> list[Pod]:
+        return list(self._pods.values())
+
+    def bind(self, pod: Pod, need: dict[str, int]) -> None:
+        """The scheduler bound ``pod`` counting ``need`` (requests + overhead as it sees them)."""
+        self._pods[pod.uid] = pod
+        pod.scheduled_need = dict(need)
+        self._requested.update(need)
+        self.claims[pod.misc_resource] += 1
+        self._changed()
+
+    def started(self, pod: Pod) -> None:
+        """The pod's guest is charged: its claim became kernel usage."""
+        self.claims[pod.misc_resource] -= 1
+        self._changed()
+
+    def release(self, pod: Pod, was_running: bool) -> bool:
+        """The pod terminated: the scheduler stops counting it. False when it was not bound here."""
+        if self._pods.pop(pod.uid, None) is None:
+            return False
+        self._requested.subtract(pod.scheduled_need)
+        if not was_running:
+            self.claims[pod.misc_resource] -= 1
+        self._changed()
+        return True
+
+    def requested(self) -> dict[str, int]:
+        return {k: v for k, v in self._requested.items() if v}
+
+    def requested_recount(self) -> dict[str, int]:
+        """The same as :meth:`requested`, recomputed from the pods (a consistency check for tests)."""
+        return sum_needs(p.scheduled_need for p in self._pods.values() if p.holds_resources)
+
+    def get(self, uid: str) -> Pod | None:
+        return self._pods.get(uid)
+
+    def overhead_of(self, resource: str, *, started_only: bool = False) -> int:
+        """Keys of ``resource`` that bound pods take through ``spec.overhead``, what an informer sees
+        (every pod here is Pending or Running; terminated ones are released). ``started_only``: only
+        pods whose guest runs (a Kata pod's sandbox exists, ``PodReadyToStartContainers``), i.e.
+        whose key the kernel charges. Cached on ``generation``."""
+        key = (resource, started_only)
+        cached = self._overhead_cache.get(key)
+        if cached is not None and cached[0] == self.generation:
+            return cached[1]
+        total = sum(
+            p.overhead.get(resource, 0) for p in self._pods.values() if not started_only or p.started_at is not None
+        )
+        self._overhead_cache[key] = (self.generation, total)
+        return total
 
 
 class SimNode:
     """A worker node under simulation.
 
     ``on_change(node)`` is called the first time anything the scheduler or the report can see changes
-    (kernel usage, device counts, node status, NFD's resources, bound pods) after ``changed`` was reset;
-    the simulation collects those nodes so an event costs the same on a fleet of 1,000 nodes as on one.
+    (kernel usage, device counts, node status, NFD's resources, bound pods, DRA slices and claims)
+    after ``changed`` was reset; the simulation collects those nodes so that an event costs the same
+    on a fleet of 1,000 nodes as on one. The owners of that state say when it changes: the device
+    manager, :class:`BoundPods` and each :class:`DRAPool` through their ``on_change``, the kernel
+    through ``MiscController.revision`` (for readers of its files), this class for the rest.
     """
 
-    def __init__(self, spec: NodeSpec, on_change: Callable[[SimNode], None] | None = None):
+    def __init__(
+        self,
+        spec: NodeSpec,
+        rng: random.Random | None = None,
+        role: str = "both",
+        on_change: Callable[[SimNode], None] | None = None,
+    ):
         self.kernel = Node(spec)
         self.name = spec.name
+        self.role = role
         self.on_change = on_change
         self.changed = False
-        self.devices = DeviceManager()
+        self.devices = DeviceManager(rng)
         self.devices.on_change = self._devices_changed
         # The device manager's allocatable, kept until it changes (None: compute it again). While a
         # stopped endpoint is inside its grace period it depends on the time too, and is not kept.
@@ -46,18 +143,23 @@ class SimNode:
         self._nfd: dict[str, int] = {}
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
         self.status_devices: dict[str, int] = {}
-        self.pods: dict[str, Pod] = {}
+        self.bound = BoundPods()
+        self.bound.on_change = self._touch
+        self.dra: dict[str, DRAPool] = {}
+        # The pod-resources API's token bucket, shared by every client on the node.
+        self.pod_resources = TokenBucket()
         self.unreadable: set[str] = set()
         self.kubelet_up = True
-        # Bumped whenever pods are added to or finished in the device manager, so in-process readers
-        # of pod-resources can cache what they derived from it.
-        self.pod_generation = 0
         # Keys charged right now, per (consumer, misc resource): the timeline's "allocated by consumer".
         self.charged: Counter[tuple[Consumer, str]] = Counter()
-        # Needs of pods bound here (the scheduler's "requested"), and keys bound but not yet charged.
-        self._requested: Counter[str] = Counter()
-        self.claims: Counter[str] = Counter()
+        # misc resource -> when an advertiser last published a count computed from misc.current.
+        self.usage_published_at: dict[str, float] = {}
 
+    @property
+    def claims(self) -> Counter[str]:
+        return self.bound.claims
+
+    # -- change notification ------------------------------------------------------------------------
     def _touch(self) -> None:
         if not self.changed:
             self.changed = True
@@ -69,14 +171,10 @@ class SimNode:
         self.devices_touched = True
         self._touch()
 
-    def device_allocatable(self, now: float | None = None) -> dict[str, int]:
-        """``devices.allocatable(now)`` (do not modify the result)."""
-        cached = self._device_allocatable
-        if cached is None:
-            cached = self.devices.allocatable(now)
-            if not self.expiring(now if now is not None else 0.0):
-                self._device_allocatable = cached
-        return cached
+    def watch_dra(self) -> None:
+        """Hear about changes of the DRA pools the wiring put on this node."""
+        for pool in self.dra.values():
+            pool.on_change = self._touch
 
     @property
     def nfd(self) -> dict[str, int]:
@@ -98,6 +196,15 @@ class SimNode:
             if stopped_at is not None and now - stopped_at <= ENDPOINT_STOP_GRACE_PERIOD:
                 return True
         return False
+
+    def device_allocatable(self, now: float | None = None) -> dict[str, int]:
+        """``devices.allocatable(now)``, kept while it cannot change (do not modify the result)."""
+        cached = self._device_allocatable
+        if cached is None:
+            cached = self.devices.allocatable(now)
+            if not self.expiring(now if now is not None else 0.0):
+                self._device_allocatable = cached
+        return cached
 
     # -- files --------------------------------------------------------------------------------------
     def files_revision(self) -> tuple[int, frozenset[str]]:
@@ -174,7 +281,7 @@ class SimNode:
         if self.kubelet_up:
             status = self.device_allocatable(now)
             if status != self.status_devices:
-                self.status_devices = status
+                self.status_devices = dict(status)
                 self._touch()
 
     def status_allocatable(self) -> dict[str, int]:
@@ -183,32 +290,17 @@ class SimNode:
         merged.update(self._nfd)
         return merged
 
-    def bind(self, pod: Pod) -> None:
-        self.pods[pod.uid] = pod
-        self._requested.update(pod.need())
-        self.claims[pod.misc_resource] += 1
-        self._touch()
-
-    def started(self, pod: Pod) -> None:
-        """The pod's guest is charged: its claim became kernel usage."""
-        self.claims[pod.misc_resource] -= 1
-        self._touch()
-
-    def release(self, pod: Pod, was_running: bool) -> None:
-        """The pod terminated: the scheduler stops counting it (devices are freed lazily elsewhere)."""
-        if self.pods.pop(pod.uid, None) is None:
-            return
-        self._requested.subtract(pod.need())
-        if not was_running:
-            self.claims[pod.misc_resource] -= 1
-        self._touch()
+    def dynamic(self) -> dict[str, int]:
+        """Free devices per DRA-backed extended resource name (from the published ResourceSlices)."""
+        return {name: pool.free() for name, pool in self.dra.items()}
 
     def requested(self) -> dict[str, int]:
-        return {k: v for k, v in self._requested.items() if v}
+        return self.bound.requested()
 
     def requested_recount(self) -> dict[str, int]:
-        """The same as :meth:`requested`, recomputed from the pods (a consistency check for tests)."""
-        return sum_needs(p.need() for p in self.pods.values() if p.holds_resources)
+        return self.bound.requested_recount()
 
     def view(self) -> NodeView:
-        return NodeView(self.name, self.status_allocatable(), self.requested())
+        return NodeView(
+            self.name, self.status_allocatable(), self.requested(), dynamic=self.dynamic(), pods=len(self.bound)
+        )

@@ -2,9 +2,11 @@
 
 Models the parts of a pod spec that decide TEE-key accounting: container requests of extended
 resources, ``spec.overhead`` copied from the RuntimeClass's ``overhead.podFixed`` (the RuntimeClass
-admission controller does this), the guest the pod launches and the misc resource that guest charges.
+admission controller does this), the guest the pod launches and the misc resource that guest charges
+(TDX guests ``tdx``, plain SEV ``sev``, SEV-ES *and* SNP ``sev_es``).
 Simplifications: one container per pod (KubeVirt's ``compute`` container or a Kata workload), no CPU
-or memory, no restarts of a failed pod.
+or memory. A Kata pod whose sandbox fails is retried by the kubelet (``attempts`` counts the tries);
+a VMI whose launch fails stays failed (re-creating it is KubeVirt's VM controller's business).
 """
 
 from __future__ import annotations
@@ -27,13 +29,33 @@ class Consumer(StrEnum):
     EXTERNAL = "external"
 
 
+class Guest(StrEnum):
+    """The kind of confidential guest; decides the misc resource KVM charges."""
+
+    TDX = "tdx"
+    SEV = "sev"
+    SEV_ES = "sev-es"
+    SNP = "snp"
+
+    @property
+    def misc_resource(self) -> str:
+        return {"tdx": "tdx", "sev": "sev", "sev-es": "sev_es", "snp": "sev_es"}[self.value]
+
+    @classmethod
+    def default_for(cls, misc_resource: str) -> Guest:
+        """``tdx`` -> TDX, ``sev`` -> SEV, ``sev_es`` -> SNP (the guest everyone targets today)."""
+        return {"tdx": cls.TDX, "sev": cls.SEV, "sev_es": cls.SNP}[misc_resource]
+
+
 @dataclass(frozen=True)
 class RuntimeClass:
     name: str
     overhead: dict[str, int]
 
 
-# The RuntimeClasses the confidential-containers operator installs (overhead.podFixed).
+# The RuntimeClasses kata-deploy installs, with the key it adds to overhead.podFixed when NFD is
+# deployed (tools/packaging/kata-deploy/binary/src/k8s/runtimeclasses.rs). Strategies may point the
+# overhead elsewhere; this is the default.
 RUNTIME_CLASSES: dict[str, RuntimeClass] = {
     "kata-qemu-tdx": RuntimeClass("kata-qemu-tdx", {"tdx.intel.com/keys": 1}),
     "kata-qemu-snp": RuntimeClass("kata-qemu-snp", {"sev-snp.amd.com/esids": 1}),
@@ -48,7 +70,7 @@ class Pod:
 
     uid: str
     consumer: Consumer
-    misc_resource: str
+    guest: Guest
     created: float
     launch_delay: float
     duration: float
@@ -63,10 +85,22 @@ class Pod:
     started_at: float | None = None
     ended_at: float | None = None
     reason: str = ""
+    attempts: int = 0  # launches tried (a Kata sandbox is retried by the kubelet)
+    first_launch_at: float | None = None
+    # Whether the first failed launch fell in the race window (its retries share the verdict).
+    in_race_window: bool | None = None
+    # What the scheduler counted for this pod when it bound it (requests + overhead, DRA-adjusted).
+    scheduled_need: dict[str, int] = field(default_factory=dict)
+    # DRA devices the scheduler allocated to this pod, per extended resource name.
+    dra_devices: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.uid
+
+    @property
+    def misc_resource(self) -> str:
+        return self.guest.misc_resource
 
     @property
     def container(self) -> str:
@@ -89,36 +123,44 @@ class Pod:
         return f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{self.uid}.slice"
 
 
-def kata_pod(uid: str, misc_resource: str, created: float, launch_delay: float, duration: float) -> Pod:
-    """A Kata confidential pod: no extended requests, keys only through RuntimeClass overhead."""
+def kata_pod(
+    uid: str,
+    guest: Guest,
+    created: float,
+    launch_delay: float,
+    duration: float,
+    overhead: dict[str, int] | None = None,
+) -> Pod:
+    """A Kata confidential pod: no extended requests, keys only through RuntimeClass overhead
+    (``overhead`` replaces the default RuntimeClass's; ``{}`` means Kata without NFD: no key)."""
     try:
-        runtime = RUNTIME_CLASSES[KATA_RUNTIME_CLASS[misc_resource]]
+        runtime = RUNTIME_CLASSES[KATA_RUNTIME_CLASS[guest.misc_resource]]
     except KeyError:
-        raise ValueError(
-            f"no Kata RuntimeClass charges {misc_resource!r}; Kata guests use {', '.join(KATA_RUNTIME_CLASS)}"
-        ) from None
+        raise ValueError(f"no Kata RuntimeClass runs {guest.value!r} guests; Kata guests are TDX or SNP") from None
+    if guest is Guest.SEV_ES:
+        raise ValueError("Kata confidential guests on AMD are SNP, not SEV-ES")
     return Pod(
         uid=uid,
         consumer=Consumer.KATA,
-        misc_resource=misc_resource,
+        guest=guest,
         created=created,
         launch_delay=launch_delay,
         duration=duration,
-        overhead=dict(runtime.overhead),
+        overhead=dict(runtime.overhead if overhead is None else overhead),
         runtime_class=runtime.name,
     )
 
 
 def vmi_pod(
-    uid: str, misc_resource: str, resource_name: str, created: float, launch_delay: float, duration: float
+    uid: str, guest: Guest, requests: dict[str, int], created: float, launch_delay: float, duration: float
 ) -> Pod:
-    """A KubeVirt virt-launcher pod whose ``compute`` container requests one key of ``resource_name``."""
+    """A KubeVirt virt-launcher pod whose ``compute`` container requests ``requests``."""
     return Pod(
         uid=uid,
         consumer=Consumer.KUBEVIRT,
-        misc_resource=misc_resource,
+        guest=guest,
         created=created,
         launch_delay=launch_delay,
         duration=duration,
-        requests={resource_name: 1},
+        requests=dict(requests),
     )

@@ -1,9 +1,10 @@
 """The scheduler's pending queue: which pods are still waiting, and a pass that tries to bind them.
 
-A pass tries every pending pod in creation order against the nodes' views (node status allocatable
-and what bound pods requested) with :func:`teesim.cluster.scheduler.choose_node`; a pod that fits is
-handed to ``bind`` and its node's view is refreshed before the next pod is tried. That is what the
-simulation runs after every event.
+A pass tries every pending pod in creation order against the nodes' views (node status allocatable,
+what bound pods requested, free DRA devices) with :func:`teesim.cluster.scheduler.choose_node`, for
+what the scheduler counts for it (``need_of(pod)``); a pod that fits is handed to ``bind`` and its
+node's view is refreshed before the next pod is tried. That is what the simulation runs after every
+event.
 
 Doing it naively costs a view of every node per event and a scan of every node per pending pod,
 which on a fleet of 1,000 nodes is almost all of the run. The queue gets the same bindings cheaply
@@ -15,9 +16,10 @@ from two facts:
   count), so at the next pass it can only fit a node whose view has changed since: it is tried
   against those nodes alone, and not at all when none has. Only pods new since the last pass are
   tried against every node;
-* for a new pod needing one resource (every pod here: one key), "every node" is a lookup: a heap per
-  (resource, amount) orders the nodes by the score ``choose_node`` maximises (the same float), ties by
-  name, and a node whose view changed gets a fresh entry (old ones are skipped when they surface).
+* for a new pod needing one resource (most pods: one key), "every node" is a lookup: a heap per
+  (resource, amount) holds the nodes that fit, ordered as ``choose_node`` orders them (its score,
+  then fewest pods, then name), and a node whose view changed gets a fresh entry (old ones are
+  skipped when they surface).
 
 ``incremental=False`` keeps the naive pass (fresh views of every node, every pod against every
 node): the reference the tests and the benchmark compare the incremental pass with.
@@ -30,34 +32,28 @@ from heapq import heapify, heappop, heappush
 
 from teesim.cluster.node import SimNode
 from teesim.cluster.pods import Pod
-from teesim.cluster.scheduler import NodeView, choose_node
+from teesim.cluster.scheduler import NodeView, choose_node, fits, score
 
-Bind = Callable[[Pod, SimNode], None]
+Bind = Callable[[SimNode, Pod, dict[str, int]], None]
+NeedOf = Callable[[Pod], dict[str, int]]
 
 
 class LeastAllocatedIndex:
-    """The node :func:`choose_node` picks for a need of ``amount`` (> 0) of one ``resource``.
-
-    A node fits when ``free >= amount`` and scores ``(free - amount) / allocatable``; among those
-    that fit the highest score wins, ties by name. A node with no allocatable never fits, and one
-    with allocatable fits exactly when its score is >= 0, so the answer is the top of a heap of
-    ``(-score, name)`` if that score is >= 0, and no node otherwise.
-    """
+    """The node :func:`choose_node` picks for a need of ``amount`` of one ``resource``: the first of
+    the nodes that fit, ordered by ``(-score, bound pods, name)``, kept in a heap. Entries carry the
+    node's view version; an entry whose node has a newer view is dropped when it surfaces."""
 
     def __init__(self, resource: str, amount: int, views: Iterable[NodeView], versions: Mapping[str, int]):
-        self.resource = resource
-        self.amount = amount
+        self.need = {resource: amount}
         self.versions = versions
         self._heap = [entry for view in views if (entry := self._entry(view)) is not None]
         heapify(self._heap)
         self._size = max(len(self._heap), 1)
 
-    def _entry(self, view: NodeView) -> tuple[float, str, int] | None:
-        total = view.allocatable.get(self.resource, 0)
-        if not view.schedulable or total <= 0:
+    def _entry(self, view: NodeView) -> tuple[float, int, str, int] | None:
+        if not fits(view, self.need):
             return None
-        free = total - view.requested.get(self.resource, 0)
-        return (-((free - self.amount) / total), view.name, self.versions[view.name])
+        return (-score(view, self.need), view.pods, view.name, self.versions[view.name])
 
     def update(self, view: NodeView) -> None:
         """``view`` replaces its node's earlier view (the caller bumped the node's version)."""
@@ -66,26 +62,26 @@ class LeastAllocatedIndex:
             heappush(self._heap, entry)
         if len(self._heap) > 4 * self._size + 64:
             # Mostly superseded entries: drop them rather than let the heap grow with every change.
-            self._heap = [e for e in self._heap if e[2] == self.versions[e[1]]]
+            self._heap = [e for e in self._heap if e[3] == self.versions[e[2]]]
             heapify(self._heap)
             self._size = max(len(self._heap), 1)
 
     def best(self) -> str | None:
         heap, versions = self._heap, self.versions
         while heap:
-            negative_score, name, version = heap[0]
-            if version != versions[name]:
-                heappop(heap)
-                continue
-            return name if negative_score <= 0 else None
+            _, _, name, version = heap[0]
+            if version == versions[name]:
+                return name
+            heappop(heap)
         return None
 
 
 class SchedulingQueue:
     """Pending pods of one cluster. New pods enter at the end of :attr:`pending`."""
 
-    def __init__(self, nodes: Mapping[str, SimNode], incremental: bool = True):
+    def __init__(self, nodes: Mapping[str, SimNode], need_of: NeedOf, incremental: bool = True):
         self.nodes = nodes
+        self.need_of = need_of
         self.incremental = incremental
         self.pending: list[Pod] = []
         # Views in node-name order, refreshed for the nodes in _stale before a pass uses them.
@@ -105,7 +101,7 @@ class SchedulingQueue:
         self._stale.add(node.name)
 
     def run_pass(self, bind: Bind) -> None:
-        """Try every pending pod once, in creation order; ``bind(pod, node)`` those that fit."""
+        """Try every pending pod once, in creation order; ``bind(node, pod, need)`` those that fit."""
         pending = self.pending
         if not pending:
             return
@@ -124,7 +120,7 @@ class SchedulingQueue:
         unfit = self._unfit
         still: list[Pod] = []
         for pod in pending:
-            need = pod.need()
+            need = self.need_of(pod)
             if id(pod) in unfit:
                 choice = choose_node(need, [views[name] for name in changed]) if changed else None
             else:
@@ -133,7 +129,7 @@ class SchedulingQueue:
                 still.append(pod)
                 continue
             node = nodes[choice]
-            bind(pod, node)
+            bind(node, pod, need)
             self._set_view(node.view())
         self._finish(still)
 
@@ -147,8 +143,6 @@ class SchedulingQueue:
         if len(need) != 1:
             return choose_node(need, list(self._views.values()))
         ((resource, amount),) = need.items()
-        if amount <= 0:
-            return choose_node(need, list(self._views.values()))
         index = self._indexes.get((resource, amount))
         if index is None:
             index = LeastAllocatedIndex(resource, amount, self._views.values(), self._versions)
@@ -159,12 +153,13 @@ class SchedulingQueue:
         views = {name: node.view() for name, node in self.nodes.items()}
         still: list[Pod] = []
         for pod in self.pending:
-            choice = choose_node(pod.need(), list(views.values()))
+            need = self.need_of(pod)
+            choice = choose_node(need, list(views.values()))
             if choice is None:
                 still.append(pod)
                 continue
             node = self.nodes[choice]
-            bind(pod, node)
+            bind(node, pod, need)
             views[choice] = node.view()
         self._finish(still)
 

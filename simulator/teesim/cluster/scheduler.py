@@ -2,15 +2,19 @@
 
 Models: a pod fits a node when, for every resource it needs (container requests plus
 ``spec.overhead``), ``allocatable - sum(needs of pods bound there) >= need``; an unknown resource has
-allocatable 0. Among fitting nodes the least allocated wins (``LeastAllocated`` on the TEE resources),
-ties broken by name. Pods are tried in creation order, every scheduling pass.
+allocatable 0. A name the node does not list in ``allocatable`` but offers through DRA
+(``dynamic``: free devices of the ResourceSlices a DeviceClass maps to that name, KEP-5004) fits when
+enough devices are free. Among fitting nodes the least allocated wins (``LeastAllocated`` on the TEE
+resources); ties go to the node with the fewest bound pods (standing in for ``LeastAllocated`` on CPU
+and memory, which spreads pods that need no TEE resource at all), then by name. Pods are tried in
+creation order, every scheduling pass.
 Simplifications: no CPU/memory, no affinity, no preemption, no backoff between attempts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -21,8 +25,12 @@ class NodeView:
     allocatable: Mapping[str, int]
     requested: Mapping[str, int]
     schedulable: bool = True
+    dynamic: Mapping[str, int] = field(default_factory=dict)
+    pods: int = 0  # pods bound there
 
     def free(self, resource: str) -> int:
+        if resource not in self.allocatable and resource in self.dynamic:
+            return self.dynamic[resource]
         return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)
 
 
@@ -42,41 +50,14 @@ def score(node: NodeView, need: Mapping[str, int]) -> float:
 
 def choose_node(need: Mapping[str, int], nodes: Sequence[NodeView]) -> str | None:
     """The node a pod with ``need`` is bound to, or ``None`` when it stays Pending."""
-    ordered = sorted(nodes, key=_name)
-    if len(need) == 1:
-        # The common case (one TEE resource) on a fleet: the same fit and score inlined, one pass.
-        ((resource, amount),) = need.items()
-        return _choose_single(resource, amount, ordered)
-    best: tuple[float, str] | None = None
-    for node in ordered:
+    best: tuple[float, int, str] | None = None
+    for node in sorted(nodes, key=lambda n: n.name):
         if not fits(node, need):
             continue
-        candidate = (-score(node, need), node.name)
+        candidate = (-score(node, need), node.pods, node.name)
         if best is None or candidate < best:
             best = candidate
-    return None if best is None else best[1]
-
-
-def _name(node: NodeView) -> str:
-    return node.name
-
-
-def _choose_single(resource: str, amount: int, ordered: Sequence[NodeView]) -> str | None:
-    """:func:`choose_node` for a need of one resource: exactly :func:`fits` and :func:`score`."""
-    best_name: str | None = None
-    best_score = 0.0
-    for node in ordered:
-        if not node.schedulable:
-            continue
-        total = node.allocatable.get(resource, 0)
-        free = total - node.requested.get(resource, 0)
-        if amount > 0 and free < amount:
-            continue
-        value = (free - amount) / total if total > 0 else 0.0
-        # Nodes come in name order, so the first of equal scores wins, as the name tie-break says.
-        if best_name is None or value > best_score:
-            best_name, best_score = node.name, value
-    return best_name
+    return None if best is None else best[2]
 
 
 def sum_needs(needs: Iterable[Mapping[str, int]]) -> dict[str, int]:

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 
 from teesim._collection import canonical_resource
-from teesim.cluster.pods import Consumer
+from teesim.cluster.pods import Consumer, Guest
 
 FAULT_KINDS = ("kubelet-restart", "plugin-crash", "sysfs-unreadable")
 
@@ -43,9 +43,14 @@ class WorkloadSpec:
     count: int = 0
     spread: float = 0.0
     node: str | None = None  # external VMs run on one named node
+    guest: Guest | None = None  # default: the usual guest of the misc resource (sev_es -> SNP)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "resource", canonical_resource(self.resource))
+        guest = Guest.default_for(self.resource) if self.guest is None else Guest(self.guest)
+        if guest.misc_resource != self.resource:
+            raise ValueError(f"a {guest.value} guest charges {guest.misc_resource}, not {self.resource}")
+        object.__setattr__(self, "guest", guest)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,11 @@ class Arrival:
     duration: float = field(compare=False)
     launch_delay: float = field(compare=False)
     node: str | None = field(compare=False, default=None)
+    guest: Guest | None = field(compare=False, default=None)
+
+    @property
+    def kind(self) -> Guest:
+        return self.guest if self.guest is not None else Guest.default_for(self.resource)
 
 
 def _times(spec: WorkloadSpec, rng: random.Random, horizon: float) -> list[float]:
@@ -96,7 +106,9 @@ def generate_arrivals(specs: list[WorkloadSpec], seed: int, horizon: float) -> l
             drafts.append((when, index, spec, spec.duration.draw(rng), spec.launch_delay.draw(rng)))
     drafts.sort(key=lambda d: (d[0], d[1]))
     return [
-        Arrival(round(when, 6), seq, spec.consumer, spec.resource, round(life, 6), round(delay, 6), spec.node)
+        Arrival(
+            round(when, 6), seq, spec.consumer, spec.resource, round(life, 6), round(delay, 6), spec.node, spec.guest
+        )
         for seq, (when, _, spec, life, delay) in enumerate(drafts)
         if when < horizon
     ]

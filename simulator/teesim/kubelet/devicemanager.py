@@ -38,11 +38,11 @@ caller can rely on an order.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from teesim.kubelet.names import (
     API_VERSION,
@@ -81,9 +81,9 @@ class AllocationError(RuntimeError):
     """The kubelet cannot give a container the devices it requests (pod admission fails)."""
 
 
-@lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(device_id: str) -> tuple:
-    """Sort key that orders ``tdx-2`` before ``tdx-10``."""
+    """Sort key that orders ``tdx-2`` before ``tdx-10`` (cached: plugins sort the same IDs every poll)."""
     return tuple(int(part) if part.isdigit() else part for part in _NATURAL_RE.split(device_id))
 
 
@@ -152,7 +152,8 @@ class DeviceManager:
         self.rng = rng if rng is not None else random.Random(0)
         self.restarts = 0
         self.pod_generation = 0
-        # Devices a ListAndWatch response turned unhealthy while a pod held them.
+        self._active_cache: dict[str, tuple[int, frozenset[str]]] = {}
+        # Devices a ListAndWatch response turned unhealthy while an active pod held them.
         self.allocated_marked_unhealthy = 0
         # Called after every change to capacity or allocatable (what the kubelet then writes to the node
         # status), so a simulator with thousands of nodes can look only at the nodes that changed.
@@ -204,7 +205,7 @@ class DeviceManager:
         if not self._stream_open(resource, generation):
             return False
         state = self._resources.setdefault(resource, _Resource())
-        held = self.allocated_ids(resource)
+        held = self.active_device_ids(resource)
         state.healthy, state.unhealthy, state.listed = set(), set(), []
         for item in devices:
             dev = item if isinstance(item, Device) else Device(*item)
@@ -380,9 +381,9 @@ class DeviceManager:
                 f"Requested: {count}, Available: {len(available)}"
             )
         chosen = [i for i in dict.fromkeys(preferred or ()) if i in available][:count]
-        rest = sorted(available - set(chosen), key=natural_key)
-        self.rng.shuffle(rest)
-        return chosen + rest[: count - len(chosen)]
+        # Sorted first only so that a seed gives the same run in every process (set order varies).
+        rest = sorted(available.difference(chosen))
+        return chosen + self.rng.sample(rest, count - len(chosen))
 
     def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
         """The plugin's Allocate succeeded: remember the container's devices (the checkpoint)."""
@@ -436,15 +437,20 @@ class DeviceManager:
 
     def active_device_ids(self, resource: str) -> frozenset[str]:
         """What pod-resources ``List`` reports for ``resource``: devices of active pods only
-        (``List`` calls ``UpdateAllocatedDevices`` first, so finished pods are freed before it answers)."""
-        finished, pod_devices = self._finished, self._pod_devices
-        held: set[str] = set()
-        # Every active pod, unsorted (a set needs no order): a plugin asks at every change of pods.
-        for key in self._pods:
-            if key not in finished:
-                for per_res in pod_devices.get(key, {}).values():
-                    held.update(per_res.get(resource, ()))
-        return frozenset(held)
+        (``List`` calls ``UpdateAllocatedDevices`` first, so finished pods are freed before it answers).
+        Cached on ``pod_generation``, which only this class changes."""
+        cached = self._active_cache.get(resource)
+        if cached is not None and cached[0] == self.pod_generation:
+            return cached[1]
+        ids = frozenset(
+            dev
+            for key in self._pods
+            if key not in self._finished
+            for per_res in self._pod_devices.get(key, {}).values()
+            for dev in per_res.get(resource, ())
+        )
+        self._active_cache[resource] = (self.pod_generation, ids)
+        return ids
 
     def find_pod(self, namespace: str, name: str) -> PodRef | None:
         for pod in self.active_pods():

@@ -39,6 +39,7 @@ class PodObject:
     overhead: dict[str, int] = field(default_factory=dict)
     runtime_class: str | None = None
     phase: str = RUNNING
+    sandbox_ready: bool = True
 
     def to_json(self, node_name: str) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -57,7 +58,10 @@ class PodObject:
             "kind": "Pod",
             "metadata": {"name": self.ref.name, "namespace": self.ref.namespace, "uid": self.ref.key},
             "spec": spec,
-            "status": {"phase": self.phase},
+            "status": {
+                "phase": self.phase,
+                "conditions": [{"type": "PodReadyToStartContainers", "status": str(self.sandbox_ready)}],
+            },
         }
 
 
@@ -82,6 +86,7 @@ class PodRegistry:
         pod = self._pods.get(ref.key)
         if pod is not None:
             pod.phase = SUCCEEDED
+            pod.sandbox_ready = False
 
     def pod_list(self) -> dict[str, Any]:
         return {

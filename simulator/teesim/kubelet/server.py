@@ -425,14 +425,28 @@ class Kubelet:
         *,
         overhead: dict[str, int] | None = None,
         runtime_class: str | None = None,
+        sandbox_ready: bool = True,
     ) -> None:
-        """A pod that holds no device-plugin devices (e.g. a Kata pod charged through overhead)."""
+        """A pod that holds no device-plugin devices (e.g. a Kata pod charged through overhead).
+        ``sandbox_ready=False``: bound and admitted, but its sandbox (a Kata VM) does not exist yet."""
         with self._lock:
             for name in containers or ("main",):
                 self._note_container(pod, name)
             obj = self.pods.upsert(pod)
             obj.overhead = dict(overhead or {})
             obj.runtime_class = runtime_class
+            self._set_sandbox(obj, sandbox_ready)
+            self._changed.notify_all()
+
+    @staticmethod
+    def _set_sandbox(obj, ready: bool) -> None:
+        obj.sandbox_ready = ready
+        obj.phase = "Running" if ready else "Pending"
+
+    def set_sandbox_ready(self, pod: PodRef, ready: bool = True) -> None:
+        """RunPodSandbox succeeded (``True``) or the sandbox is gone / being retried (``False``)."""
+        with self._lock:
+            self._set_sandbox(self.pods.upsert(pod), ready)
             self._changed.notify_all()
 
     def finish_pod(self, pod: PodRef) -> None:

@@ -65,11 +65,17 @@ def reconcile(
     *,
     accounted_elsewhere: int = 0,
     reserve: int = 0,
+    own_charged: int | None = None,
 ) -> Decision:
-    """Decide which devices to mark Unhealthy given the kernel's usage of the resource."""
+    """Decide which devices to mark Unhealthy given the kernel's usage of the resource.
+
+    ``own_charged``: how many of the own allocations the kernel already charges, when the advertiser
+    can tell (the DRA driver, from its claims' pods); by default all of them are assumed charged.
+    """
     known = set(all_ids)
     own = {i for i in own_allocated_ids if i in known}
-    others = max(kernel_current - len(own) - max(accounted_elsewhere, 0), 0)
+    charged = len(own) if own_charged is None else max(own_charged, 0)
+    others = max(kernel_current - charged - max(accounted_elsewhere, 0), 0)
     want = max(others, max(reserve, 0))
     free = sorted((i for i in known if i not in own), key=natural_key)
     free_set = set(free)
@@ -98,6 +104,7 @@ def next_unhealthy(
     *,
     accounted_elsewhere: int = 0,
     reserve: int = 0,
+    own_charged: int | None = None,
 ) -> frozenset[str]:
     """One poll's result; when ``misc.current`` could not be read (None) keep the previous set,
     minus any device that has since been allocated (an allocated device is never Unhealthy)."""
@@ -109,6 +116,7 @@ def next_unhealthy(
             previous,
             accounted_elsewhere=accounted_elsewhere,
             reserve=reserve,
+            own_charged=own_charged,
         ).unhealthy
     own = set(own_allocated_ids)
     known = set(all_ids)

@@ -85,7 +85,8 @@ class Reconciler:
         self._ids: tuple[str, ...] = ()
         self._current: int | None = None
         self._listed: set[str] | None = None
-        self._listed_at = float("-inf")
+        self._listed_at = float("-inf")  # when List was last tried (answered or refused)
+        self._list_failed = False
         # Device IDs from Allocate calls not yet seen in a List answer -> when they were allocated.
         self._pending: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -125,13 +126,17 @@ class Reconciler:
         """Call ``List`` when the last answer is older than ``min_list_interval``; False when the
         kubelet could not be asked and nothing is known yet or the kubelet refused."""
         now = time.monotonic()
-        if self._listed is not None and now - self._listed_at < self.min_list_interval:
-            return True
+        if now - self._listed_at < self.min_list_interval:
+            # Answered (or refused) a moment ago: use that answer, do not hammer the shared budget.
+            return self._listed is not None and not self._list_failed
+        self._listed_at = now
+        self._list_failed = False
         try:
             listed = own_allocated_ids(self._list(), self.service.resource_name)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                 self.throttled += 1
+                self._list_failed = True
                 log.warning(
                     "the kubelet refused pod-resources List (%s): its 100 calls per second are shared by every "
                     "client on the node; keeping the last device list (%d refusals so far)",
@@ -140,14 +145,16 @@ class Reconciler:
                 )
             else:
                 self.skipped += 1
+                self._list_failed = True
                 log.info("pod-resources List unavailable, keeping the last device list: %s", exc.details())
             return False
         except (ValueError, OSError) as exc:
             self.skipped += 1
+            self._list_failed = True
             log.info("pod-resources List unavailable, keeping the last device list: %s", exc)
             return False
         self.lists += 1
-        self._listed, self._listed_at = listed, now
+        self._listed = listed
         self._pending = {i: t for i, t in self._pending.items() if i not in listed and now - t < PENDING_ALLOCATION_TTL}
         return True
 

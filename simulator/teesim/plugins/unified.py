@@ -8,10 +8,14 @@ count is turned off), and KubeVirt maps its VMIs to the same name, so the schedu
 * ``misc.current`` from the kernel: every key in use, whoever holds it;
 * its own devices, allocated to VMIs: pod-resources ``List`` plus the ``Allocate`` calls since
   (as :mod:`teesim.plugins.reconciling`);
-* the keys of pods that hold no device but whose ``spec.overhead`` names this resource: the pods
-  bound to the node (the kubelet's ``/pods``; an informer on ``spec.nodeName`` in production), in
-  phase Pending or Running. The scheduler already counts those keys, so they must not be hidden
-  a second time;
+* the keys of pods that hold no device but whose ``spec.overhead`` names this resource and whose
+  sandbox exists (condition ``PodReadyToStartContainers`` True; phase Running when the condition is
+  absent): the pods bound to the node (the kubelet's ``/pods``; an informer on ``spec.nodeName`` in
+  production). A Kata VM is created with its sandbox, so exactly those keys are charged; the
+  scheduler already counts them, so they must not be hidden a second time. A pod still waiting for
+  its sandbox (just bound, or retrying after EBUSY) charges nothing yet: counting it would hide too
+  little for as long as it retries. Between a VM's creation and the condition reaching the plugin the
+  key is hidden once: too careful for a moment, never too few;
 * the rest is keys held outside Kubernetes: that many free devices are advertised Unhealthy, and at
   least ``--reserve`` of them when the operator keeps keys for VMs started outside Kubernetes.
 
@@ -34,7 +38,7 @@ from teesim.plugins.reconciling import Reconciler, add_reconciler_arguments, ser
 
 log = logging.getLogger(__name__)
 PODS_TIMEOUT = 2.0
-ACTIVE_PHASES = frozenset({"Pending", "Running"})
+READY_CONDITION = "PodReadyToStartContainers"
 
 
 def parse_count(quantity: Any) -> int | None:
@@ -49,11 +53,22 @@ def parse_count(quantity: Any) -> int | None:
         return None
 
 
+def sandbox_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's sandbox (for Kata: its VM) exists."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == READY_CONDITION:
+            return condition.get("status") == "True"
+    return status.get("phase") == "Running"
+
+
 def overhead_keys(pods: Iterable[Mapping[str, Any]], resource_name: str) -> int:
-    """Keys of ``resource_name`` that bound, active pods take through ``spec.overhead``."""
+    """Keys of ``resource_name`` that pods with a sandbox take through ``spec.overhead``."""
     total = 0
     for pod in pods:
-        if pod.get("status", {}).get("phase") not in ACTIVE_PHASES:
+        if not sandbox_ready(pod):
             continue
         overhead = pod.get("spec", {}).get("overhead") or {}
         if resource_name in overhead:

@@ -1,25 +1,30 @@
 """Metrics of one strategy on one scenario, gathered while the simulation runs.
 
-* **failed launches**: guests whose KVM charge failed (EBUSY), per consumer, and how many of the
-  KubeVirt ones fell *outside* the race window (no other guest charged a key on that node between
-  ``poll_interval`` before the VMI was bound and its failed launch);
+* **failed launches**: KVM charges that failed (EBUSY), per consumer; a Kata sandbox the kubelet
+  retries counts once per try. How many fell *outside* the race window, per consumer (no other
+  guest charged a key on that node between ``poll_interval + node_status_interval`` before the pod
+  was bound, or before an external VM's start, and the failed launch);
 * **admission failures**: pods the kubelet rejected (``UnexpectedAdmissionError``: device plugin
   resource unregistered or unhealthy after a restart or crash);
 * **stranded key-seconds**: the integral over time of keys free in the kernel (neither charged nor
-  promised to a bound pod) that the scheduler would not give a new VMI;
+  promised to a bound pod) that the scheduler would not give a new VMI (``tdx`` and ``sev_es``; plain
+  SEV ASIDs have no key pool in any strategy); **stranded for all**: the
+  same for keys neither a new VMI nor a new Kata pod could get;
 * **pending pod-seconds**, the most pods pending at once, and pods still pending at the end;
 * **detection latency**: for each ``misc.current`` change made by a consumer the VMI resource does
-  not already account for (external VMs; Kata too when VMIs use a plugin resource), the time until
-  the advertised count equals ``max(capacity - max(current - own, 0), own)`` where ``own`` is what pods
-  bound to the node hold of the VMI resource. Changes never reflected by the end are ``undetected``.
+  not already account for (external VMs; Kata too when VMIs use a pool Kata does not draw from), the
+  time until an advertiser of that resource on that node published a count computed from a
+  ``misc.current`` reading taken after the change (a reconciling or unified plugin's poll, the DRA
+  driver's slice update). Advertisers that never read usage never detect anything: those changes,
+  and any still unseen at the end, are ``undetected``.
 
 Values are piecewise constant between events, so integrals are exact, not sampled. The timeline keeps
 one row per change of any plotted value.
 
 Cost: after each event the recorder looks only at the nodes the simulation reports as changed
-(:attr:`Simulation.changed`), and an integral is advanced only when its value changes (value times
-the time since its last change), so an event that changes nothing costs the same on a fleet of
-1,000 nodes as on one.
+(:attr:`Simulation.changed`) and at the node resources with changes not yet detected; an integral
+is advanced only when its value changes (value times the time since the change), so an event that
+changes nothing costs the same on a fleet of 1,000 nodes as on one.
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teesim.cluster.pods import Consumer, Phase
+from teesim.strategies.base import KUBEVIRT_KEYS
 from teesim.strategies.simulation import Failure, ResourceSnapshot, Simulation
 
+KEY_POOLS = frozenset(KUBEVIRT_KEYS)
 TIMELINE_COLUMNS = ("t", "capacity", "current", "advertised", "nfd", "kata", "kubevirt", "external")
 
 
@@ -43,11 +50,24 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[int(rank) - 1]
 
 
-def reflected(snap: ResourceSnapshot) -> bool:
-    """Whether the advertised count already accounts for every key the VMI resource cannot see."""
-    own = snap.requested
-    others = max(snap.current - own, 0)
-    return snap.advertised == max(snap.capacity - others, own)
+def _kata_summary(sim: Simulation) -> dict[str, int]:
+    """What the kubelet's sandbox retries did to Kata pods."""
+    kata = [p for p in sim.pods if p.consumer is Consumer.KATA]
+    return {
+        "pods": len(kata),
+        "pods_with_failed_launch": sum(1 for p in kata if p.attempts > 1 or (p.attempts and p.started_at is None)),
+        "retries": sum(max(p.attempts - 1, 0) for p in kata),
+        "never_started": sum(1 for p in kata if p.attempts and p.started_at is None),
+    }
+
+
+def _kubelet_summary(sim: Simulation) -> dict[str, int]:
+    """Device-manager and pod-resources events worth knowing about."""
+    plugins = [p for plugins in sim.plugins.values() for p in plugins]
+    return {
+        "allocated_devices_marked_unhealthy": sum(n.devices.allocated_marked_unhealthy for n in sim.nodes.values()),
+        "pod_resources_throttled": sum(getattr(p, "throttled", 0) for p in plugins),
+    }
 
 
 @dataclass
@@ -59,22 +79,25 @@ class MetricsRecorder:
     """An :class:`~teesim.strategies.simulation.Observer` that computes the metrics of one run."""
 
     def __init__(self) -> None:
-        # (value, since): the current value of each integrand and when it took that value.
-        self._stranded: dict[tuple[str, str], tuple[int, float]] = {}
+        # key -> (stranded, stranded for all, since when): the integrands and when they took that value.
+        self._stranded: dict[tuple[str, str], tuple[int, int, float]] = {}
         self.stranded_key_seconds: dict[tuple[str, str], float] = defaultdict(float)
+        self.stranded_for_all_key_seconds: dict[tuple[str, str], float] = defaultdict(float)
         self._pending = 0
         self._pending_since = 0.0
         self.pending_pod_seconds = 0.0
         self.max_pending = 0
         self._changes: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self._waiting: set[tuple[str, str]] = set()  # keys with changes not detected yet
         self.latencies: list[float] = []
         self.failures: list[Failure] = []
         self.timelines: dict[tuple[str, str], _Series] = defaultdict(_Series)
 
     # -- Observer ------------------------------------------------------------------------------------
     def on_kernel_change(self, sim: Simulation, node: str, resource: str, consumer: str, now: float) -> None:
-        if consumer not in sim.strategy.resource_users(resource):
+        if consumer not in sim.strategy.accounted(resource):
             self._changes[(node, resource)].append(now)
+            self._waiting.add((node, resource))
 
     def on_failure(self, sim: Simulation, failure: Failure) -> None:
         self.failures.append(failure)
@@ -85,46 +108,64 @@ class MetricsRecorder:
             self.pending_pod_seconds += self._pending * (now - self._pending_since)
             self._pending, self._pending_since = pending, now
             self.max_pending = max(self.max_pending, pending)
-        if not sim.changed:
-            return
-        for snap in sim.snapshots(sim.changed):
-            key = (snap.node, snap.resource)
-            self._set_stranded(key, snap.stranded, now)
-            queued = self._changes.get(key)
-            if queued and reflected(snap):
-                self.latencies.extend(now - t for t in queued)
-                queued.clear()
-            row = (
-                now,
-                snap.capacity,
-                snap.current,
-                snap.advertised,
-                snap.nfd_advertised,
-                snap.charged[Consumer.KATA.value],
-                snap.charged[Consumer.KUBEVIRT.value],
-                snap.charged[Consumer.EXTERNAL.value],
-            )
-            series = self.timelines[key].rows
-            if series and series[-1][0] == now:
-                # Several events at one instant: only the state after the last one is ever visible.
-                series.pop()
-            if not series or series[-1][1:] != row[1:]:
-                series.append(row)
+        if self._waiting:
+            self._detect(sim)
+        if sim.changed:
+            for snap in sim.snapshots(sim.changed):
+                self._observe(snap, now)
 
-    def _set_stranded(self, key: tuple[str, str], value: int, now: float) -> None:
+    def _detect(self, sim: Simulation) -> None:
+        """Changes an advertiser has published a count from since (it may publish without a change
+        of anything else, so these are looked at after every event)."""
+        for key in sorted(self._waiting):
+            node, resource = key
+            queued = self._changes[key]
+            seen_at = sim.nodes[node].usage_published_at.get(resource)
+            if seen_at is not None:
+                self.latencies.extend(seen_at - t for t in queued if t <= seen_at)
+                queued[:] = [t for t in queued if t > seen_at]
+            if not queued:
+                self._waiting.discard(key)
+
+    def _observe(self, snap: ResourceSnapshot, now: float) -> None:
+        key = (snap.node, snap.resource)
+        if snap.resource in KEY_POOLS:  # plain SEV has no key pool in any strategy
+            self._set_stranded(key, snap.stranded, snap.stranded_for_all, now)
+        row = (
+            now,
+            snap.capacity,
+            snap.current,
+            snap.advertised,
+            snap.nfd_advertised,
+            snap.charged[Consumer.KATA.value],
+            snap.charged[Consumer.KUBEVIRT.value],
+            snap.charged[Consumer.EXTERNAL.value],
+        )
+        series = self.timelines[key].rows
+        if series and series[-1][0] == now:
+            # Several events at one instant: only the state after the last one is ever visible.
+            series.pop()
+        if not series or series[-1][1:] != row[1:]:
+            series.append(row)
+
+    def _set_stranded(self, key: tuple[str, str], vmi: int, every: int, now: float) -> None:
         previous = self._stranded.get(key)
         if previous is None:
-            self._stranded[key] = (value, now)
+            self._stranded[key] = (vmi, every, now)
             self.stranded_key_seconds[key] += 0.0
-        elif previous[0] != value:
-            self.stranded_key_seconds[key] += previous[0] * (now - previous[1])
-            self._stranded[key] = (value, now)
+            self.stranded_for_all_key_seconds[key] += 0.0
+        elif previous[0] != vmi or previous[1] != every:
+            span = now - previous[2]
+            self.stranded_key_seconds[key] += previous[0] * span
+            self.stranded_for_all_key_seconds[key] += previous[1] * span
+            self._stranded[key] = (vmi, every, now)
 
     def _advance(self, now: float) -> None:
         """Close every integral at ``now`` (the end of the run)."""
-        for key, (value, since) in self._stranded.items():
-            self.stranded_key_seconds[key] += value * (now - since)
-            self._stranded[key] = (value, now)
+        for key, (vmi, every, since) in self._stranded.items():
+            self.stranded_key_seconds[key] += vmi * (now - since)
+            self.stranded_for_all_key_seconds[key] += every * (now - since)
+            self._stranded[key] = (vmi, every, now)
         self.pending_pod_seconds += self._pending * (now - self._pending_since)
         self._pending_since = now
 
@@ -135,7 +176,7 @@ class MetricsRecorder:
         launch = [f for f in self.failures if f.kind == "launch"]
         admission = [f for f in self.failures if f.kind == "admission"]
         by_consumer = {c.value: sum(1 for f in launch if f.consumer == c.value) for c in Consumer}
-        outside = sum(1 for f in launch if f.consumer == Consumer.KUBEVIRT.value and not f.in_race_window)
+        outside = {c.value: sum(1 for f in launch if f.consumer == c.value and not f.in_race_window) for c in Consumer}
         undetected = sum(len(v) for v in self._changes.values())
         pending_end = [p for p in sim.pods if p.phase is Phase.PENDING]
 
@@ -145,9 +186,15 @@ class MetricsRecorder:
         return {
             "failed_launches": len(launch),
             "failed_launches_by_consumer": by_consumer,
-            "kubevirt_failed_outside_race_window": outside,
+            "failed_outside_race_window": outside,
+            "kubevirt_failed_outside_race_window": outside[Consumer.KUBEVIRT.value],
             "admission_failures": len(admission),
+            "admission_failures_by_consumer": {
+                c.value: sum(1 for f in admission if f.consumer == c.value) for c in Consumer
+            },
+            "kata": _kata_summary(sim),
             "stranded_key_seconds": r(sum(self.stranded_key_seconds.values())),
+            "stranded_for_all_key_seconds": r(sum(self.stranded_for_all_key_seconds.values())),
             "pending_pod_seconds": r(self.pending_pod_seconds),
             "max_pending": self.max_pending,
             "pending_at_end": len(pending_end),
@@ -159,6 +206,7 @@ class MetricsRecorder:
                 "p99_s": r(percentile(self.latencies, 99)),
                 "max_s": r(max(self.latencies) if self.latencies else None),
             },
+            "kubelet": _kubelet_summary(sim),
             "launched": {c.value: sim.launched.get(c.value, 0) for c in Consumer},
             "completed": {c.value: sim.completed.get(c.value, 0) for c in Consumer},
             "events": sim.clock.events_run,

@@ -8,12 +8,15 @@ Format (every key except ``nodes`` and ``workloads`` optional)::
     duration: 1800            # seconds of virtual time
     settings: {nfd_sleep_interval: 60, poll_interval: 1, reserved: {tdx: 4},
                kubelet_restart_downtime: 10, plugin_restart_delay: 10, reregister_delay: 1,
-               node_status_interval: 10}
+               node_status_interval: 10, external_reserve: {tdx: 2}, kata_nodes: [node-a-2],
+               plugin_list_latency: 0, plugin_tracks_allocate: true, min_list_interval: 0.1,
+               pod_resources_background_qps: 0}
     nodes:
       - {name: node-a, vendor: intel, profile: current, capacity: {tdx: 15}, count: 2}
     workloads:
       - {consumer: kata, resource: tdx, rate: 0.01, duration: [300, 900], launch_delay: [2, 6]}
       - {consumer: external, resource: tdx, node: node-a-1, at: 300, count: 4, duration: 1200}
+      - {consumer: kubevirt, resource: sev_es, guest: sev-es, rate: 0.001}   # guest: tdx, sev, sev-es, snp
     faults:
       - {kind: kubelet-restart, node: node-a-1, at: 900}
       - {kind: sysfs-unreadable, node: node-a-1, at: 1200, duration: 120, file: misc.current}
@@ -31,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from teesim.cluster.pods import Consumer
+from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import FAULT_KINDS, FaultSpec, Range, WorkloadSpec, generate_arrivals
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import get_profile
@@ -161,6 +164,7 @@ def _workloads(raw: Any, where: str, node_names: set[str]) -> list[WorkloadSpec]
         "duration",
         "launch_delay",
         "node",
+        "guest",
     }
     out: list[WorkloadSpec] = []
     for index, item in enumerate(raw):
@@ -180,25 +184,46 @@ def _workloads(raw: Any, where: str, node_names: set[str]) -> list[WorkloadSpec]
             raise ScenarioError(f"{at}.node: unknown node {node!r}; nodes are {', '.join(sorted(node_names))}")
         if consumer is Consumer.EXTERNAL and node is None and len(node_names) > 1:
             raise ScenarioError(f"{at}.node: external VMs run on one node; name it")
-        spec = WorkloadSpec(
-            consumer=consumer,
-            resource=str(data.get("resource", "tdx")),
-            duration=_range(data.get("duration", 600), f"{at}.duration"),
-            launch_delay=_range(data.get("launch_delay", [2, 6]), f"{at}.launch_delay"),
-            rate=_number(data, "rate", at),
-            start=_number(data, "start", at, 0.0) or 0.0,
-            end=_number(data, "end", at),
-            at=_number(data, "at", at),
-            count=int(_number(data, "count", at, 0) or 0),
-            spread=_number(data, "spread", at, 0.0) or 0.0,
-            node=None if node is None else str(node),
-        )
+        guest = _guest(data.get("guest"), at)
+        try:
+            spec = _workload_spec(data, consumer, guest, node, at)
+        except ScenarioError:
+            raise
+        except ValueError as exc:
+            raise ScenarioError(f"{at}: {exc}") from None
         if spec.resource not in ("tdx", "sev", "sev_es"):
             raise ScenarioError(f"{at}.resource: expected tdx, sev, sev_es (or snp), got {data.get('resource')!r}")
-        if consumer is Consumer.KATA and spec.resource == "sev":
-            raise ScenarioError(f"{at}: Kata confidential guests are TDX or SNP (sev_es), not plain SEV")
+        if consumer is Consumer.KATA and spec.guest not in (Guest.TDX, Guest.SNP):
+            raise ScenarioError(f"{at}: Kata confidential guests are TDX or SNP, not {spec.guest.value}")
         out.append(spec)
     return out
+
+
+def _guest(value: Any, where: str) -> Guest | None:
+    if value is None:
+        return None
+    try:
+        return Guest(str(value))
+    except ValueError:
+        choices = ", ".join(g.value for g in Guest)
+        raise ScenarioError(f"{where}.guest: expected one of {choices}, got {value!r}") from None
+
+
+def _workload_spec(data: dict, consumer: Consumer, guest: Guest | None, node: Any, at: str) -> WorkloadSpec:
+    return WorkloadSpec(
+        consumer=consumer,
+        resource=str(data.get("resource", "tdx")),
+        duration=_range(data.get("duration", 600), f"{at}.duration"),
+        launch_delay=_range(data.get("launch_delay", [2, 6]), f"{at}.launch_delay"),
+        rate=_number(data, "rate", at),
+        start=_number(data, "start", at, 0.0) or 0.0,
+        end=_number(data, "end", at),
+        at=_number(data, "at", at),
+        count=int(_number(data, "count", at, 0) or 0),
+        spread=_number(data, "spread", at, 0.0) or 0.0,
+        node=None if node is None else str(node),
+        guest=guest,
+    )
 
 
 def _faults(raw: Any, where: str, node_names: set[str]) -> list[FaultSpec]:
@@ -232,23 +257,43 @@ def _faults(raw: Any, where: str, node_names: set[str]) -> list[FaultSpec]:
     return out
 
 
-def _settings(raw: Any, where: str) -> Settings:
-    data = _mapping(raw or {}, where)
-    numeric = {
+_POSITIVE_SETTINGS = frozenset(
+    {
         "nfd_sleep_interval",
         "poll_interval",
         "kubelet_restart_downtime",
         "plugin_restart_delay",
         "reregister_delay",
         "node_status_interval",
+        "min_list_interval",
     }
-    _check_keys(data, numeric | {"reserved"}, where)
+)
+_NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps"})
+_OTHER_SETTINGS = frozenset({"reserved", "external_reserve", "plugin_tracks_allocate", "kata_nodes"})
+
+
+def _settings(raw: Any, where: str, node_names: set[str]) -> Settings:
+    data = _mapping(raw or {}, where)
+    _check_keys(data, _POSITIVE_SETTINGS | _NON_NEGATIVE_SETTINGS | _OTHER_SETTINGS, where)
     values: dict[str, Any] = {}
-    for key in numeric:
+    for key in _POSITIVE_SETTINGS & set(data):
+        values[key] = _number(data, key, where, minimum=0.001)
+    for key in _NON_NEGATIVE_SETTINGS & set(data):
+        values[key] = _number(data, key, where)
+    for key in ("reserved", "external_reserve"):
         if key in data:
-            values[key] = _number(data, key, where, minimum=0.001)
-    if "reserved" in data:
-        values["reserved"] = _counts(data["reserved"], f"{where}.reserved")
+            values[key] = _counts(data[key], f"{where}.{key}")
+    if "plugin_tracks_allocate" in data:
+        if not isinstance(data["plugin_tracks_allocate"], bool):
+            raise ScenarioError(f"{where}.plugin_tracks_allocate: expected true or false")
+        values["plugin_tracks_allocate"] = data["plugin_tracks_allocate"]
+    if "kata_nodes" in data:
+        kata = data["kata_nodes"]
+        if not isinstance(kata, list) or not all(isinstance(n, str) and n in node_names for n in kata):
+            raise ScenarioError(
+                f"{where}.kata_nodes: expected a list of node names from {', '.join(sorted(node_names))}, got {kata!r}"
+            )
+        values["kata_nodes"] = tuple(kata)
     return Settings(**values)
 
 
@@ -270,7 +315,8 @@ def parse_scenario(data: Any, source: str = "<scenario>", seed: int | None = Non
         arrivals=tuple(generate_arrivals(workloads, used_seed, duration)),
         faults=tuple(faults),
         duration=duration,
-        settings=_settings(root.get("settings"), f"{source}: settings"),
+        settings=_settings(root.get("settings"), f"{source}: settings", names),
+        seed=used_seed,
     )
     return Scenario(
         str(root.get("name", Path(source).stem)), str(root.get("description", "")), used_seed, world, source

@@ -111,7 +111,9 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def make_tasks(scenarios: Iterable[str], seeds: Iterable[int], strategies: Iterable[str] | None = None) -> list[SweepTask]:
+def make_tasks(
+    scenarios: Iterable[str], seeds: Iterable[int], strategies: Iterable[str] | None = None
+) -> list[SweepTask]:
     """Every (scenario, seed, strategy); scenarios are bundled names or paths, read once here."""
     names = list(strategies or STRATEGIES)
     for name in names:
@@ -194,7 +196,7 @@ TABLE_METRICS = (
 
 def _cell(summary: Mapping[str, Any] | None) -> str:
     if not summary or summary["mean"] is None:
-        return "–"
+        return "-"
     mean = summary["mean"]
     text = f"{mean:,.0f}" if abs(mean) >= 100 else f"{mean:.2f}"
     if summary["ci95"] is not None:
@@ -241,7 +243,6 @@ def format_sweep(report: Mapping[str, Any]) -> str:
     runtime = report.get("_runtime", {})
     if runtime:
         lines.append("")
-        lines.append(
-            f"{runtime['tasks']} runs on {runtime['engine']} ({runtime['workers']} workers) in {runtime['wall_s']:.1f} s"
-        )
+        engine = f"{runtime['engine']} ({runtime['workers']} workers)"
+        lines.append(f"{runtime['tasks']} runs on {engine} in {runtime['wall_s']:.1f} s")
     return "\n".join(lines) + "\n"

@@ -1,28 +1,67 @@
-"""In-process models of the two KubeVirt device plugins, talking to the kubelet's device manager.
+"""In-process models of the advertisers, talking to the kubelet's device manager (or, for DRA, to the
+node's ResourceSlice).
 
-Each plugin registers with :class:`~teesim.kubelet.devicemanager.DeviceManager` (``Register``), sends
-device lists (``ListAndWatch`` responses), has its stream broken when it crashes, and re-registers
-after a kubelet restart. They read host files through :meth:`SimNode.read` and parse them with the
-collection's parser, so a torn or unreadable file affects them as it would the real processes.
+Each device plugin registers with :class:`~teesim.kubelet.devicemanager.DeviceManager` (``Register``),
+sends device lists (``ListAndWatch`` responses), answers ``Allocate``, has its stream broken when it
+crashes, and re-registers after a kubelet restart. They read host files through :meth:`SimNode.read`
+and parse them with the collection's parser, so a torn or unreadable file affects them as it would
+the real processes.
 
-* :class:`StaticPlugin`: today's KubeVirt TDX plugin: ``misc.capacity`` read once when it starts.
-* :class:`ReconcilingPlugin`: polls ``misc.current`` every ``poll_interval`` (the kernel notifies
-  nothing) and applies :func:`teesim.plugins.reconcile.next_unhealthy`, the function the real gRPC
-  plugin runs; its own allocations are the device IDs pod-resources ``List`` reports for active pods.
+* :class:`StaticPlugin`: KubeVirt's TDX / SEV-ESID plugin: ``misc.capacity`` read when virt-handler
+  builds it; a missing line (or an unreadable file) means no plugin is registered at all.
+* :class:`GenericPlugin`: KubeVirt's ``/dev/sev`` plugin: a fixed number of slots (1000).
+* :class:`ReconcilingPlugin`: polls ``misc.current`` every ``poll_interval`` and applies
+  :func:`teesim.plugins.reconcile.next_unhealthy`, the function the real gRPC plugin runs. Its own
+  allocations are what pod-resources ``List`` reports (through the node's rate limiter, at most every
+  ``min_list_interval``) plus every ``Allocate`` since. ``list_latency`` puts time between the
+  ``List`` and the publish, to show the race when ``track_allocate`` is off.
+* :class:`UnifiedPlugin`: the same under Kata's resource name, also subtracting the keys bound pods
+  take through RuntimeClass overhead (the node's bound pods, as an informer sees them) and keeping
+  ``reserve`` keys for VMs outside Kubernetes.
+* :class:`DRADriver`: publishes the node's ResourceSlice from the kernel's free count; its own
+  devices are those in allocated claims (it sees claims through the API, no pod-resources needed);
+  it keeps ``reserve`` keys out of the slice like the unified plugin.
 
-Simplifications: gRPC latency is zero; a plugin restart takes ``restart_delay`` seconds.
+Simplifications: gRPC latency is zero; a plugin restart takes ``restart_delay`` seconds; a crashed
+DRA driver leaves its last ResourceSlice published.
+
+Cost: a poll parses ``misc.current`` again only when the host files changed
+(:meth:`SimNode.files_revision`) and decides again only when what it decides from changed; both are
+pure functions of those inputs, so the result is what a full poll gives (``skip_unchanged = False``
+does the full poll every time: the reference engine).
 """
 
 from __future__ import annotations
 
 from teesim._collection import parse_misc_text
 from teesim.cluster.clock import VirtualClock
+from teesim.cluster.dra import DRAPool
 from teesim.cluster.node import SimNode
+from teesim.cluster.pods import Consumer
 from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
 from teesim.plugins.reconcile import capacity_from_misc, device_ids, next_unhealthy
 
 CAPACITY_FILE = "sys/fs/cgroup/misc.capacity"
 CURRENT_FILE = "sys/fs/cgroup/misc.current"
+PENDING_ALLOCATION_TTL = 5.0
+_NONE: frozenset[str] = frozenset()
+
+
+class CurrentReader:
+    """:func:`read_current` for one node and resource, parsed again only when the files changed."""
+
+    def __init__(self, node: SimNode, misc_resource: str):
+        self.node = node
+        self.misc_resource = misc_resource
+        self._read: tuple[object, int | None] | None = None
+
+    def __call__(self, skip_unchanged: bool = True) -> int | None:
+        revision = self.node.files_revision()
+        if skip_unchanged and self._read is not None and self._read[0] == revision:
+            return self._read[1]
+        value = read_current(self.node, self.misc_resource)
+        self._read = (revision, value)
+        return value
 
 
 def read_capacity(node: SimNode, misc_resource: str) -> int | None:
@@ -71,13 +110,15 @@ class InProcessPlugin:
         self.running = False
         self._sent_state: object = None
         self.registrations = 0
-        # False: read and decide at every poll, as the process does (the reference for tests).
+        # False: read and decide at every poll, as the process does (the reference engine).
         self.skip_unchanged = True
+
+    def capacity(self) -> int | None:
+        return read_capacity(self.node, self.misc_resource)
 
     def start(self) -> None:
         """Process start: read capacity, register, send the first list."""
-        capacity = read_capacity(self.node, self.misc_resource)
-        self.ids = device_ids(self.misc_resource, capacity or 0)
+        self.ids = device_ids(self.misc_resource, self.capacity() or 0)
         self.running = True
         self.register()
 
@@ -105,6 +146,13 @@ class InProcessPlugin:
         """What the device list depends on (cheap to compare)."""
         return self.ids
 
+    def allocate(self, ids: list[str]) -> None:
+        """The kubelet's ``Allocate`` for one container (nothing to prepare for a key)."""
+
+    def kubelet_restarted(self) -> None:
+        """The kubelet deleted our socket: the stream is gone, register again when it is back."""
+        self.generation = None
+
     def crash(self) -> None:
         if not self.running:
             return
@@ -115,72 +163,140 @@ class InProcessPlugin:
 
 
 class StaticPlugin(InProcessPlugin):
-    """N = ``misc.capacity`` read once at start, every device Healthy."""
+    """KubeVirt's key plugin: N = ``misc.capacity`` read at start, every device Healthy. Without a
+    positive capacity virt-handler builds no plugin (``updateTdxDevice`` returns an error)."""
+
+    def start(self) -> None:
+        capacity = self.capacity()
+        if not capacity:
+            self.running = False
+            return
+        super().start()
+
+
+class GenericPlugin(InProcessPlugin):
+    """KubeVirt's generic device plugin: a fixed number of slots (``--max-devices``, 1000)."""
+
+    def __init__(self, node: SimNode, clock: VirtualClock, resource_name: str, misc_resource: str, slots: int):
+        super().__init__(node, clock, resource_name, misc_resource)
+        self.slots = slots
+
+    def capacity(self) -> int | None:
+        return self.slots
 
 
 class ReconcilingPlugin(InProcessPlugin):
     """Polls ``misc.current`` and advertises ``current - own`` free devices as Unhealthy."""
 
-    def __init__(self, node: SimNode, clock: VirtualClock, resource_name: str, misc_resource: str):
+    def __init__(
+        self,
+        node: SimNode,
+        clock: VirtualClock,
+        resource_name: str,
+        misc_resource: str,
+        *,
+        min_list_interval: float = 0.1,
+        list_latency: float = 0.0,
+        track_allocate: bool = True,
+    ):
         super().__init__(node, clock, resource_name, misc_resource)
+        self.min_list_interval = min_list_interval
+        self.list_latency = list_latency
+        self.track_allocate = track_allocate
         self.unhealthy: frozenset[str] = frozenset()
         self.polls = 0
-        # next_unhealthy is pure: the same inputs give the same set, so skip recomputing it.
-        self._last_inputs: tuple[int | None, frozenset[str], frozenset[str]] | None = None
-        self._own_cache: tuple[int, frozenset[str]] | None = None
-        # What the last decision was made from: the host files' revision and the pod generation. A
-        # poll that finds both unchanged would read the same misc.current and the same pod-resources
-        # List, so it ends there (most polls of a long run; the real plugin reads the file anyway).
-        self._decided_on: tuple[object, int] | None = None
+        self.throttled = 0
+        self._listed: frozenset[str] | None = None
+        self._listed_at = float("-inf")  # when the last List was tried (answered or refused)
+        self._pending: dict[str, float] = {}
+        self._current: int | None = None
+        self._read_current = CurrentReader(node, misc_resource)
+        # (inputs, result) of the last next_unhealthy: the same inputs give the same set.
+        self._decided: tuple[tuple, frozenset[str]] | None = None
+
+    # -- inputs --------------------------------------------------------------------------------------
+    def _list(self) -> bool:
+        """pod-resources ``List`` through the node's rate limiter; False when refused or impossible."""
+        now = self.clock.now
+        if self._listed is not None and now - self._listed_at < self.min_list_interval:
+            return True
+        if not self.node.kubelet_up:
+            return False
+        if now - self._listed_at < self.min_list_interval:
+            return False  # refused a moment ago: do not hammer the shared budget
+        self._listed_at = now
+        if not self.node.pod_resources.allow(now):
+            self.throttled += 1
+            return False
+        self.node.devices.release_finished_pods()  # List runs UpdateAllocatedDevices first
+        listed = self.node.devices.active_device_ids(self.resource_name)
+        self._listed = listed
+        self._pending = {i: t for i, t in self._pending.items() if i not in listed and now - t < PENDING_ALLOCATION_TTL}
+        return True
 
     def own_allocated(self) -> frozenset[str]:
-        """Device IDs pod-resources ``List`` reports for this resource (active pods only)."""
-        if not self.node.kubelet_up:
-            return frozenset()
-        if self._own_cache is not None and self._own_cache[0] == self.node.pod_generation:
-            return self._own_cache[1]
-        if self.skip_unchanged:
-            own = self.node.devices.active_device_ids(self.resource_name)
-        else:
-            # The reference path: walk the pods as a pod-resources List response lists them.
-            listed: set[str] = set()
-            for pod in self.node.devices.active_pods():
-                for per_resource in self.node.devices.pod_devices(pod).values():
-                    listed.update(per_resource.get(self.resource_name, ()))
-            own = frozenset(listed)
-        self._own_cache = (self.node.pod_generation, own)
-        return own
+        """Own devices: the last ``List`` answer plus the ``Allocate`` calls not yet in one."""
+        if not self._pending:
+            return self._listed or _NONE
+        return (self._listed or _NONE) | frozenset(self._pending)
 
+    def accounted_elsewhere(self) -> int:
+        return 0
+
+    def reserve(self) -> int:
+        return 0
+
+    # -- decision ------------------------------------------------------------------------------------
     def poll(self) -> None:
-        node = self.node
-        if not self.running or not node.kubelet_up:
+        if not self.running or not self.node.kubelet_up:
             return
         self.polls += 1
-        if self.skip_unchanged and (node.files_revision(), node.pod_generation) == self._decided_on:
+        self._current = self._read_current(self.skip_unchanged)
+        if not self._list():
+            return
+        if self.list_latency > 0:
+            self.clock.after(self.list_latency, self._publish)
+        else:
+            self._publish()
+
+    def _decide(self) -> None:
+        own, accounted, reserve = self.own_allocated(), self.accounted_elsewhere(), self.reserve()
+        inputs = (self.ids, own, self._current, accounted, reserve)
+        decided = self._decided
+        # next_unhealthy(x, next_unhealthy(x, p)) == next_unhealthy(x, p): with the same inputs and our
+        # own last answer as the previous set, the answer is that set again.
+        if self.skip_unchanged and decided is not None and decided[1] is self.unhealthy and decided[0] == inputs:
+            return
+        self.unhealthy = next_unhealthy(
+            self.ids, own, self._current, self.unhealthy, accounted_elsewhere=accounted, reserve=reserve
+        )
+        self._decided = (inputs, self.unhealthy)
+
+    def _publish(self) -> None:
+        if not self.running or self._listed is None:
             return
         self._decide()
         self.refresh()
+        if self._current is not None and self.generation is not None:
+            self.node.usage_published_at[self.misc_resource] = self.clock.now
 
-    def _decide(self) -> None:
-        node = self.node
-        decided_on = (node.files_revision(), node.pod_generation)
-        if self.skip_unchanged and decided_on == self._decided_on:
+    def allocate(self, ids: list[str]) -> None:
+        if not self.track_allocate:
             return
-        self._decided_on = decided_on
-        current = read_current(self.node, self.misc_resource)
-        own = self.own_allocated()
-        inputs = (current, own, self.unhealthy)
-        if inputs != self._last_inputs:
-            self.unhealthy = next_unhealthy(self.ids, own, current, self.unhealthy)
-            self._last_inputs = (current, own, self.unhealthy)
+        self._pending.update(dict.fromkeys(ids, self.clock.now))
+        if self.unhealthy & set(ids):
+            self._publish()
 
     def start(self) -> None:
-        self._last_inputs = self._decided_on = None
+        self._listed, self._pending = None, {}
         super().start()
 
     def register(self) -> None:
         if self.running and self.node.kubelet_up:
-            self._decide()
+            self._current = self._read_current(self.skip_unchanged)
+            self._listed_at = float("-inf")
+            if self._list():
+                self._decide()
         super().register()
 
     def devices(self) -> list[Device]:
@@ -188,3 +304,79 @@ class ReconcilingPlugin(InProcessPlugin):
 
     def state(self) -> object:
         return (self.ids, self.unhealthy)
+
+
+class UnifiedPlugin(ReconcilingPlugin):
+    """One pool under Kata's resource name: the keys of Kata pods whose sandbox exists (their VM is
+    charged) come from the bound pods. A Kata pod still waiting for its sandbox (bound, or retrying
+    after EBUSY) is counted by the scheduler but charges nothing: counting it here too would hide
+    too little for as long as it retries."""
+
+    def __init__(self, *args, reserve: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._reserve = reserve
+
+    def accounted_elsewhere(self) -> int:
+        return self.node.bound.overhead_of(self.resource_name, started_only=True)
+
+    def reserve(self) -> int:
+        return self._reserve
+
+
+class DRADriver:
+    """A DRA driver's kubelet plugin: publishes the node's key devices as a ResourceSlice."""
+
+    def __init__(self, node: SimNode, clock: VirtualClock, pool: DRAPool, misc_resource: str, reserve: int = 0):
+        self.node = node
+        self.clock = clock
+        self.pool = pool
+        self.misc_resource = misc_resource
+        self.reserve = reserve
+        self.ids: tuple[str, ...] = ()
+        self.hidden: frozenset[str] = frozenset()
+        self.running = False
+        self.polls = 0
+        self.registrations = 0
+        self.skip_unchanged = True
+        self._read_current = CurrentReader(node, misc_resource)
+
+    @property
+    def resource_name(self) -> str:
+        return self.pool.resource
+
+    def start(self) -> None:
+        self.ids = device_ids(self.misc_resource, read_capacity(self.node, self.misc_resource) or 0)
+        self.running = True
+        self.registrations += 1
+        self.poll()
+
+    def poll(self) -> None:
+        if not self.running:
+            return
+        self.polls += 1
+        current = self._read_current(self.skip_unchanged)
+        self.hidden = next_unhealthy(
+            self.ids, self.pool.claimed(), current, self.hidden, reserve=self.reserve, own_charged=self.charged_claims()
+        )
+        self.pool.publish(i for i in self.ids if i not in self.hidden)
+        if current is not None:
+            self.node.usage_published_at[self.misc_resource] = self.clock.now
+
+    def charged_claims(self) -> int:
+        """Allocated devices whose key the kernel charges, as far as the driver can tell from the
+        claims' pods: a VMI's (assumed, like the device plugins do) and a started Kata pod's."""
+        count = 0
+        for uid in self.pool.allocated.values():
+            pod = self.node.bound.get(uid)
+            if pod is not None and (pod.consumer is Consumer.KUBEVIRT or pod.started_at is not None):
+                count += 1
+        return count
+
+    def crash(self) -> None:
+        self.running = False
+
+    def kubelet_restarted(self) -> None:
+        """The slice lives in the API server: a kubelet restart does not touch it."""
+
+    def register(self) -> None:
+        """DRA drivers register with the kubelet's plugin watcher; the slice is unaffected."""

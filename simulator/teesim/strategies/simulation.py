@@ -3,26 +3,33 @@
 Wires the layers below into the life of every guest:
 
 1. a Kata pod or a VMI is created and waits (Pending) until the scheduler finds a node where its needs
-   (container requests + ``spec.overhead``) fit the node's allocatable minus what bound pods need;
-2. the kubelet admits it: device-plugin resources get one ``Allocate`` per container from the device
-   manager (failure = ``UnexpectedAdmissionError``, the pod fails); NFD resources need no allocation;
-3. ``launch_delay`` later QEMU creates the guest and KVM charges one key in the pod's cgroup: EBUSY means
-   the launch fails, exactly as a real VM start fails;
+   (container requests + ``spec.overhead``) fit the node's allocatable minus what bound pods need, or
+   the free devices of a DRA ResourceSlice behind the name; DRA devices are allocated at binding;
+2. the kubelet admits it: device-plugin resources of the *container requests* get one ``Allocate``
+   per container from the device manager (failure: ``UnexpectedAdmissionError``), then the resource
+   predicate checks requests and overhead against the node as the kubelet sees it (failure:
+   ``OutOf<resource>``); either way the pod fails;
+3. ``launch_delay`` later QEMU creates the guest and KVM charges one key in the pod's cgroup. EBUSY is a
+   failed launch: a VMI fails for good; a Kata pod's sandbox is retried by the kubelet 10 to 15 s
+   later (:mod:`teesim.kubelet.podworkers`), every try another failed launch until one succeeds;
 4. after its lifetime the guest stops, the key is uncharged, the pod succeeds; the scheduler frees its
-   requests at once, the kubelet frees its devices lazily.
+   requests and DRA claims at once, the kubelet frees its devices lazily.
 
 External libvirt VMs charge ``machine.slice`` directly. NFD re-discovers every ``sleepInterval``;
-plugins run as :mod:`teesim.strategies.plugins` models. Faults: kubelet restart (device manager state
-lost except the checkpoint, pods wait, plugins re-register), plugin crash (stream broken, restart
-later), unreadable ``misc`` file (readers keep going on what they can read).
+advertisers run as :mod:`teesim.strategies.plugins` models wired by :mod:`teesim.strategies.wiring`.
+Faults: kubelet restart (device manager state lost except the checkpoint, pods wait, plugins
+re-register), plugin crash (stream broken, restart later), unreadable ``misc`` file.
 
 An :class:`Observer` sees every event; :mod:`teesim.report.metrics` turns that into the metrics.
-Simplifications: no pod retries, no CPU/memory, no network or API-server latency.
+After every event :attr:`Simulation.changed` lists the nodes whose state may differ from the last
+event's, so that observing a fleet costs what changed, not what exists.
+Simplifications: no CPU/memory, no network or API-server latency, VMIs are not re-created.
 """
 
 from __future__ import annotations
 
 import errno
+import random
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,31 +37,27 @@ from functools import partial
 from typing import Protocol
 
 from teesim.cluster.clock import HeapClock, VirtualClock
-from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, NFD_RESOURCES, discover
+from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
 from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, NodeSpec
+from teesim.kubelet.admission import AdmissionRejection, admission_need, check_fit, sanitize_allocatable
 from teesim.kubelet.devicemanager import AllocationError, PodRef
-from teesim.strategies.base import PLUGIN_RESOURCES, RECONCILING, Strategy
-from teesim.strategies.plugins import InProcessPlugin, ReconcilingPlugin, StaticPlugin
+from teesim.kubelet.podworkers import sandbox_retry_at
+from teesim.kubelet.ratelimit import TokenBucket
+from teesim.strategies.base import Advertiser, Strategy
+from teesim.strategies.observe import ResourceSnapshot, snapshot
+from teesim.strategies.wiring import NodeWiring, PluginOptions, nfd_names, node_roles, wire_node
 
-_PLUGIN_NAMES = frozenset(PLUGIN_RESOURCES.values())
-
-
-# (member, value) of each consumer, looked up once: Enum.value is a property, slow in a hot loop.
-_CONSUMERS: tuple[tuple[Consumer, str], ...] = tuple((c, c.value) for c in Consumer)
-
-
-def _node_name(node: SimNode) -> str:
-    return node.name
+__all__ = ["Failure", "Observer", "ResourceSnapshot", "Settings", "Simulation", "World"]
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Timing knobs of the modelled components (seconds)."""
+    """Timing and deployment knobs of the modelled components (seconds where a time)."""
 
     nfd_sleep_interval: float = DEFAULT_SLEEP_INTERVAL
     poll_interval: float = 1.0
@@ -63,6 +66,17 @@ class Settings:
     plugin_restart_delay: float = 10.0
     reregister_delay: float = 1.0
     node_status_interval: float = 10.0
+    # Keys the unified plugin keeps for VMs outside Kubernetes (an operator's choice; default none).
+    external_reserve: Mapping[str, int] = field(default_factory=dict)
+    # Reconciling plugins: time between their pod-resources List and their publish, whether they
+    # learn allocations from Allocate, and how often they may List.
+    plugin_list_latency: float = 0.0
+    plugin_tracks_allocate: bool = True
+    min_list_interval: float = 0.1
+    # Other pod-resources clients on every node (their calls per second, taken from the 100 QPS).
+    pod_resources_background_qps: float = 0.0
+    # split-nodes: the nodes NFD's rule matches (default: every second node by name).
+    kata_nodes: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,7 @@ class World:
     faults: tuple[FaultSpec, ...] = ()
     duration: float = 3600.0
     settings: Settings = Settings()
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,59 +103,26 @@ class Failure:
     kind: str  # "launch" or "admission"
     message: str
     in_race_window: bool
-
-
-@dataclass(slots=True)
-class ResourceSnapshot:
-    """One node's view of one misc resource at one instant (read-only by convention: a frozen
-    dataclass costs five times as much to build, and the report builds one per change)."""
-
-    node: str
-    resource: str
-    capacity: int
-    current: int
-    vmi_resource: str
-    advertised: int  # the kubelet's allocatable of the VMI resource (the advertised device set)
-    published: int  # the same as the scheduler sees it (node status, synced periodically)
-    requested: int  # what pods bound here need of the VMI resource
-    claims: int  # pods bound here whose guest is not charged yet
-    nfd_advertised: int
-    charged: Mapping[str, int]
-
-    @property
-    def schedulable(self) -> int:
-        """Keys the scheduler would still give a new VMI here."""
-        return max(self.published - self.requested, 0)
-
-    @property
-    def truly_free(self) -> int:
-        """Keys neither charged nor promised to a bound pod."""
-        return max(self.capacity - self.current - self.claims, 0)
-
-    @property
-    def stranded(self) -> int:
-        """Free in the kernel but not schedulable for a VMI."""
-        return max(self.truly_free - self.schedulable, 0)
+    attempt: int = 1
 
 
 class Observer(Protocol):
-    """Sees the run. ``after_event`` follows every event that changed a node (:attr:`Simulation.changed`)
-    or the number of pending pods; the events in between change nothing it could see."""
-
     def after_event(self, sim: Simulation, now: float) -> None: ...
     def on_kernel_change(self, sim: Simulation, node: str, resource: str, consumer: str, now: float) -> None: ...
     def on_failure(self, sim: Simulation, failure: Failure) -> None: ...
 
 
+def _node_name(node: SimNode) -> str:
+    return node.name
+
+
 class Simulation:
     """Runs one :class:`World` under one :class:`Strategy`.
 
-    After every event, :attr:`changed` lists the nodes whose snapshot may differ from the last
-    event's (the nodes that said they changed, plus those whose allocatable changes with time alone);
-    the observer looks at those only. ``incremental=False`` is the reference: every node counts as
-    changed after every event, the scheduler tries every pod on every node, plugins and NFD parse
-    their files at every read, and the clock is a plain heap (:class:`HeapClock`). It gives the same
-    report, slower: the tests and the benchmark compare the two.
+    ``incremental=False`` is the reference engine: every node counts as changed after every event,
+    the scheduler tries every pending pod on every node, plugins and NFD parse their files at every
+    read, and the clock is one plain heap (:class:`HeapClock`). It gives the same report, slower;
+    the tests and the benchmark compare the two.
     """
 
     def __init__(self, world: World, strategy: Strategy, *, incremental: bool = True):
@@ -149,16 +131,22 @@ class Simulation:
         self.settings = world.settings
         self.incremental = incremental
         self.clock = VirtualClock() if incremental else HeapClock()
-        self.nodes: dict[str, SimNode] = {}
         self._touched: list[SimNode] = []
+        self.retry_rng = random.Random(f"{world.seed}/kubelet-retries")
+        roles = node_roles(strategy, [s.name for s in world.nodes], self.settings.kata_nodes)
+        self.nodes: dict[str, SimNode] = {}
         for spec in world.nodes:
             if not spec.profile.has_misc:
                 raise ValueError(
                     f"node {spec.name}: kernel profile {spec.profile.name!r} has no misc controller, so no "
                     "strategy can count keys there; use it with `teesim node build` to test detection"
                 )
-            self.nodes[spec.name] = SimNode(spec, self._node_changed)
-        self.queue = SchedulingQueue(self.nodes, incremental)
+            node = SimNode(
+                spec, random.Random(f"{world.seed}/{spec.name}/devices"), roles[spec.name].value, self._node_changed
+            )
+            node.pod_resources = TokenBucket(background_qps=self.settings.pod_resources_background_qps)
+            self.nodes[spec.name] = node
+        self.queue = SchedulingQueue(self.nodes, self.scheduler_need, incremental)
         # Every node counts as changed by the first event, so the observer starts from a full picture.
         for node in self.nodes.values():
             node.changed = True
@@ -167,7 +155,8 @@ class Simulation:
         # Nodes with a stopped plugin endpoint inside the kubelet's grace period.
         self._expiring: set[SimNode] = set()
         self._nfd_read: dict[str, object] = {}
-        self.plugins: dict[str, list[InProcessPlugin]] = defaultdict(list)
+        self.wiring: dict[str, NodeWiring] = {}
+        self.plugins: dict[str, list] = defaultdict(list)
         self.waiting: dict[str, list[Pod]] = defaultdict(list)
         self.pods: list[Pod] = []
         self.failures: list[Failure] = []
@@ -175,6 +164,7 @@ class Simulation:
         self.completed: dict[str, int] = defaultdict(int)
         self._charge_times: dict[tuple[str, str], deque[float]] = defaultdict(lambda: deque(maxlen=64))
         self._external_seq = 0
+        self._dra_names = strategy.dra_names()
         self.observer: Observer | None = None
 
     @property
@@ -209,35 +199,27 @@ class Simulation:
     def resources(self, node: SimNode) -> list[str]:
         return node.kernel.misc.resources() if node.kernel.misc else []
 
+    def _plugin_options(self) -> PluginOptions:
+        s = self.settings
+        return PluginOptions(s.min_list_interval, s.plugin_list_latency, s.plugin_tracks_allocate, s.external_reserve)
+
     def _setup(self) -> None:
-        settings = self.settings
-        clock = self.clock
+        settings, clock, until = self.settings, self.clock, self.world.duration
+        options = self._plugin_options()
         for node in self.nodes.values():
-            clock.every(settings.nfd_sleep_interval, partial(self._nfd, node), start=0.0, until=self.world.duration)
-            for resource in self.resources(node):
-                kind = self.strategy.plugin_for(resource)
-                if kind is None:
-                    continue
-                name = PLUGIN_RESOURCES[resource]
-                cls = ReconcilingPlugin if kind == RECONCILING else StaticPlugin
-                plugin = cls(node, clock, name, resource)
+            wiring = wire_node(self.strategy, node, clock, self.resources(node), options)
+            node.watch_dra()
+            self.wiring[node.name] = wiring
+            self.plugins[node.name] = wiring.plugins
+            for plugin in wiring.plugins:
                 plugin.skip_unchanged = self.incremental
-                self.plugins[node.name].append(plugin)
+            clock.every(settings.nfd_sleep_interval, partial(self._nfd, node), start=0.0, until=until)
+            for plugin in wiring.plugins:
                 clock.at(0.0, plugin.start)
-                if isinstance(plugin, ReconcilingPlugin):
-                    clock.every(
-                        settings.poll_interval,
-                        plugin.poll,
-                        start=settings.poll_interval,
-                        until=self.world.duration,
-                    )
+            for plugin in wiring.pollers:
+                clock.every(settings.poll_interval, plugin.poll, start=settings.poll_interval, until=until)
             # Scheduled after the plugins' start so the first sync at t=0 already sees their devices.
-            clock.every(
-                settings.node_status_interval,
-                partial(self._sync_status, node),
-                start=0.0,
-                until=self.world.duration,
-            )
+            clock.every(settings.node_status_interval, partial(self._sync_status, node), start=0.0, until=until)
         for arrival in self.world.arrivals:
             clock.at(arrival.time, partial(self._arrive, arrival))
         for fault in self.world.faults:
@@ -255,8 +237,10 @@ class Simulation:
             if self._nfd_read.get(node.name) == revision:
                 return
             self._nfd_read[node.name] = revision
-        reserved = self.settings.reserved if self.strategy.reserve_external else None
-        node.nfd = discover(node.read, reserved)
+        wiring = self.wiring[node.name]
+        reserved = self.settings.reserved if wiring.nfd_reserved else None
+        names = nfd_names(wiring.nfd_misc)
+        node.nfd = {k: v for k, v in discover(node.read, reserved).items() if k in names}
 
     # -- guests ------------------------------------------------------------------------------------
     def _arrive(self, arrival: Arrival) -> None:
@@ -264,12 +248,13 @@ class Simulation:
         if arrival.consumer is Consumer.EXTERNAL:
             self._start_external(arrival, uid)
             return
-        now = self.clock.now
+        now, guest = self.clock.now, arrival.kind
         if arrival.consumer is Consumer.KATA:
-            pod = kata_pod(uid, arrival.resource, now, arrival.launch_delay, arrival.duration)
+            overhead = self.strategy.kata_overhead(guest.misc_resource)
+            pod = kata_pod(uid, guest, now, arrival.launch_delay, arrival.duration, overhead)
         else:
-            resource = self.strategy.vmi_resource(arrival.resource)
-            pod = vmi_pod(uid, arrival.resource, resource, now, arrival.launch_delay, arrival.duration)
+            requests = self.strategy.vmi_requests(guest)
+            pod = vmi_pod(uid, guest, requests, now, arrival.launch_delay, arrival.duration)
         self.pods.append(pod)
         self.queue.add(pod)
 
@@ -296,12 +281,26 @@ class Simulation:
 
         self.clock.after(arrival.duration, stop)
 
+    def scheduler_need(self, pod: Pod) -> dict[str, int]:
+        """What the scheduler counts for ``pod``: requests plus overhead, except overhead naming a
+        DRA-backed resource when that is not served (KEP-5004 allocates for container requests)."""
+        need = pod.need()
+        if self._dra_names and not self.strategy.dra_overhead_served:
+            for name, amount in pod.overhead.items():
+                if name in self._dra_names:
+                    need[name] -= amount
+                    if not need[name]:
+                        del need[name]
+        return need
+
     def _schedule(self) -> None:
         self.queue.run_pass(self._bind)
 
-    def _bind(self, pod: Pod, node: SimNode) -> None:
+    def _bind(self, node: SimNode, pod: Pod, need: dict[str, int]) -> None:
         pod.phase, pod.node, pod.bound_at = Phase.BOUND, node.name, self.clock.now
-        node.bind(pod)
+        for name in sorted(set(need) & set(node.dra)):
+            pod.dra_devices[name] = node.dra[name].allocate(pod.uid, need[name])
+        node.bound.bind(pod, need)
         if node.kubelet_up:
             self._admit(node, pod)
         else:
@@ -311,52 +310,112 @@ class Simulation:
     def _ref(pod: Pod) -> PodRef:
         return PodRef(pod.namespace, pod.name, pod.uid)
 
+    def _plugin(self, node: SimNode, resource: str):
+        return next((p for p in self.plugins[node.name] if p.resource_name == resource), None)
+
     def _admit(self, node: SimNode, pod: Pod) -> None:
-        ref = self._ref(pod)
-        for resource, count in pod.requests.items():
-            if resource not in _PLUGIN_NAMES:
+        ref, now = self._ref(pod), self.clock.now
+        for resource, count in sorted(pod.requests.items()):
+            if not node.devices.is_device_plugin_resource(resource, now):
                 continue
             try:
-                node.devices.allocate(ref, pod.container, resource, count)
+                ids = node.devices.allocate(ref, pod.container, resource, count, now=now)
             except AllocationError as exc:
-                self._fail(node, pod, "admission", exc)
+                message = f"UnexpectedAdmissionError: Allocate failed due to {exc}, which is unexpected"
+                self._fail(node, pod, "admission", RuntimeError(message))
                 return
-            node.pod_generation += 1
+            plugin = self._plugin(node, resource)
+            if plugin is not None and ids:
+                plugin.allocate(ids)
+        rejection = self._predicate(node, pod)
+        if rejection is not None:
+            self._fail(node, pod, "admission", RuntimeError(str(rejection)))
+            return
         node.devices.add_pod(ref)
-        node.pod_generation += 1
         self.clock.after(pod.launch_delay, lambda: self._launch(node, pod))
+
+    def _predicate(self, node: SimNode, pod: Pod) -> AdmissionRejection | None:
+        """The kubelet's resource predicate against the node object it last published."""
+        held = {r: len(node.devices.allocated_ids(r)) for r in pod.requests}
+        holds = any(node.devices.pod_devices(self._ref(pod)).values())
+        allocatable = sanitize_allocatable(node.status_allocatable(), held, holds)
+        overhead = dict(pod.overhead)
+        if self.strategy.dra_overhead_served:
+            overhead = {r: n for r, n in overhead.items() if r not in self._dra_names}
+        need = admission_need(pod.requests, overhead, allocatable)
+        others = dict(node.requested())
+        for resource, amount in pod.scheduled_need.items():
+            others[resource] = others.get(resource, 0) - amount
+        return check_fit(need, allocatable, others)
 
     def _launch(self, node: SimNode, pod: Pod) -> None:
         if pod.phase is not Phase.BOUND:
             return
+        pod.attempts += 1
+        if pod.first_launch_at is None:
+            pod.first_launch_at = self.clock.now
         try:
             node.charge(Consumer(pod.consumer), pod.cgroup, pod.misc_resource)
         except ChargeError as exc:
-            self._fail(node, pod, "launch", exc)
+            if pod.consumer is Consumer.KATA:
+                # FailedCreatePodSandBox: the pod worker retries the sandbox 10-15 s later, forever.
+                self._attempt_failed(node, pod, exc)
+                retry = sandbox_retry_at(self.clock.now, self.retry_rng)
+                self.clock.at(retry, lambda: self._launch(node, pod))
+            else:
+                self._fail(node, pod, "launch", exc)
             return
         pod.phase, pod.started_at = Phase.RUNNING, self.clock.now
-        node.started(pod)
+        node.bound.started(pod)
         self.launched[pod.consumer.value] += 1
         self._changed(node, pod.misc_resource, pod.consumer)
         self.clock.after(pod.duration, lambda: self._stop(node, pod))
 
+    def _release(self, node: SimNode, pod: Pod, was_running: bool) -> None:
+        node.bound.release(pod, was_running)
+        node.devices.finish_pod(self._ref(pod))
+        for name in pod.dra_devices:
+            node.dra[name].release(pod.uid)
+
     def _stop(self, node: SimNode, pod: Pod) -> None:
         node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource)
         pod.phase, pod.ended_at = Phase.SUCCEEDED, self.clock.now
-        node.release(pod, was_running=True)
-        node.devices.finish_pod(self._ref(pod))
-        node.pod_generation += 1
+        self._release(node, pod, was_running=True)
         self.completed[pod.consumer.value] += 1
         self._changed(node, pod.misc_resource, pod.consumer, charged=False)
+
+    def _window(self, pod: Pod) -> tuple[float, float]:
+        """A pod's race window runs from its binding to its first launch: a retry fails because of
+        what happened then, not because the node is busy later."""
+        now = self.clock.now
+        since = pod.bound_at if pod.bound_at is not None else now
+        return since, pod.first_launch_at if pod.first_launch_at is not None else now
+
+    def _attempt_failed(self, node: SimNode, pod: Pod, exc: Exception) -> None:
+        since, until = self._window(pod)
+        failure = self._fail_record(
+            node,
+            pod.consumer,
+            pod.misc_resource,
+            pod.uid,
+            "launch",
+            exc,
+            since,
+            until,
+            pod.attempts,
+            pod.in_race_window,
+        )
+        pod.in_race_window = failure.in_race_window
 
     def _fail(self, node: SimNode, pod: Pod, kind: str, exc: Exception) -> None:
         now = self.clock.now
         pod.phase, pod.ended_at, pod.reason = Phase.FAILED, now, str(exc)
-        node.release(pod, was_running=False)
-        node.devices.finish_pod(self._ref(pod))
-        node.pod_generation += 1
-        since = pod.bound_at if pod.bound_at is not None else now
-        self._fail_record(node, pod.consumer, pod.misc_resource, pod.uid, kind, exc, since, now)
+        self._release(node, pod, was_running=False)
+        since, until = self._window(pod)
+        attempt = max(pod.attempts, 1)
+        self._fail_record(
+            node, pod.consumer, pod.misc_resource, pod.uid, kind, exc, since, until, attempt, pod.in_race_window
+        )
 
     def _fail_record(
         self,
@@ -367,19 +426,24 @@ class Simulation:
         kind: str,
         exc: Exception,
         since: float,
-        now: float,
-    ) -> None:
+        until: float,
+        attempt: int = 1,
+        in_race: bool | None = None,
+    ) -> Failure:
         # The race window: a plugin poll, then a node status sync, then the guest's launch delay.
-        window_start = since - self.settings.poll_interval - self.settings.node_status_interval
-        recent = self._charge_times[(node.name, resource)]
-        in_race = any(window_start <= t <= now for t in recent)
+        now = self.clock.now
+        if in_race is None:
+            window_start = since - self.settings.poll_interval - self.settings.node_status_interval
+            recent = self._charge_times[(node.name, resource)]
+            in_race = any(window_start <= t <= until for t in recent)
         message = str(exc)
         if isinstance(exc, OSError) and exc.errno == errno.EBUSY:
             message = f"EBUSY: {exc.strerror}"
-        failure = Failure(now, node.name, consumer.value, resource, uid, kind, message, in_race)
+        failure = Failure(now, node.name, consumer.value, resource, uid, kind, message, in_race, attempt)
         self.failures.append(failure)
         if self.observer is not None:
             self.observer.on_failure(self, failure)
+        return failure
 
     def _changed(self, node: SimNode, resource: str, consumer: Consumer, charged: bool = True) -> None:
         if charged:
@@ -388,72 +452,54 @@ class Simulation:
             self.observer.on_kernel_change(self, node.name, resource, consumer.value, self.clock.now)
 
     # -- faults ------------------------------------------------------------------------------------
+    def _kubelet_restart(self, node: SimNode) -> None:
+        clock = self.clock
+        node.devices.restart(clock.now)
+        node.kubelet_up = False
+        for plugin in self.plugins[node.name]:
+            plugin.kubelet_restarted()
+
+        def back() -> None:
+            node.kubelet_up = True
+            for pod in self.waiting.pop(node.name, []):
+                if pod.phase is Phase.BOUND:
+                    self._admit(node, pod)
+            for plugin in self.plugins[node.name]:
+                clock.after(self.settings.reregister_delay, plugin.register)
+
+        clock.after(self.settings.kubelet_restart_downtime, back)
+
     def _fault(self, fault: FaultSpec) -> None:
         node = self.nodes[fault.node]
-        clock = self.clock
         if fault.kind == "kubelet-restart":
-            node.devices.restart(clock.now)
-            node.pod_generation += 1
-            node.kubelet_up = False
-            for plugin in self.plugins[node.name]:
-                plugin.generation = None
-
-            def back() -> None:
-                node.kubelet_up = True
-                for pod in self.waiting.pop(node.name, []):
-                    if pod.phase is Phase.BOUND:
-                        self._admit(node, pod)
-                for plugin in self.plugins[node.name]:
-                    clock.after(self.settings.reregister_delay, plugin.register)
-
-            clock.after(self.settings.kubelet_restart_downtime, back)
+            self._kubelet_restart(node)
         elif fault.kind == "plugin-crash":
             for plugin in self.plugins[node.name]:
                 plugin.crash()
-                clock.after(self.settings.plugin_restart_delay, plugin.start)
+                self.clock.after(self.settings.plugin_restart_delay, plugin.start)
         elif fault.kind == "sysfs-unreadable":
             path = f"{CGROUP_ROOT}/{fault.file}"
             node.unreadable.add(path)
-            clock.after(fault.duration, lambda: node.unreadable.discard(path))
+            self.clock.after(fault.duration, lambda: node.unreadable.discard(path))
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
 
     # -- observation -------------------------------------------------------------------------------
+    def reserve(self, resource: str) -> int:
+        """Keys the VMI pool's advertiser keeps for VMs outside Kubernetes."""
+        if self.strategy.reserve_external:
+            return self.settings.reserved.get(resource, 0)
+        if self.strategy.advertiser in (Advertiser.UNIFIED, Advertiser.DRA):
+            return self.settings.external_reserve.get(resource, 0)
+        return 0
+
     def snapshot(self, node: SimNode, resource: str) -> ResourceSnapshot:
-        return self._node_snapshots(node, [resource])[0]
+        return snapshot(self.strategy, node, resource, self.clock.now, self.reserve(resource))
 
     def snapshots(self, nodes: Iterable[SimNode] | None = None) -> list[ResourceSnapshot]:
         """Snapshots of every misc resource of ``nodes`` (default: every node)."""
         nodes = self.nodes.values() if nodes is None else nodes
-        return [snap for node in nodes for snap in self._node_snapshots(node, self.resources(node))]
-
-    def _node_snapshots(self, node: SimNode, resources: Iterable[str]) -> list[ResourceSnapshot]:
-        # What is per node (allocatable, node status, requests) is computed once for all its resources.
-        allocatable = node.allocatable(self.clock.now)
-        published = node.status_allocatable()
-        requested = node.requested()
-        misc = node.kernel.misc
-        assert misc is not None
-        snaps = []
-        for resource in resources:
-            vmi = self.strategy.vmi_resource(resource)
-            nfd_name = NFD_RESOURCES.get(resource)
-            snaps.append(
-                ResourceSnapshot(
-                    node=node.name,
-                    resource=resource,
-                    capacity=misc.capacity(resource),
-                    current=misc.usage(resource),
-                    vmi_resource=vmi,
-                    advertised=allocatable.get(vmi, 0),
-                    published=published.get(vmi, 0),
-                    requested=requested.get(vmi, 0),
-                    claims=node.claims[resource],
-                    nfd_advertised=node.nfd.get(nfd_name, 0) if nfd_name else 0,
-                    charged={value: node.charged[(consumer, resource)] for consumer, value in _CONSUMERS},
-                )
-            )
-        return snaps
+        return [self.snapshot(node, r) for node in nodes for r in self.resources(node)]
 
     def run(self, observer: Observer | None = None, progress: Callable[[float], None] | None = None) -> None:
         self.observer = observer
@@ -463,7 +509,6 @@ class Simulation:
         next_report = [0.0]
 
         pending = self.queue.pending
-        seen_pending = [0]
 
         def after(now: float) -> None:
             if pending:
@@ -472,9 +517,7 @@ class Simulation:
                 self._collect_changed(now)
             elif self.changed:
                 self.changed = []
-            # An event that changed no node and no pending count changes nothing an observer sees.
-            if observer is not None and (self.changed or len(pending) != seen_pending[0]):
-                seen_pending[0] = len(pending)
+            if observer is not None:
                 observer.after_event(self, now)
             if progress is not None and now >= next_report[0]:
                 progress(min(now / duration, 1.0))

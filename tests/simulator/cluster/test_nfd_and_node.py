@@ -5,9 +5,11 @@ from __future__ import annotations
 import errno
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from teesim.cluster.nfd import discover
-from teesim.cluster.node import SimNode
-from teesim.cluster.pods import Consumer, vmi_pod
+from teesim.cluster.node import BoundPods, SimNode
+from teesim.cluster.pods import Consumer, Guest, kata_pod, vmi_pod
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import OLD
@@ -45,10 +47,39 @@ def test_charge_failure_cleans_up_and_bookkeeping_matches_recount() -> None:
     with pytest.raises(ChargeError):
         node.charge(Consumer.KATA, "kubepods.slice/pod-y", "tdx")
     assert not node.kernel.misc.has_cgroup("kubepods.slice/pod-y")
-    pod = vmi_pod("v", "tdx", "devices.kubevirt.io/tdx", 0.0, 1.0, 1.0)
+    pod = vmi_pod("v", Guest.TDX, {"devices.kubevirt.io/tdx": 1}, 0.0, 1.0, 1.0)
     pod.phase = pod.phase.BOUND
-    node.bind(pod)
+    node.bound.bind(pod, pod.need())
     assert node.requested() == node.requested_recount() == {"devices.kubevirt.io/tdx": 1}
     assert node.claims["tdx"] == 1
-    node.release(pod, was_running=False)
+    node.bound.release(pod, was_running=False)
     assert node.requested() == {} and node.claims["tdx"] == 0
+
+
+KEYS = "tdx.intel.com/keys"
+pod_changes = st.lists(st.tuples(st.sampled_from(["bind", "start", "release"]), st.integers(0, 5)), max_size=40)
+
+
+@settings(max_examples=100, deadline=None)
+@given(pod_changes)
+def test_bound_pods_own_their_generation(changes) -> None:
+    """Issue 7: what readers cache on ``generation`` (the informer's view) never goes stale, because
+    every pod change goes through the store, which bumps it. Fails if any change forgets the bump."""
+    store = BoundPods()
+    pods = {i: kata_pod(f"k{i}", Guest.TDX, 0.0, 1.0, 1.0) for i in range(6)}
+    seen = (store.generation, store.overhead_of(KEYS), dict(store.claims), store.requested())
+    for kind, index in changes:
+        pod = pods[index]
+        if kind == "bind" and pod.uid not in store:
+            store.bind(pod, pod.need())
+        elif kind == "start" and pod.uid in store and pod.started_at is None:
+            pod.started_at = 1.0
+            store.started(pod)
+        elif kind == "release":
+            store.release(pod, was_running=pod.started_at is not None)
+            pod.started_at = None
+        now = (store.generation, store.overhead_of(KEYS), dict(store.claims), store.requested())
+        if now[0] == seen[0]:
+            assert now[1:] == seen[1:], f"{kind} {index} changed the pods without a new generation"
+        assert store.overhead_of(KEYS) == sum(p.overhead.get(KEYS, 0) for p in pods.values() if p.uid in store)
+        seen = now

@@ -11,22 +11,21 @@ from teesim.cli import main
 from teesim.report.render import deterministic_json, format_table
 from teesim.report.runner import progress_bar, run_scenario
 from teesim.report.scenario import bundled_scenarios, load_scenario
+from teesim.strategies import STRATEGIES
 
 
 def test_quick_run_writes_report_and_one_png_per_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "quick", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
-    for name in ("kubevirt-static", "nfd-shared", "reconciling", "secure-guest-resources"):
-        assert name in captured.out.splitlines()[1]
+    header = captured.out.splitlines()[1]
+    for name in STRATEGIES:
+        assert name in header
         assert name in captured.err
+    # The double pool is the baseline: the first column, and said so.
+    assert header.split()[1:3] == ["double-pool", "(baseline)"]
     assert "100%" in captured.err
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report["strategies"]) == {
-        "kubevirt-static",
-        "nfd-shared",
-        "reconciling",
-        "secure-guest-resources",
-    }
+    assert set(report["strategies"]) == set(STRATEGIES)
     png = tmp_path / "timeline-tdx-node.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     timeline = report["strategies"]["reconciling"]["timeline"]["tdx-node/tdx"]
@@ -52,22 +51,26 @@ def test_every_bundled_scenario_runs(name: str) -> None:
     for metrics in (s["metrics"] for s in report["strategies"].values()):
         assert sum(metrics["launched"].values()) > 0
     reconciling = report["strategies"]["reconciling"]["metrics"]
-    # The ordering: the reconciling plugin's VMI failures are all inside the race window.
+    # The ordering: the reconciling plugin's VMI failures are all inside the race window ...
     assert reconciling["kubevirt_failed_outside_race_window"] == 0
+    # ... and the unified plugin keeps every pod's failures there too.
+    unified = report["strategies"]["unified-reconciling"]["metrics"]
+    assert unified["failed_outside_race_window"]["kubevirt"] == 0
+    assert unified["failed_outside_race_window"]["kata"] == 0
 
 
 def test_external_vms_scenario_orders_the_strategies() -> None:
     report = run_scenario(load_scenario("tdx-external-vms"))
     metrics = {name: s["metrics"] for name, s in report["strategies"].items()}
-    assert metrics["kubevirt-static"]["kubevirt_failed_outside_race_window"] > 0
+    assert metrics["double-pool"]["kubevirt_failed_outside_race_window"] > 0
     assert metrics["nfd-shared"]["kubevirt_failed_outside_race_window"] > 0
     assert metrics["reconciling"]["kubevirt_failed_outside_race_window"] == 0
     assert (
         metrics["reconciling"]["failed_launches_by_consumer"]["kubevirt"]
-        < metrics["kubevirt-static"]["failed_launches_by_consumer"]["kubevirt"]
+        < metrics["double-pool"]["failed_launches_by_consumer"]["kubevirt"]
     )
     # Static never learns about keys taken by others; reconciling learns within a poll.
-    assert metrics["kubevirt-static"]["detection"]["detected"] == 0
+    assert metrics["double-pool"]["detection"]["detected"] == 0
     assert metrics["reconciling"]["detection"]["p99_s"] <= 1.0
     # The reservation strands keys; the others strand (almost) none.
     assert (

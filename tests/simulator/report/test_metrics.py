@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from teesim.report.metrics import percentile, reflected
-from teesim.strategies.simulation import ResourceSnapshot
+from teesim.report.metrics import percentile
+from teesim.strategies.observe import ResourceSnapshot
 
 
 def _snap(**kw) -> ResourceSnapshot:
@@ -31,11 +31,10 @@ def test_percentile_nearest_rank() -> None:
     assert percentile([5.0], 99) == 5.0
 
 
-def test_reflected_and_stranded() -> None:
-    # 4 charged, 2 of them the VMIs' own: 2 keys used by others, so 8 should be advertised.
-    assert reflected(_snap())
-    assert not reflected(_snap(advertised=10))
-    # Others exceed what is free: the plugin can only keep its own allocated devices healthy.
-    assert reflected(_snap(current=10, requested=3, advertised=3))
+def test_stranded_for_vmis_and_for_anyone() -> None:
     snap = _snap(published=3, requested=2)
     assert snap.truly_free == 6 and snap.schedulable == 1 and snap.stranded == 5
+    # Kata could still take 4 of the 6 free keys: only 2 are stranded for every consumer.
+    assert _snap(published=3, requested=2, kata_schedulable=4).stranded_for_all == 2
+    # Kata is not limited by keys at all (no key in its overhead): nothing is stranded for everyone.
+    assert snap.stranded_for_all == 0

@@ -87,7 +87,12 @@ def test_report_is_the_same_on_every_worker_count_and_engine_but_runtime() -> No
 
 def test_aggregate_groups_by_scenario_and_strategy() -> None:
     runs = [
-        {"scenario": "s", "seed": seed, "strategy": "x", "metrics": {"failed_launches": seed, "detection": {"p99_s": None}}}
+        {
+            "scenario": "s",
+            "seed": seed,
+            "strategy": "x",
+            "metrics": {"failed_launches": seed, "detection": {"p99_s": None}},
+        }
         for seed in (1, 2, 3)
     ]
     result = aggregate(runs)["results"]["s"]["x"]

@@ -42,7 +42,7 @@ def _report(world: World, strategy: str, incremental: bool) -> dict:
     }
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     arrivals=st.lists(arrival, max_size=40),
     faults=st.lists(fault, max_size=4),

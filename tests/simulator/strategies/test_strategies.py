@@ -1,23 +1,28 @@
-"""The four strategies against hand-built worlds whose outcome is known in advance."""
+"""The strategies against hand-built worlds whose outcome is known in advance."""
 
 from __future__ import annotations
 
-from teesim.cluster.pods import Consumer
+import itertools
+
+from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import CURRENT, OLD
 from teesim.report.metrics import MetricsRecorder
-from teesim.strategies import STRATEGIES, get_strategy
+from teesim.strategies import BASELINE, STRATEGIES, get_strategy
+from teesim.strategies.plugins import ReconcilingPlugin
 from teesim.strategies.simulation import Settings, Simulation, World
 
 NODE = "n1"
 FOREVER = 100_000.0
+KV = "devices.kubevirt.io/tdx"
+KEYS = "tdx.intel.com/keys"
 
 
-def _arrivals(*items: tuple[float, Consumer, float, float]) -> tuple[Arrival, ...]:
-    """(time, consumer, duration, launch_delay) -> arrivals on the one TDX node."""
+def _arrivals(*items: tuple[float, Consumer, float, float], resource: str = "tdx") -> tuple[Arrival, ...]:
+    """(time, consumer, duration, launch_delay) -> arrivals on the one node."""
     return tuple(
-        Arrival(t, seq, consumer, "tdx", duration, delay, NODE if consumer is Consumer.EXTERNAL else None)
+        Arrival(t, seq, consumer, resource, duration, delay, NODE if consumer is Consumer.EXTERNAL else None)
         for seq, (t, consumer, duration, delay) in enumerate(items)
     )
 
@@ -27,6 +32,10 @@ def _run(world: World, name: str) -> tuple[Simulation, dict]:
     recorder = MetricsRecorder()
     sim.run(recorder)
     return sim, recorder.summary(sim)
+
+
+def _key_plugin(sim: Simulation):
+    return next(p for p in sim.plugins[NODE] if p.resource_name in (KV, KEYS))
 
 
 class AllocatableProbe(MetricsRecorder):
@@ -53,9 +62,41 @@ def _external_then_vmis(reserved: int = 4, profile=CURRENT) -> World:
     )
 
 
+def test_the_baseline_is_the_double_pool_and_every_strategy_is_registered() -> None:
+    assert BASELINE == "double-pool"
+    assert list(STRATEGIES) == [
+        "double-pool",
+        "kubevirt-static",
+        "nfd-shared",
+        "reconciling",
+        "secure-guest-resources",
+        "kata-overhead-on-kubevirt",
+        "split-nodes",
+        "unified-reconciling",
+        "dra-overhead-served",
+        "dra-overhead-unserved",
+    ]
+
+
+def test_what_pods_request_as_shipped_in_2026() -> None:
+    double = get_strategy("double-pool")
+    assert double.vmi_requests(Guest.TDX) == {KV: 1}
+    # An SNP VMI asks for the /dev/sev slot and an ESID; SEV-ES charges sev_es but asks for no ESID.
+    assert double.vmi_requests(Guest.SNP) == {"devices.kubevirt.io/sev": 1, "devices.kubevirt.io/sev-esids": 1}
+    assert double.vmi_requests(Guest.SEV_ES) == {"devices.kubevirt.io/sev": 1}
+    assert double.vmi_requests(Guest.SEV) == {"devices.kubevirt.io/sev": 1}
+    assert double.kata_overhead("tdx") == {KEYS: 1}
+    assert double.kata_overhead("sev_es") == {"sev-snp.amd.com/esids": 1}
+    assert get_strategy("kubevirt-static").kata_overhead("tdx") == {}
+    assert get_strategy("kata-overhead-on-kubevirt").kata_overhead("tdx") == {KV: 1}
+    unified = get_strategy("unified-reconciling")
+    assert unified.vmi_requests(Guest.TDX) == {KEYS: 1} == unified.kata_overhead("tdx")
+    assert unified.vmi_requests(Guest.SEV_ES) == {"devices.kubevirt.io/sev": 1, "sev-snp.amd.com/esids": 1}
+
+
 def test_static_fails_once_external_vms_take_keys_and_reconciling_does_not() -> None:
     world = _external_then_vmis()
-    _, static = _run(world, "kubevirt-static")
+    _, static = _run(world, "double-pool")
     _, nfd = _run(world, "nfd-shared")
     sim, reconciling = _run(world, "reconciling")
     _, sgr = _run(world, "secure-guest-resources")
@@ -69,7 +110,7 @@ def test_static_fails_once_external_vms_take_keys_and_reconciling_does_not() -> 
     assert reconciling["pending_at_end"] == 2
     assert reconciling["detection"]["undetected"] == 0
     assert reconciling["detection"]["max_s"] <= 1.0
-    assert sim.nodes[NODE].devices.allocatable() == {"devices.kubevirt.io/tdx": 6}
+    assert sim.nodes[NODE].devices.allocatable() == {KV: 6}
     # secure-guest-resources with 4 reserved matches the externals exactly: no failure, and only the
     # reserved keys not yet taken while the external VMs start one per second are stranded (3+2+1).
     assert sgr["failed_launches"] == 0
@@ -82,8 +123,6 @@ def test_static_fails_once_external_vms_take_keys_and_reconciling_does_not() -> 
 
 def test_secure_guest_resources_strands_what_it_reserves_and_fails_beyond_it() -> None:
     _, over = _run(_external_then_vmis(reserved=6), "secure-guest-resources")
-    # 6 reserved, 4 used outside: 2 keys are free in the kernel but never schedulable once VMIs fill
-    # the 4 advertised; no failure.
     assert over["failed_launches"] == 0
     assert over["pending_at_end"] == 4
     assert over["stranded_key_seconds"] > 2 * 300
@@ -112,41 +151,218 @@ def test_reconciling_fails_only_inside_the_race_window() -> None:
     assert failure.message.startswith("EBUSY")
 
 
-def test_nfd_shared_counts_kata_and_vmis_together_but_overcommits_with_external_vms() -> None:
-    kata_and_vmis = [(10.0 * i, Consumer.KATA if i % 2 else Consumer.KUBEVIRT, FOREVER, 2.0) for i in range(12)]
+def _kata_and_vmis(n: int = 12) -> tuple[tuple[float, Consumer, float, float], ...]:
+    return tuple((10.0 * i, Consumer.KATA if i % 2 else Consumer.KUBEVIRT, FOREVER, 2.0) for i in range(n))
+
+
+def test_the_double_pool_gives_kata_and_vmis_n_keys_each_and_kata_retries() -> None:
     world = World(
-        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),),
-        arrivals=_arrivals(*kata_and_vmis),
-        duration=400.0,
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),), arrivals=_arrivals(*_kata_and_vmis()), duration=400.0
     )
+    sim, double = _run(world, "double-pool")
     _, shared = _run(world, "nfd-shared")
-    _, static = _run(world, "kubevirt-static")
     assert shared["failed_launches"] == 0
     assert shared["pending_at_end"] == 2
-    # Static: VMIs see 10 devices and Kata sees 10 keys, each ignoring the other.
-    assert static["failed_launches"] == 2
-    with_external = World(
-        nodes=world.nodes,
-        arrivals=_arrivals((0.0, Consumer.EXTERNAL, FOREVER, 0.0), *[(a[0] + 1, *a[1:]) for a in kata_and_vmis]),
-        duration=400.0,
-    )
-    _, shared_ext = _run(with_external, "nfd-shared")
-    assert shared_ext["failed_launches"] >= 1
+    # Double pool: VMIs see 10 devices and Kata sees 10 keys, each ignoring the other: all 12 are
+    # bound, 2 guests find no key. A VMI fails for good; a Kata sandbox is retried every 10-15 s.
+    assert double["pending_at_end"] == 0
+    assert double["failed_launches_by_consumer"]["kubevirt"] == 1
+    assert double["kata"]["never_started"] == 1
+    kata_fails = [f for f in sim.failures if f.consumer == "kata"]
+    assert len(kata_fails) > 10, "every retry is another failed launch"
+    gaps = [b.time - a.time for a, b in itertools.pairwise(kata_fails)]
+    assert all(10.0 <= g <= 16.0 for g in gaps)
+    assert [f.attempt for f in kata_fails[:3]] == [1, 2, 3]
 
 
-def test_nfd_strands_everything_while_misc_capacity_is_unreadable() -> None:
+def test_a_kata_pod_retried_after_ebusy_starts_once_a_key_frees() -> None:
     world = World(
-        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),),
-        arrivals=_arrivals((0.0, Consumer.KUBEVIRT, FOREVER, 1.0)),
-        faults=(FaultSpec("sysfs-unreadable", 50.0, NODE, 100.0, "misc.capacity"),),
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 1}),),
+        arrivals=_arrivals((0.0, Consumer.EXTERNAL, 60.0, 0.0), (5.0, Consumer.KATA, 100.0, 1.0)),
         duration=300.0,
     )
-    _, shared = _run(world, "nfd-shared")
-    _, static = _run(world, "kubevirt-static")
-    # Discovery at 60 and 120 fails, so the resource disappears until the discovery at 180:
-    # 9 free keys stranded for 120 s.
-    assert shared["stranded_key_seconds"] == 9 * 120
-    assert static["stranded_key_seconds"] == 0
+    sim, metrics = _run(world, "double-pool")
+    (kata,) = [p for p in sim.pods if p.consumer is Consumer.KATA]
+    assert kata.started_at is not None and 60.0 <= kata.started_at <= 76.0
+    assert kata.attempts >= 4 and metrics["kata"]["retries"] == kata.attempts - 1
+    assert metrics["failed_launches_by_consumer"]["kata"] == kata.attempts - 1
+
+
+def test_no_tdx_line_means_no_kubevirt_plugin_and_vmis_stay_pending() -> None:
+    # The kernel omits zero-capacity resources from misc.capacity: no tdx line, no TDX plugin.
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 0}),),
+        arrivals=_arrivals((5.0, Consumer.KUBEVIRT, FOREVER, 1.0)),
+        duration=100.0,
+    )
+    sim, metrics = _run(world, "double-pool")
+    assert sim.nodes[NODE].devices.resources() == []
+    assert metrics["pending_at_end"] == 1 and metrics["failed_launches"] == 0
+
+
+def test_virt_handler_that_restarts_without_readable_capacity_builds_no_plugin() -> None:
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 4}),),
+        arrivals=_arrivals((30.0, Consumer.KUBEVIRT, FOREVER, 1.0), (200.0, Consumer.KUBEVIRT, FOREVER, 1.0)),
+        faults=(
+            FaultSpec("plugin-crash", 50.0, NODE),
+            FaultSpec("sysfs-unreadable", 55.0, NODE, 100.0, "misc.capacity"),
+        ),
+        duration=500.0,
+        settings=Settings(plugin_restart_delay=10.0),
+    )
+    sim, metrics = _run(world, "double-pool")
+    plugin = _key_plugin(sim)
+    assert plugin.registrations == 1 and not plugin.running
+    # The crashed endpoint is dropped after the kubelet's 5-minute grace period: the second VMI waits.
+    assert sim.nodes[NODE].devices.capacity(now=500.0) == {}
+    assert metrics["launched"]["kubevirt"] == 1 and metrics["pending_at_end"] == 1
+
+
+def test_kata_overhead_on_kubevirt_counts_one_pool_but_never_allocates_devices_for_kata() -> None:
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),), arrivals=_arrivals(*_kata_and_vmis()), duration=400.0
+    )
+    sim, metrics = _run(world, "kata-overhead-on-kubevirt")
+    assert metrics["failed_launches"] == 0 and metrics["pending_at_end"] == 2
+    node = sim.nodes[NODE]
+    assert node.requested()[KV] == 10, "the scheduler counts 5 VMI requests and 5 Kata overheads"
+    assert len(node.devices.allocated_ids(KV)) == 5, "the kubelet allocates devices for the VMIs only"
+    assert node.nfd == {}, "NFD's key rule is off"
+
+
+def test_split_nodes_keep_each_consumer_on_its_own_nodes() -> None:
+    nodes = tuple(NodeSpec(name, CURRENT, "intel", {"tdx": 4}) for name in ("a", "b"))
+    arrivals = tuple(
+        Arrival(10.0 * i, i, Consumer.KATA if i % 2 else Consumer.KUBEVIRT, "tdx", FOREVER, 1.0) for i in range(12)
+    )
+    sim = Simulation(World(nodes, arrivals, duration=300.0), get_strategy("split-nodes"))
+    recorder = MetricsRecorder()
+    sim.run(recorder)
+    metrics = recorder.summary(sim)
+    assert {p.node for p in sim.pods if p.consumer is Consumer.KUBEVIRT and p.node} == {"a"}
+    assert {p.node for p in sim.pods if p.consumer is Consumer.KATA and p.node} == {"b"}
+    assert metrics["failed_launches"] == 0 and metrics["pending_at_end"] == 4
+    assert sim.nodes["a"].nfd == {} and sim.nodes["b"].devices.resources() == []
+
+
+def _everyone(reserve: int = 3) -> World:
+    """10 keys; external VMs come and go (3 at most at once), Kata pods and VMIs arrive throughout."""
+    items = [(7.0 * i, (Consumer.KATA, Consumer.KUBEVIRT)[i % 2], 60.0 + (i * 13) % 90, 1.0 + i % 3) for i in range(60)]
+    items += [(50.0 + 40 * i, Consumer.EXTERNAL, 120.0, 0.0) for i in range(9)]
+    return World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),),
+        arrivals=_arrivals(*sorted(items)),
+        duration=600.0,
+        settings=Settings(external_reserve={"tdx": reserve}),
+    )
+
+
+def test_unified_reconciling_keeps_every_consumers_failures_in_the_race_window() -> None:
+    world = _everyone(reserve=0)
+    _, unified = _run(world, "unified-reconciling")
+    _, reconciling = _run(world, "reconciling")
+    _, double = _run(world, "double-pool")
+    assert double["failed_outside_race_window"]["kata"] > 0
+    assert reconciling["failed_outside_race_window"]["kata"] > 0, "Kata's NFD pool never sees usage"
+    # Without a reserve, pods are protected; VMs outside Kubernetes announce nothing and can still
+    # find every key taken by pods.
+    assert unified["failed_outside_race_window"]["kata"] == 0
+    assert unified["failed_outside_race_window"]["kubevirt"] == 0
+    assert unified["failed_launches"] < reconciling["failed_launches"]
+    assert unified["stranded_key_seconds"] <= reconciling["stranded_key_seconds"]
+    # With the operator's reserve covering them, external VMs are protected too; the reserve is held
+    # free while they do not use it, which is what it costs.
+    _, reserved = _run(_everyone(reserve=3), "unified-reconciling")
+    assert reserved["failed_outside_race_window"] == {"kata": 0, "kubevirt": 0, "external": 0}
+    assert reserved["stranded_key_seconds"] > unified["stranded_key_seconds"]
+
+
+def test_unified_counts_kata_through_the_bound_pods_not_twice() -> None:
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),),
+        arrivals=_arrivals(*[(float(i), Consumer.KATA, FOREVER, 1.0) for i in range(4)]),
+        duration=100.0,
+    )
+    sim, metrics = _run(world, "unified-reconciling")
+    plugin = _key_plugin(sim)
+    assert plugin.unhealthy == frozenset(), "Kata's 4 keys are the scheduler's already (overhead)"
+    assert sim.nodes[NODE].devices.allocatable() == {KEYS: 10}
+    assert sim.nodes[NODE].requested() == {KEYS: 4}
+    assert metrics["stranded_key_seconds"] == 0
+
+
+def test_unified_keeps_the_operators_reserve_for_external_vms() -> None:
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 6}),),
+        arrivals=_arrivals(
+            *[(float(i), Consumer.KATA, FOREVER, 1.0) for i in range(6)],
+            (50.0, Consumer.EXTERNAL, FOREVER, 0.0),
+            (51.0, Consumer.EXTERNAL, FOREVER, 0.0),
+        ),
+        duration=100.0,
+        settings=Settings(external_reserve={"tdx": 2}),
+    )
+    _, reserved = _run(world, "unified-reconciling")
+    assert reserved["failed_launches"] == 0 and reserved["pending_at_end"] == 2
+    _, unreserved = _run(World(world.nodes, world.arrivals, duration=100.0), "unified-reconciling")
+    assert unreserved["failed_launches_by_consumer"]["external"] == 2
+
+
+def test_dra_served_protects_everyone_and_frees_claims_at_once() -> None:
+    world = _everyone()
+    sim, served = _run(world, "dra-overhead-served")
+    assert served["failed_outside_race_window"] == {"kata": 0, "kubevirt": 0, "external": 0}
+    pool = sim.nodes[NODE].dra[KEYS]
+    running = [p for p in sim.pods if p.phase.value in ("Bound", "Running")]
+    assert len(pool.allocated) == len(running), "claims of finished pods are released at once"
+    assert sim.nodes[NODE].devices.resources() == [], "no device plugin and no NFD rule for the keys"
+
+
+def test_dra_unserved_overhead_gets_kata_rejected_by_the_kubelet() -> None:
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),), arrivals=_arrivals(*_kata_and_vmis(4)), duration=100.0
+    )
+    sim, metrics = _run(world, "dra-overhead-unserved")
+    # The scheduler leaves overhead to the DRA plugin, which allocates for container requests only;
+    # the kubelet's predicate does not filter overhead, and the node lists no such resource.
+    assert metrics["admission_failures_by_consumer"] == {"kata": 2, "kubevirt": 0, "external": 0}
+    message = next(f.message for f in sim.failures if f.consumer == "kata")
+    assert message.startswith(f"OutOf{KEYS}: Node didn't have enough resource: {KEYS}, requested: 1, used: ")
+    assert message.endswith("capacity: 0")
+    assert metrics["launched"]["kubevirt"] == 2
+
+
+def test_the_race_between_list_and_publish_shows_without_allocate_tracking() -> None:
+    items = [(3.0 * i + 0.5, Consumer.KUBEVIRT, 40.0, 1.0) for i in range(80)]
+    items += [(10.0 * i, Consumer.EXTERNAL, 30.0, 0.0) for i in range(20)]
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 12}),),
+        arrivals=_arrivals(*sorted(items)),
+        duration=300.0,
+        settings=Settings(poll_interval=1.0, plugin_list_latency=0.9, min_list_interval=0.1),
+    )
+    off = Settings(poll_interval=1.0, plugin_list_latency=0.9, plugin_tracks_allocate=False)
+    _, blind = _run(World(world.nodes, world.arrivals, duration=300.0, settings=off), "reconciling")
+    _, tracked = _run(world, "reconciling")
+    assert blind["kubelet"]["allocated_devices_marked_unhealthy"] > 0
+    assert tracked["kubelet"]["allocated_devices_marked_unhealthy"] == 0
+
+
+def test_reconciling_stays_within_the_pod_resources_rate_limit_and_counts_refusals() -> None:
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 4}),),
+        arrivals=_arrivals((5.0, Consumer.KUBEVIRT, FOREVER, 1.0)),
+        duration=60.0,
+        settings=Settings(poll_interval=0.01, pod_resources_background_qps=85.0),
+    )
+    sim, metrics = _run(world, "reconciling")
+    bucket = sim.nodes[NODE].pod_resources
+    assert bucket.allowed + bucket.rejected <= 60 / 0.1 + 1, "at most one List per min_list_interval"
+    crowded = World(world.nodes, world.arrivals, duration=60.0, settings=Settings(pod_resources_background_qps=100.0))
+    _, starved = _run(crowded, "reconciling")
+    assert starved["kubelet"]["pod_resources_throttled"] > 0
+    assert metrics["kubelet"]["pod_resources_throttled"] == 0
 
 
 def test_kubelet_restart_forces_reregistration_and_plugin_crash_zeroes_allocatable() -> None:
@@ -157,21 +373,21 @@ def test_kubelet_restart_forces_reregistration_and_plugin_crash_zeroes_allocatab
         duration=300.0,
         settings=Settings(kubelet_restart_downtime=10.0, plugin_restart_delay=20.0, reregister_delay=1.0),
     )
-    for name in ("kubevirt-static", "reconciling"):
+    for name in ("double-pool", "reconciling"):
         sim = Simulation(world, get_strategy(name))
         probe = AllocatableProbe()
         sim.run(probe)
         seen = probe.seen
-        (plugin,) = sim.plugins[NODE]
+        plugin = _key_plugin(sim)
         # Start, re-registration after the kubelet restart, restart after the crash.
         assert plugin.registrations == 3, name
         during_restart = [v for t, v in seen.items() if 100.0 <= t < 111.0]
-        assert all(v.get("devices.kubevirt.io/tdx", 0) == 0 for v in during_restart), name
+        assert all(v.get(KV, 0) == 0 for v in during_restart), name
         during_crash = [v for t, v in seen.items() if 200.0 <= t < 220.0]
-        assert during_crash and all(v["devices.kubevirt.io/tdx"] == 0 for v in during_crash), name
+        assert during_crash and all(v[KV] == 0 for v in during_crash), name
         # The VMI admitted before the restart kept its device (the checkpoint) and is still running.
         assert sim.launched["kubevirt"] == 1
-        assert sim.nodes[NODE].devices.allocatable(300.0)["devices.kubevirt.io/tdx"] == 4
+        assert sim.nodes[NODE].devices.allocatable(300.0)[KV] == 4
 
 
 def test_reconciling_on_an_old_kernel_sums_the_children() -> None:
@@ -186,20 +402,23 @@ def test_reconciling_never_marks_an_allocated_device_unhealthy() -> None:
         consumer = (Consumer.KATA, Consumer.KUBEVIRT, Consumer.EXTERNAL)[i % 3]
         items.append((7.0 * i, consumer, 90.0 + (i * 37) % 200, 1.0 + (i % 4)))
     world = World(nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 8}),), arrivals=_arrivals(*items), duration=900.0)
-    sim = Simulation(world, get_strategy("reconciling"))
-    violations: list[float] = []
 
     class Probe(MetricsRecorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.violations: list[float] = []
+
         def after_event(self, s: Simulation, now: float) -> None:
             super().after_event(s, now)
-            (plugin,) = s.plugins[NODE]
-            if plugin.unhealthy & plugin.own_allocated():  # type: ignore[attr-defined]
-                violations.append(now)
+            plugin = _key_plugin(s)
+            assert isinstance(plugin, ReconcilingPlugin)
+            held = s.nodes[NODE].devices.active_device_ids(plugin.resource_name)
+            if plugin.running and plugin.unhealthy & held:
+                self.violations.append(now)
 
-    sim.run(Probe())
-    assert not violations
-    assert sim.launched["kubevirt"] > 5
-
-
-def test_every_strategy_is_registered() -> None:
-    assert list(STRATEGIES) == ["kubevirt-static", "nfd-shared", "reconciling", "secure-guest-resources"]
+    for name in ("reconciling", "unified-reconciling"):
+        sim = Simulation(world, get_strategy(name))
+        probe = Probe()
+        sim.run(probe)
+        assert not probe.violations, name
+        assert sim.launched["kubevirt"] >= 4, name

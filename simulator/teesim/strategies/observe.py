@@ -1,0 +1,103 @@
+"""What a strategy looks like from outside at one instant, per node and misc resource.
+
+:class:`ResourceSnapshot` puts the kernel's numbers next to what the scheduler believes about the
+resource VMIs request for their key (and, for the "any consumer" view, Kata's resource): the
+metrics (:mod:`teesim.report.metrics`) and the timelines are computed from these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from teesim.cluster.nfd import NFD_RESOURCES
+from teesim.cluster.node import SimNode
+from teesim.cluster.pods import Consumer
+from teesim.strategies.base import KUBEVIRT_KEYS, SEV_DEVICE, Strategy
+
+
+@dataclass(frozen=True)
+class ResourceSnapshot:
+    """One node's view of one misc resource at one instant."""
+
+    node: str
+    resource: str
+    capacity: int
+    current: int
+    vmi_resource: str
+    advertised: int  # the kubelet's allocatable of the VMI resource (or the DRA slice's devices)
+    published: int  # the same as the scheduler sees it (node status, synced periodically)
+    requested: int  # what pods bound here count against the VMI resource (DRA: allocated devices)
+    claims: int  # pods bound here whose guest is not charged yet
+    nfd_advertised: int
+    charged: Mapping[str, int]
+    # Keys the scheduler would still give a new Kata pod here (None: Kata is not limited by keys).
+    kata_schedulable: int | None = None
+    # Keys the advertiser keeps out of the pool for VMs outside Kubernetes.
+    reserve: int = 0
+
+    @property
+    def schedulable(self) -> int:
+        """Keys the scheduler would still give a new VMI here."""
+        return max(self.published - self.requested, 0)
+
+    @property
+    def truly_free(self) -> int:
+        """Keys neither charged nor promised to a bound pod."""
+        return max(self.capacity - self.current - self.claims, 0)
+
+    @property
+    def stranded(self) -> int:
+        """Free in the kernel but not schedulable for a VMI."""
+        return max(self.truly_free - self.schedulable, 0)
+
+    @property
+    def stranded_for_all(self) -> int:
+        """Free in the kernel but schedulable for no consumer (neither a VMI nor a Kata pod)."""
+        kata = self.truly_free if self.kata_schedulable is None else self.kata_schedulable
+        return max(self.truly_free - max(self.schedulable, kata), 0)
+
+
+def vmi_resource(strategy: Strategy, misc_resource: str) -> str:
+    """The resource a VMI charging ``misc_resource`` requests for its key (plain SEV: /dev/sev slots)."""
+    return strategy.vmi_key_name(misc_resource) if misc_resource in KUBEVIRT_KEYS else SEV_DEVICE
+
+
+def _pool_numbers(node: SimNode, name: str, now: float) -> tuple[int, int, int]:
+    """(advertised, published, requested) of an extended resource on a node."""
+    pool = node.dra.get(name)
+    if pool is not None:
+        return len(pool.devices), len(pool.devices), len(pool.allocated)
+    advertised = node.allocatable(now).get(name, 0)
+    return advertised, node.status_allocatable().get(name, 0), node.requested().get(name, 0)
+
+
+def _kata_schedulable(strategy: Strategy, node: SimNode, misc_resource: str) -> int | None:
+    name = strategy.kata_key_name(misc_resource) if misc_resource in NFD_RESOURCES else None
+    if name is None:
+        return None
+    pool = node.dra.get(name)
+    if pool is not None:
+        return pool.free() if strategy.dra_overhead_served else 0
+    return max(node.status_allocatable().get(name, 0) - node.requested().get(name, 0), 0)
+
+
+def snapshot(strategy: Strategy, node: SimNode, misc_resource: str, now: float, reserve: int = 0) -> ResourceSnapshot:
+    vmi = vmi_resource(strategy, misc_resource)
+    advertised, published, requested = _pool_numbers(node, vmi, now)
+    nfd_name = NFD_RESOURCES.get(misc_resource)
+    return ResourceSnapshot(
+        node=node.name,
+        resource=misc_resource,
+        capacity=node.capacity(misc_resource),
+        current=node.usage(misc_resource),
+        vmi_resource=vmi,
+        advertised=advertised,
+        published=published,
+        requested=requested,
+        claims=node.claims[misc_resource],
+        nfd_advertised=node.nfd.get(nfd_name, 0) if nfd_name else 0,
+        charged={c.value: node.charged[(c, misc_resource)] for c in Consumer},
+        kata_schedulable=_kata_schedulable(strategy, node, misc_resource),
+        reserve=reserve,
+    )

@@ -1,0 +1,107 @@
+"""Put a strategy's advertisers on the nodes: device plugins, NFD's rule, the DRA driver.
+
+For every node and every misc resource its kernel has, :meth:`Strategy.layout` says what runs
+there; this module builds the in-process models (:mod:`teesim.strategies.plugins`), registers the
+DRA pools with the node and returns what the simulation must start and poll. ``split-nodes`` gives
+each node a role: the Kata nodes are ``settings.kata_nodes`` or, by default, every second node in
+name order (a one-node cluster then has no Kata node: Kata pods stay Pending, which is the answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from teesim.cluster.clock import VirtualClock
+from teesim.cluster.dra import DRAPool
+from teesim.cluster.nfd import NFD_RESOURCES
+from teesim.cluster.node import SimNode
+from teesim.strategies.base import DRA_DRIVER, SEV_DEVICE, SEV_DEVICE_SLOTS, Advertiser, Role, Strategy
+from teesim.strategies.plugins import (
+    DRADriver,
+    GenericPlugin,
+    InProcessPlugin,
+    ReconcilingPlugin,
+    StaticPlugin,
+    UnifiedPlugin,
+)
+
+Advertising = InProcessPlugin | DRADriver
+
+
+@dataclass(frozen=True)
+class PluginOptions:
+    """Knobs of the reconciling advertisers (from the scenario's settings)."""
+
+    min_list_interval: float = 0.1
+    list_latency: float = 0.0
+    track_allocate: bool = True
+    external_reserve: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class NodeWiring:
+    """What runs on one node."""
+
+    plugins: list[Advertising] = field(default_factory=list)
+    pollers: list[Advertising] = field(default_factory=list)
+    nfd_misc: list[str] = field(default_factory=list)  # misc resources NFD's rule advertises here
+    nfd_reserved: bool = False
+
+
+def node_roles(strategy: Strategy, names: Sequence[str], kata_nodes: Sequence[str] | None) -> dict[str, Role]:
+    """Each node's role: BOTH, or for ``split-nodes`` KUBEVIRT / KATA."""
+    if not strategy.split_nodes:
+        return dict.fromkeys(names, Role.BOTH)
+    ordered = sorted(names)
+    kata = set(kata_nodes) if kata_nodes is not None else set(ordered[1::2])
+    unknown = kata - set(ordered)
+    if unknown:
+        raise ValueError(f"settings.kata_nodes names unknown nodes {', '.join(sorted(unknown))}")
+    return {name: Role.KATA if name in kata else Role.KUBEVIRT for name in ordered}
+
+
+def _key_plugin(
+    kind: Advertiser, node: SimNode, clock: VirtualClock, name: str, misc: str, options: PluginOptions
+) -> Advertising:
+    if kind is Advertiser.STATIC:
+        return StaticPlugin(node, clock, name, misc)
+    if kind is Advertiser.DRA:
+        pool = node.dra.setdefault(name, DRAPool(DRA_DRIVER, name))
+        return DRADriver(node, clock, pool, misc, reserve=options.external_reserve.get(misc, 0))
+    common = {
+        "min_list_interval": options.min_list_interval,
+        "list_latency": options.list_latency,
+        "track_allocate": options.track_allocate,
+    }
+    if kind is Advertiser.UNIFIED:
+        return UnifiedPlugin(node, clock, name, misc, reserve=options.external_reserve.get(misc, 0), **common)
+    return ReconcilingPlugin(node, clock, name, misc, **common)
+
+
+def wire_node(
+    strategy: Strategy, node: SimNode, clock: VirtualClock, resources: Sequence[str], options: PluginOptions
+) -> NodeWiring:
+    """Build the advertisers of one node (nothing is started yet)."""
+    role = Role(node.role)
+    wiring = NodeWiring()
+    sev_device = False
+    for misc in resources:
+        layout = strategy.layout(misc, role)
+        sev_device = sev_device or layout.sev_device
+        if layout.nfd_keys:
+            wiring.nfd_misc.append(misc)
+            wiring.nfd_reserved = wiring.nfd_reserved or layout.nfd_reserved
+        if layout.plugin is None:
+            continue
+        plugin = _key_plugin(layout.plugin, node, clock, strategy.vmi_key_name(misc), misc, options)
+        wiring.plugins.append(plugin)
+        if layout.plugin is not Advertiser.STATIC:
+            wiring.pollers.append(plugin)
+    if sev_device:
+        wiring.plugins.append(GenericPlugin(node, clock, SEV_DEVICE, "sev", SEV_DEVICE_SLOTS))
+    return wiring
+
+
+def nfd_names(misc_resources: Sequence[str]) -> frozenset[str]:
+    return frozenset(NFD_RESOURCES[m] for m in misc_resources if m in NFD_RESOURCES)
