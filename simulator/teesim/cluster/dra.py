@@ -38,6 +38,8 @@ class DRAPool:
     allocated: dict[str, str] = field(default_factory=dict)
     # Called after every change of the slice or the claims (the simulation watches its nodes with it).
     on_change: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    # Bumped by every allocation and release, so the driver can tell its claims are unchanged.
+    claims_revision: int = field(default=0, compare=False)
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -65,6 +67,7 @@ class DRAPool:
         for device in chosen:
             self.allocated[device] = pod_uid
         if chosen:
+            self.claims_revision += 1
             self._changed()
         return chosen
 
@@ -74,6 +77,7 @@ class DRAPool:
         for device in freed:
             del self.allocated[device]
         if freed:
+            self.claims_revision += 1
             self._changed()
         return freed
 

@@ -13,9 +13,11 @@ from two facts:
 * a view only changes when its node changes, and :class:`~teesim.cluster.node.SimNode` says when
   (:meth:`SchedulingQueue.node_changed`); views are cached and refreshed only then;
 * a pod left pending by a pass fitted no node at the end of it (a bind only lowers a node's free
-  count), so at the next pass it can only fit a node whose view has changed since: it is tried
-  against those nodes alone, and not at all when none has. Only pods new since the last pass are
-  tried against every node;
+  count), so at the next pass it can only fit a node whose view has changed since (most changes of a
+  node, a key charged or a device list sent, leave its view as it was): it is tried against those
+  nodes alone, and not at all when none has. Pods with the same need that found no node in a pass
+  need not be tried again in it until a binding. Only pods new since the last pass are tried
+  against every node;
 * for a new pod needing one resource (most pods: one key), "every node" is a lookup: a heap per
   (resource, amount) holds the nodes that fit, ordered as ``choose_node`` orders them (its score,
   then fewest pods, then name), and a node whose view changed gets a fresh entry (old ones are
@@ -91,6 +93,8 @@ class SchedulingQueue:
         self._indexes: dict[tuple[str, int], LeastAllocatedIndex] = {}
         # Pods the last pass left pending (by identity): they fit no node whose view is unchanged.
         self._unfit: set[int] = set()
+        # What the scheduler counts for each pending pod (by identity), as a dict and as a signature.
+        self._needs: dict[int, tuple[dict[str, int], tuple[tuple[str, int], ...]]] = {}
         self.passes = 0
 
     def add(self, pod: Pod) -> None:
@@ -108,30 +112,55 @@ class SchedulingQueue:
         if not self.incremental:
             self._full_pass(bind)
             return
-        stale = self._stale
-        if not stale and id(pending[-1]) in self._unfit:
-            return  # nothing new, no node changed: the last pass's answer stands
-        views = self._views
-        nodes = self.nodes
-        changed = sorted(stale)
-        for name in changed:
-            self._set_view(nodes[name].view())
-        stale.clear()
+        changed = self._refresh_stale()
         unfit = self._unfit
+        if not changed and id(pending[-1]) in unfit:
+            return  # nothing new, no view changed: the last pass's answer stands
+        views, nodes = self._views, self.nodes
+        candidates = [views[name] for name in changed]
+        # Needs already tried in this pass without a fit since the last binding: ("all", need) on
+        # every node, ("changed", need) on the changed nodes (where an old pod can still fit).
+        nowhere: set[tuple[str, tuple[tuple[str, int], ...]]] = set()
         still: list[Pod] = []
         for pod in pending:
-            need = self.need_of(pod)
-            if id(pod) in unfit:
-                choice = choose_node(need, [views[name] for name in changed]) if changed else None
+            need, signature = self._need(pod)
+            old = id(pod) in unfit
+            scope = "changed" if old else "all"
+            if ("all", signature) in nowhere or (scope, signature) in nowhere:
+                choice = None
+            elif old:
+                choice = choose_node(need, candidates) if candidates else None
             else:
                 choice = self._choose_anywhere(need)
             if choice is None:
+                nowhere.add((scope, signature))
                 still.append(pod)
                 continue
             node = nodes[choice]
             bind(node, pod, need)
             self._set_view(node.view())
+            candidates = [views[name] for name in changed]
+            nowhere.clear()
         self._finish(still)
+
+    def _refresh_stale(self) -> list[str]:
+        """Refresh the views of the nodes that said they changed; the names of those whose view did."""
+        changed = []
+        views, nodes = self._views, self.nodes
+        for name in sorted(self._stale):
+            view = nodes[name].view()
+            if view != views[name]:
+                self._set_view(view)
+                changed.append(name)
+        self._stale.clear()
+        return changed
+
+    def _need(self, pod: Pod) -> tuple[dict[str, int], tuple[tuple[str, int], ...]]:
+        cached = self._needs.get(id(pod))
+        if cached is None:
+            need = self.need_of(pod)
+            cached = self._needs[id(pod)] = (need, tuple(sorted(need.items())))
+        return cached
 
     def _set_view(self, view: NodeView) -> None:
         self._views[view.name] = view
@@ -168,3 +197,5 @@ class SchedulingQueue:
         # The list object stays the same so that callers holding it see the new contents.
         self.pending[:] = still
         self._unfit = {id(pod) for pod in still}
+        if len(self._needs) > len(still):
+            self._needs = {key: value for key, value in self._needs.items() if key in self._unfit}

@@ -339,6 +339,8 @@ class DRADriver:
         self.registrations = 0
         self.skip_unchanged = True
         self._read_current = CurrentReader(node, misc_resource)
+        # What the last slice was decided from: the host files, the claims, the bound pods.
+        self._decided_on: tuple[object, ...] | None = None
 
     @property
     def resource_name(self) -> str:
@@ -355,10 +357,24 @@ class DRADriver:
             return
         self.polls += 1
         current = self._read_current(self.skip_unchanged)
+        node = self.node
+        inputs = (node.files_revision(), self.pool.claims_revision, node.bound.generation, self.ids, self.hidden)
+        if self.skip_unchanged and inputs == self._decided_on:
+            # Same kernel reading, claims and pods: the same slice (next_unhealthy is idempotent).
+            if current is not None:
+                node.usage_published_at[self.misc_resource] = self.clock.now
+            return
         self.hidden = next_unhealthy(
             self.ids, self.pool.claimed(), current, self.hidden, reserve=self.reserve, own_charged=self.charged_claims()
         )
         self.pool.publish(i for i in self.ids if i not in self.hidden)
+        self._decided_on = (
+            node.files_revision(),
+            self.pool.claims_revision,
+            node.bound.generation,
+            self.ids,
+            self.hidden,
+        )
         if current is not None:
             self.node.usage_published_at[self.misc_resource] = self.clock.now
 
