@@ -361,10 +361,10 @@ def measure_detection_latency(
 
 
 def _format_cpu(label: str, cpu: dict[str, float | int]) -> str:
-    return (
-        f"  plugin CPU {label}: {cpu['cpu_percent']:.2f} % of a core ({cpu['cpu_s'] * 1000:.0f} ms in {cpu['wall_s']:.1f} s, "
-        f"{cpu['polls']} polls of which {cpu['quiet_polls']} quiet, {cpu['lists']} Lists, {cpu['cpu_us_per_poll']} us/poll)"
-    )
+    spent = f"{cpu['cpu_s'] * 1000:.0f} ms in {cpu['wall_s']:.1f} s"
+    polls = f"{cpu['polls']} polls of which {cpu['quiet_polls']} quiet, {cpu['lists']} Lists"
+    per_poll = f"{cpu['cpu_us_per_poll']} us/poll"
+    return f"  plugin CPU {label}: {cpu['cpu_percent']:.2f} % of a core ({spent}, {polls}, {per_poll})"
 
 
 def format_result(result: LatencyResult) -> str:

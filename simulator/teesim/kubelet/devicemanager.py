@@ -158,11 +158,16 @@ class DeviceManager:
         # Called after every change to capacity or allocatable (what the kubelet then writes to the node
         # status), so a simulator with thousands of nodes can look only at the nodes that changed.
         self.on_change: Callable[[], None] | None = None
+        # allocated_ids per resource and the sorted healthy IDs, until the pods or the lists change.
+        self._allocated_cache: dict[str, frozenset[str]] = {}
+        self._sorted_healthy: dict[str, list[str]] = {}
 
     def _pods_changed(self) -> None:
         self.pod_generation += 1
+        self._allocated_cache.clear()
 
     def _changed(self) -> None:
+        self._sorted_healthy.clear()
         if self.on_change is not None:
             self.on_change()
 
@@ -301,14 +306,18 @@ class DeviceManager:
 
     # -- pods and allocation ------------------------------------------------------------------------
 
-    def allocated_ids(self, resource: str) -> set[str]:
-        """Devices held by pods in the checkpoint, including finished pods not yet released."""
-        return {
-            dev
-            for containers in self._pod_devices.values()
-            for per_res in containers.values()
-            for dev in per_res.get(resource, ())
-        }
+    def allocated_ids(self, resource: str) -> frozenset[str]:
+        """Devices held by pods in the checkpoint, including finished pods not yet released (cached
+        until the pods change: the kubelet asks at every admission)."""
+        cached = self._allocated_cache.get(resource)
+        if cached is None:
+            cached = self._allocated_cache[resource] = frozenset(
+                dev
+                for containers in self._pod_devices.values()
+                for per_res in containers.values()
+                for dev in per_res.get(resource, ())
+            )
+        return cached
 
     def is_device_plugin_resource(self, resource: str, now: float | None = None) -> bool:
         """``isDevicePluginResource``: registered, or held by some pod in the checkpoint."""
@@ -316,6 +325,8 @@ class DeviceManager:
 
     def release_finished_pods(self) -> list[str]:
         """``UpdateAllocatedDevices``: forget devices of pods that are no longer active."""
+        if not self._finished:
+            return []
         released = sorted(k for k in self._finished if k in self._pod_devices)
         for key in released:
             del self._pod_devices[key]
@@ -381,9 +392,17 @@ class DeviceManager:
                 f"Requested: {count}, Available: {len(available)}"
             )
         chosen = [i for i in dict.fromkeys(preferred or ()) if i in available][:count]
-        # Sorted first only so that a seed gives the same run in every process (set order varies).
-        rest = sorted(available.difference(chosen))
+        # Sorted first only so that a seed gives the same run in every process (set order varies);
+        # the healthy IDs are sorted once per device list, not once per allocation.
+        taken = set(chosen)
+        rest = [i for i in self._healthy_sorted(resource) if i in available and i not in taken]
         return chosen + self.rng.sample(rest, count - len(chosen))
+
+    def _healthy_sorted(self, resource: str) -> list[str]:
+        cached = self._sorted_healthy.get(resource)
+        if cached is None:
+            cached = self._sorted_healthy[resource] = sorted(self._resources[resource].healthy)
+        return cached
 
     def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
         """The plugin's Allocate succeeded: remember the container's devices (the checkpoint)."""

@@ -231,7 +231,10 @@ class ReconcilingPlugin(InProcessPlugin):
         self.node.devices.release_finished_pods()  # List runs UpdateAllocatedDevices first
         listed = self.node.devices.active_device_ids(self.resource_name)
         self._listed = listed
-        self._pending = {i: t for i, t in self._pending.items() if i not in listed and now - t < PENDING_ALLOCATION_TTL}
+        if self._pending:
+            self._pending = {
+                i: t for i, t in self._pending.items() if i not in listed and now - t < PENDING_ALLOCATION_TTL
+            }
         return True
 
     def own_allocated(self) -> frozenset[str]:
