@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import random
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -158,16 +159,17 @@ class DeviceManager:
         # Called after every change to capacity or allocatable (what the kubelet then writes to the node
         # status), so a simulator with thousands of nodes can look only at the nodes that changed.
         self.on_change: Callable[[], None] | None = None
-        # allocated_ids per resource and the sorted healthy IDs, until the pods or the lists change.
+        # allocated_ids per resource until the pods change; the free (healthy, unallocated) IDs per
+        # resource in sorted order, patched by every allocation and release, rebuilt after a new list.
         self._allocated_cache: dict[str, frozenset[str]] = {}
-        self._sorted_healthy: dict[str, list[str]] = {}
+        self._free_sorted: dict[str, list[str]] = {}
 
     def _pods_changed(self) -> None:
         self.pod_generation += 1
         self._allocated_cache.clear()
 
     def _changed(self) -> None:
-        self._sorted_healthy.clear()
+        self._free_sorted.clear()
         if self.on_change is not None:
             self.on_change()
 
@@ -328,14 +330,39 @@ class DeviceManager:
         if not self._finished:
             return []
         released = sorted(k for k in self._finished if k in self._pod_devices)
+        freed: dict[str, list[str]] = {}
         for key in released:
-            del self._pod_devices[key]
+            for per_res in self._pod_devices.pop(key).values():
+                for resource, ids in per_res.items():
+                    freed.setdefault(resource, []).extend(ids)
         for key in list(self._finished):
             self._pods.pop(key, None)
         if self._finished:
             self._pods_changed()
         self._finished.clear()
+        for resource, ids in freed.items():
+            self._return_free(resource, ids)
         return released
+
+    def _return_free(self, resource: str, ids: Iterable[str]) -> None:
+        """Put released devices back into the sorted free list (if it is kept and they are free)."""
+        free = self._free_sorted.get(resource)
+        if free is None:
+            return
+        healthy, allocated = self._resources[resource].healthy, self.allocated_ids(resource)
+        for device in ids:
+            if device in healthy and device not in allocated:
+                at = bisect_left(free, device)
+                if at == len(free) or free[at] != device:
+                    free.insert(at, device)
+
+    def free_sorted(self, resource: str) -> list[str]:
+        """Healthy devices no pod holds, sorted (do not modify the list)."""
+        free = self._free_sorted.get(resource)
+        if free is None:
+            healthy = self._resources[resource].healthy
+            free = self._free_sorted[resource] = sorted(healthy - self.allocated_ids(resource))
+        return free
 
     def _check_held(self, pod: PodRef, container: str, resource: str, count: int) -> list[str] | None:
         held = self._pod_devices.get(pod.key, {}).get(container, {}).get(resource)
@@ -382,35 +409,43 @@ class DeviceManager:
             return list(held or ())
         if count == 0:
             return []
-        healthy = self._check_health(resource, held, now)
+        self._check_health(resource, held, now)
         if held is not None:
             return list(held)
-        available = healthy - self.allocated_ids(resource)
+        # The free devices, sorted only so that a seed gives the same run in every process (set order
+        # varies); kept sorted from one allocation to the next instead of sorted for each.
+        available = self.free_sorted(resource)
         if len(available) < count:
             raise AllocationError(
                 f"requested number of devices unavailable for {resource}. "
                 f"Requested: {count}, Available: {len(available)}"
             )
-        chosen = [i for i in dict.fromkeys(preferred or ()) if i in available][:count]
-        # Sorted first only so that a seed gives the same run in every process (set order varies);
-        # the healthy IDs are sorted once per device list, not once per allocation.
+        if not preferred:
+            return self.rng.sample(available, count)
+        free = set(available)
+        chosen = [i for i in dict.fromkeys(preferred) if i in free][:count]
         taken = set(chosen)
-        rest = [i for i in self._healthy_sorted(resource) if i in available and i not in taken]
+        rest = [i for i in available if i not in taken]
         return chosen + self.rng.sample(rest, count - len(chosen))
-
-    def _healthy_sorted(self, resource: str) -> list[str]:
-        cached = self._sorted_healthy.get(resource)
-        if cached is None:
-            cached = self._sorted_healthy[resource] = sorted(self._resources[resource].healthy)
-        return cached
 
     def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
         """The plugin's Allocate succeeded: remember the container's devices (the checkpoint)."""
         self._pods[pod.key] = pod
         self._finished.discard(pod.key)
         ids = list(device_ids)
-        self._pod_devices.setdefault(pod.key, {}).setdefault(container, {})[resource] = ids
+        per_container = self._pod_devices.setdefault(pod.key, {}).setdefault(container, {})
+        replaced = per_container.get(resource)
+        per_container[resource] = ids
         self._pods_changed()
+        free = self._free_sorted.get(resource)
+        if free is not None:
+            if replaced is not None:
+                del self._free_sorted[resource]  # what the container held before may be free again
+                return
+            for device in ids:
+                at = bisect_left(free, device)
+                if at < len(free) and free[at] == device:
+                    del free[at]
 
     def allocate(
         self,
