@@ -91,7 +91,7 @@ def _register_sweep(subparsers: Any) -> None:
         "--engine", choices=ENGINES, default="process", help="where the runs go (default: %(default)s, this machine)"
     )
     parser.add_argument("--workers", type=int, help="processes or CPUs to use (default: the CPUs available here)")
-    parser.add_argument("--address", help="ray/dask: the cluster to use (default: start a local one)")
+    parser.add_argument("--address", help="dask: the scheduler to use, tcp://host:8786 (default: start a local one)")
     parser.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     parser.add_argument("--out", help="directory for sweep.json and sweep.txt")
     parser.add_argument("--quiet", action="store_true", help="nothing on stderr")

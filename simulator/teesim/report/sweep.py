@@ -10,7 +10,7 @@ Tasks run on an *engine*, never a scheduler of our own:
 
 * ``serial``: in this process, one after the other;
 * ``process`` (default): ``concurrent.futures.ProcessPoolExecutor`` on this machine's cores;
-* ``ray`` / ``dask``: a cluster through Ray or Dask (optional extras, :mod:`teesim.report.engines`).
+* ``dask``: a Dask cluster, or a local one (the optional extra ``dask``, :mod:`teesim.report.engines`).
 
 A task carries the scenario's parsed YAML, seed and strategy name, not a path, so a worker on
 another machine needs only the ``teesim`` package. The report is the same whatever the engine and

@@ -105,7 +105,7 @@ def test_make_engine_refuses_what_it_cannot_do() -> None:
         make_engine("slurm")
     with pytest.raises(ValueError, match="workers must be >= 1"):
         make_engine("process", 0)
-    with pytest.raises(ValueError, match="--address is for the ray and dask engines"):
+    with pytest.raises(ValueError, match="--address is for the dask engine"):
         make_engine("process", 2, "127.0.0.1:6379")
     assert make_engine("serial", 8)[1] == 1
 
