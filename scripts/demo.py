@@ -4,7 +4,7 @@
 1. builds a host-shaped tree for a TDX node (kernel 6.16+ profile, 63 TDX keys, 12 in use) with teesim;
 2. runs ansible-playbook: the roles' plan for the node (rendered MachineConfigs), then this collection's
    modules read and validate the node's capacity through `host_root`;
-3. runs a short teesim scenario comparing the four key-tracking strategies and writes its report.
+3. runs a short teesim scenario comparing the key-tracking strategies (double pool first) and writes its report.
 """
 
 from __future__ import annotations

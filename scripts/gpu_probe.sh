@@ -1,66 +1,61 @@
 #!/usr/bin/env bash
 # Run confidential.tee's pure host/GPU parsers against the live machine and print the facts as JSON.
 #
-# Needs only bash, python3 (3.7+) and, for the GPU part, nvidia-smi: no Ansible, no virtualenv. The
-# parser file is imported by path, so this checks exactly the code the tee_host_info module ships.
+# Needs only bash, python3 (3.9+) and, for the GPU part, nvidia-smi: no Ansible, no virtualenv. The
+# module_utils of this checkout are imported (through teesim._collection, stdlib only), so this checks
+# exactly the code the tee_host_info module ships.
 #
 # usage: scripts/gpu_probe.sh [RAW_DIR]
 #   RAW_DIR         also save each nvidia-smi command's raw stdout/stderr/rc there (for new fixtures)
 #   NVIDIA_SMI      nvidia-smi to run (default: the one on PATH)
 #   GPU_TIMEOUT     seconds per nvidia-smi command (default 20)
 #   HOST_ROOT       host tree to read (default /)
-#   HOST_FACTS_PY   parser file (default: plugins/module_utils/host_facts.py next to this script)
 #
 # Exit status: 0 facts printed and the self-checks passed; 1 a self-check failed (facts still printed);
-# 2 nvidia-smi not found (host facts still printed); 3 python3 or the parser file missing.
+# 2 nvidia-smi not found (host facts still printed); 3 python3 or the checkout's parsers missing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-host_facts="${HOST_FACTS_PY:-$here/../plugins/module_utils/host_facts.py}"
+repo="$(cd "$here/.." && pwd)"
 raw_dir="${1:-}"
 
 if ! command -v python3 >/dev/null 2>&1; then
     echo "gpu_probe: python3 not found on PATH" >&2
     exit 3
 fi
-if [[ ! -f "$host_facts" ]]; then
-    echo "gpu_probe: parser not found at $host_facts (set HOST_FACTS_PY)" >&2
+if [[ ! -f "$repo/plugins/module_utils/host_facts.py" || ! -f "$repo/simulator/teesim/_collection.py" ]]; then
+    echo "gpu_probe: $repo is not a confidential.tee checkout (plugins/module_utils, simulator/teesim)" >&2
     exit 3
 fi
 if [[ -n "$raw_dir" ]]; then
     mkdir -p "$raw_dir"
 fi
 
-exec python3 - "$host_facts" "${NVIDIA_SMI:-}" "${GPU_TIMEOUT:-20}" "${HOST_ROOT:-/}" "$raw_dir" <<'PY'
-import importlib.util
+exec python3 - "$repo" "${NVIDIA_SMI:-}" "${GPU_TIMEOUT:-20}" "${HOST_ROOT:-/}" "$raw_dir" <<'PY'
 import json
 import os
 import shutil
-import subprocess
 import sys
 
-host_facts_py, nvidia_smi, timeout, host_root, raw_dir = sys.argv[1:6]
-spec = importlib.util.spec_from_file_location("host_facts", host_facts_py)
-hf = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(hf)
+repo, nvidia_smi, timeout, host_root, raw_dir = sys.argv[1:6]
+sys.path.insert(0, os.path.join(repo, "simulator"))
+from teesim._collection import collection_module  # noqa: E402
 
+hf = collection_module("plugins.module_utils.host_facts")
+gf = collection_module("plugins.module_utils.gpu_facts")
+bounded = gf.bounded_runner(dict(os.environ, LC_ALL="C"))
 raw = {}
 
 
 def run(argv, timeout):
-    """The probe's runner: subprocess with a hard timeout (rc 124 like coreutils' timeout)."""
-    try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              env=dict(os.environ, LC_ALL="C"))
-        result = (done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"))
-    except subprocess.TimeoutExpired:
-        result = (124, "", "killed after %ss" % timeout)
-    raw[" ".join(argv[1:])] = result
-    return result
+    """The module's own bounded runner, recording what each command printed."""
+    rc, out, err, truncated = bounded(argv, timeout)
+    raw[" ".join(argv[1:])] = (rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+    return rc, out, err, truncated
 
 
 nvidia_smi = nvidia_smi or shutil.which("nvidia-smi") or ""
-gpu = hf.probe_gpu(nvidia_smi, run, int(timeout)) if nvidia_smi else None
+gpu = gf.probe_gpu(nvidia_smi, run, int(timeout)) if nvidia_smi else None
 facts = hf.gather_host_facts(host_root, gpu=gpu)
 if not nvidia_smi:
     facts["gpu"]["reasons"].append("nvidia-smi not found on PATH (set NVIDIA_SMI)")

@@ -33,6 +33,10 @@ ZERO_CAPACITY_HINTS = {
 }
 
 
+def _problems(state: MiscState, filename: str) -> list[str]:
+    return [issue.describe() for issue in state.issues if issue.path.rsplit("/", 1)[-1] == filename]
+
+
 @dataclass
 class CheckResult:
     name: str
@@ -87,24 +91,39 @@ def evaluate(
         )
         return report
 
-    entry = state.resource(name)
+    entry = state.entry(name)
     where = layout.directory
-    file_problems = [issue.describe() for issue in state.issues]
-    capacity = 0 if entry is None else entry.capacity
+    capacity = entry.capacity
     if capacity is None:
         report.add(
             "capacity_readable",
             False,
-            f"cannot read the {label} capacity in {where}/misc.capacity: "
-            + "; ".join(file_problems or ["value unknown"]),
+            f"the {label} capacity in {where}/misc.capacity is unknown, so no check can pass: "
+            + "; ".join(_problems(state, "misc.capacity") or ["no usable value"])
+            + ". Fix or remount the file; a kernel writes it as '<name> <count>' lines",
         )
         return report
     report.capacity = capacity
-    if entry is not None:
-        report.current = entry.current
-        report.free = entry.free
-        report.current_is_lower_bound = entry.current_is_lower_bound
+    report.current = entry.current
+    report.free = entry.free
+    report.current_is_lower_bound = entry.current_is_lower_bound
 
+    _capacity_checks(report, label, where, min_capacity, expected_capacity)
+    wants_usage = min_free is not None or max_utilization is not None
+    if wants_usage and entry.current is None:
+        report.add(
+            "usage_readable",
+            False,
+            f"the {label} usage in {where}/misc.current is unknown, so free keys cannot be counted: "
+            + "; ".join(_problems(state, "misc.current") or ["no usable value"]),
+        )
+        return report
+    _usage_checks(report, label, where, min_free, max_utilization)
+    return report
+
+
+def _capacity_checks(report: CheckReport, label: str, where: str, min_capacity: int, expected_capacity) -> None:
+    name, capacity = report.resource, report.capacity
     if capacity < min_capacity:
         hint = (
             ZERO_CAPACITY_HINTS.get(name, "the kernel reports no capacity for it")
@@ -133,16 +152,9 @@ def evaluate(
             ),
         )
 
-    wants_usage = min_free is not None or max_utilization is not None
-    if wants_usage and (entry is None or entry.current is None) and capacity > 0:
-        report.add(
-            "usage_readable",
-            False,
-            f"cannot read {label} usage in {where}/misc.current: " + "; ".join(file_problems or ["value unknown"]),
-        )
-        return report
-    current = 0 if entry is None else entry.current
-    free = 0 if entry is None else entry.free
+
+def _usage_checks(report: CheckReport, label: str, where: str, min_free, max_utilization) -> None:
+    capacity, current, free = report.capacity, report.current, report.free
     bound = (
         " (usage is a lower bound summed from child cgroups on this kernel, so free keys may be fewer)"
         if report.current_is_lower_bound
@@ -173,4 +185,3 @@ def evaluate(
                 f"{max_utilization}%{bound}: the node is close to running out of TEE keys."
             ),
         )
-    return report

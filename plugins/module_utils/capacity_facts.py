@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import (
     KNOWN_RESOURCES,
     RESOURCE_ALIASES,
+    MiscState,
     ResourceState,
     canonical_resource,
     read_misc_state,
@@ -17,6 +18,17 @@ CONSUMERS = {
     "sev": ["SEV guests"],
     "sev_es": ["SEV-ES guests", "SEV-SNP guests"],
 }
+
+
+def unknown_reasons(state: MiscState, entry: ResourceState) -> list[str]:
+    """Why a value of ``entry`` is ``None``: the problems of the files it comes from (empty when known)."""
+    reasons = []
+    for value, files in ((entry.capacity, ("misc.capacity",)), (entry.current, ("misc.current",))):
+        if value is not None:
+            continue
+        found = [issue.describe() for issue in state.issues if issue.path.rsplit("/", 1)[-1] in files]
+        reasons += found or [f"{files[0]} gives no usable value for {entry.name}"]
+    return list(dict.fromkeys(reasons))
 
 
 def capacity_facts(
@@ -32,11 +44,10 @@ def capacity_facts(
     reported = {}
     if layout.present:
         for name in wanted:
-            entry = state.resources.get(name)
-            if entry is None:
-                # The kernel omits capacity-0 resources; nobody can have charged one, so usage is 0 too.
-                entry = ResourceState(name=name, capacity=0, current=0, current_source=state.usage_source, peak=None)
-            reported[name] = dict(entry.as_dict(), consumers=CONSUMERS.get(name, []))
+            entry = state.entry(name)
+            reported[name] = dict(
+                entry.as_dict(), consumers=CONSUMERS.get(name, []), unknown=unknown_reasons(state, entry)
+            )
     result = {
         "misc_controller": {
             "present": layout.present,

@@ -18,25 +18,38 @@ description:
     Fedora/RHEL BLS entries are changed with C(grubby --update-kernel=ALL --args/--remove-args).
     kernel-install hosts get C(/etc/kernel/cmdline) edited. ostree hosts get C(rpm-ostree kargs).
   - Anything else fails with a message naming what was found.
+  - Arguments are split and compared the way the kernel does (C(lib/cmdline.c) C(next_arg), C(parameq)).
+    Quotes group words, C(-) and C(_) are the same in names (C(kvm-intel.tdx) is C(kvm_intel.tdx)).
   - A C(present) argument makes its name single-valued, replacing a different value of the same name.
-    Names of module parameters (with a dot) compare C(-) and C(_) alike, as the kernel does.
   - Arguments after a bare C(--) belong to init and are never touched.
-  - Files are backed up before they change and written atomically. Commands run only when something
-    changes and never in check mode. With a I(host_root) other than C(/) they run through C(chroot).
+  - GRUB's files are shell. The effective command line is determined by running C(/bin/sh) over them with
+    the sourcing loop of C(grub-mkconfig), in a clean environment and with a time limit, never by imitating
+    a shell. Every planned change is evaluated the same way before anything is written; a request the files
+    would not honour (a later file replacing the variable, an argument produced by shell code) fails with
+    a message naming the file, and nothing is written.
+  - After writing, the configuration is read back (and re-evaluated for GRUB; entries re-read after
+    C(grubby)); if it is not what was planned, the files are restored and the task fails.
+  - Files are backed up before they change and written atomically through symbolic links (the link stays,
+    its target changes; absolute targets are resolved inside O(host_root)). Bytes that are not UTF-8 are
+    preserved. Commands run only when something changes and never in check mode. With a O(host_root) other
+    than C(/) they run through C(chroot).
+  - A BLS entry with more than one C(options) line is refused. systemd-boot joins them and GRUB's blscfg reads
+    one, so the effective command line would depend on the loader.
 extends_documentation_fragment:
   - confidential.tee.host_root
 options:
   present:
     description:
-      - Arguments that must be on the configured command line, as C(name) or C(name=value).
-    type: list
-    elements: str
+      - Arguments that must be on the configured command line, as C(name) or C(name=value), in a list of strings.
+      - A single string is refused rather than split on commas, because commas belong inside kernel
+        arguments (C(iommu=pt,nomerge), C(console=ttyS0,115200n8)).
+    type: raw
     default: []
   absent:
     description:
-      - Arguments to remove. C(name) removes every value of that name, C(name=value) only that value.
-    type: list
-    elements: str
+      - Arguments to remove, as a list of strings. C(name) removes every value of that name, C(name=value) only
+        that value (compared as the kernel compares it, whatever the spelling on the line).
+    type: raw
     default: []
   name:
     description:
@@ -102,12 +115,24 @@ configured:
   type: list
   elements: str
   sample: [quiet, kvm_intel.tdx=1, nohibernate]
+configured_facts:
+  description:
+    - What the kernel will make of the configured arguments, as M(confidential.tee.tee_host_info) reports the
+      running ones (C(host.cmdline) there), such as C(nohibernate), C(kvm_intel_tdx), C(iommu.passthrough) with the
+      arguments that decide it, C(iommu_passthrough_remedy) and so on, plus C(verdict) (C(tdx.ready),
+      C(tdx.reasons), C(snp.ready), C(snp.reasons), C(problems)). Roles decide from these facts.
+  returned: always
+  type: dict
+  sample: {"nohibernate": true, "kvm_intel_tdx": true, "iommu_pt": false,
+           "iommu": {"passthrough": null, "passthrough_args": []}}
 running:
-  description: Arguments of the running kernel (C(/proc/cmdline)); null when that file is missing.
+  description:
+    - The arguments of the running kernel (C(/proc/cmdline)) whose names this task manages; null when that
+      file is missing. The rest of the running line is not returned (it may carry credentials).
   returned: always
   type: list
   elements: str
-  sample: [BOOT_IMAGE=/vmlinuz, root=/dev/sda1, ro, quiet]
+  sample: [kvm_intel.tdx=0]
 reboot_required:
   description: True when the running kernel does not yet have what was requested.
   returned: always
@@ -140,10 +165,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.kernel_cmdline import (
     CmdlineError,
     Executor,
+    managed_running,
     plan,
     reboot_required,
     running_cmdline,
+    verify,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.readiness import describe_cmdline
+from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text, list_of_strings_problem
 
 
 def _diffs(result_plan, host_root):
@@ -151,8 +180,8 @@ def _diffs(result_plan, host_root):
         {
             "before_header": f"kernel arguments ({result_plan.source})",
             "after_header": f"kernel arguments ({result_plan.source})",
-            "before": "".join(f"{raw}\n" for raw in result_plan.before),
-            "after": "".join(f"{raw}\n" for raw in result_plan.configured),
+            "before": "".join(f"{display_text(raw)}\n" for raw in result_plan.before),
+            "after": "".join(f"{display_text(raw)}\n" for raw in result_plan.configured),
         }
     ]
     for action in result_plan.actions:
@@ -161,8 +190,8 @@ def _diffs(result_plan, host_root):
                 {
                     "before_header": os.path.join(host_root, action.path.lstrip("/")),
                     "after_header": os.path.join(host_root, action.path.lstrip("/")),
-                    "before": action.before or "",
-                    "after": action.content or "",
+                    "before": display_text(action.before) or "",
+                    "after": display_text(action.content) or "",
                 }
             )
     return diffs
@@ -172,8 +201,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             host_root=dict(type="path", default="/"),
-            present=dict(type="list", elements="str", default=[]),
-            absent=dict(type="list", elements="str", default=[]),
+            present=dict(type="raw", default=[]),
+            absent=dict(type="raw", default=[]),
             name=dict(type="str", default="confidential-tee"),
             boot_setup=dict(type="str", default="auto", choices=["auto", "grub", "bls", "kernel_install", "ostree"]),
             backup=dict(type="bool", default=True),
@@ -181,6 +210,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    for option in ("present", "absent"):
+        problem = list_of_strings_problem(option, params[option])
+        if problem:
+            module.fail_json(msg=problem)
     host_root = params["host_root"]
     if not os.path.isdir(host_root):
         module.fail_json(msg=f"host_root {host_root} is not a directory; point it at the host's root filesystem")
@@ -191,15 +224,20 @@ def main():
     executor = Executor(host_root, module.check_mode, run, backup=params["backup"])
     try:
         result_plan = plan(host_root, params["present"], params["absent"], params["name"], params["boot_setup"])
+        # Everything shown to the user is prepared before the first write: presentation never fails a change.
+        diff = _diffs(result_plan, host_root) if module._diff else None
         for action in result_plan.actions:
             executor.apply(action)
+        verify(result_plan, executor)
         running = running_cmdline(host_root)
         needs_reboot = reboot_required(running, params["present"], params["absent"])
     except CmdlineError as exc:
-        module.fail_json(msg=str(exc), actions=executor.done, backups=executor.backups)
+        module.fail_json(msg=display_text(str(exc)), actions=executor.done, backups=executor.backups)
     except OSError as exc:
         module.fail_json(
-            msg=f"kernel_cmdline could not complete: {exc}; the actions recorded so far show how far it got",
+            msg=display_text(
+                f"kernel_cmdline could not complete: {exc}; the actions recorded so far show how far it got"
+            ),
             actions=executor.done,
             backups=executor.backups,
             exception=traceback.format_exc(),
@@ -209,16 +247,17 @@ def main():
         changed=result_plan.changed,
         setup=result_plan.setup,
         source=result_plan.source,
-        configured=result_plan.configured,
-        running=running,
+        configured=[display_text(raw) for raw in result_plan.configured],
+        configured_facts=describe_cmdline(display_text(" ".join(result_plan.configured)), result_plan.source),
+        running=managed_running(running, params["present"], params["absent"]),
         reboot_required=needs_reboot,
         actions=executor.done,
         backups=executor.backups,
     )
-    if module._diff:
-        result["diff"] = _diffs(result_plan, host_root)
+    if diff is not None:
+        result["diff"] = diff
     for warning in result_plan.warnings:
-        module.warn(warning)
+        module.warn(display_text(warning))
     module.exit_json(**result)
 
 

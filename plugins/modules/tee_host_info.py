@@ -64,8 +64,10 @@ options:
     default: false
 notes:
   - Also sets the fact C(tee_host) to the same value as RV(host).
-  - The timeout uses the C(timeout) command from coreutils when it is installed; without it, the
-    commands run without a time limit.
+  - C(nvidia-smi) runs with a time limit (O(gpu_timeout)) and its output is bounded to 4 MiB; bytes that are
+    not UTF-8 are replaced, never an error.
+  - Files are read through the collection's host reader, under O(host_root), with symbolic links resolved
+    inside O(host_root); FIFOs and devices are never opened, and reads are bounded.
 seealso:
   - module: confidential.tee.tee_capacity_info
   - module: confidential.tee.tee_capacity_check
@@ -169,16 +171,39 @@ host:
           description: C(loaded) and the C(sev), C(sev_es), C(sev_snp) parameters of C(kvm_amd).
           type: dict
           sample: {"loaded": true, "sev": true, "sev_es": true, "sev_snp": true}
+    boot:
+      description:
+        - The post-boot verdict for this CPU's TEE (TDX on Intel, SEV-SNP on AMD), as the host roles'
+          verification and C(confidential.tee.verify_node) use it. C(ok), C(vendor), C(technology) and
+          C(reasons) (the blocking reasons of RV(host.tdx) or RV(host.snp); empty when C(ok)).
+      type: dict
+      sample: {"ok": false, "vendor": amd, "technology": SEV-SNP,
+               "reasons": ["the IOMMU default domain is passthrough (iommu=pt), ..."]}
+    tee_vendor:
+      description:
+        - V(intel) or V(amd) from the CPU's C(vendor_id), V(null) for any other CPU or an unreadable cpuinfo.
+          Roles and playbooks choose TDX or SEV-SNP from this fact.
+      type: str
+      sample: intel
     cmdline:
       description:
-        - TEE and IOMMU parameters of C(/proc/cmdline), parsed with the kernel's rules. Only the relevant
-          parameters are returned, never the whole line.
+        - What the kernel made of C(/proc/cmdline), following its own tokenizer and parameter handlers
+          (quotes, C(-) and C(_) alike in names, every occurrence of early parameters processed in order,
+          comma-separated C(iommu=) options, C(nohibernate) or C(hibernate=no)). Only the relevant arguments
+          are returned (C(args)), never the whole line, which may carry credentials.
         - C(kvm_intel_tdx), C(kvm_amd_sev), C(kvm_amd_sev_es), C(kvm_amd_sev_snp) and C(mem_encrypt) are
-          V(null) when the parameter is absent.
+          V(null) when the parameter is absent or its value is not a boolean the kernel accepts (then
+          C(problems) says so). Every value is V(null) when the file could not be read.
+        - C(iommu.passthrough) is V(true)/V(false) when the command line decides the IOMMU default domain and
+          V(null) when the kernel's build default applies; C(iommu.passthrough_args) lists the arguments that
+          decided it. C(iommu_passthrough_remedy) gives the C(present)/C(absent) lists for
+          M(confidential.tee.kernel_cmdline) that turn passthrough off while keeping the other C(iommu=) options.
       type: dict
       sample:
         readable: true
+        source: /proc/cmdline
         nohibernate: true
+        nohibernate_args: [nohibernate]
         kvm_intel_tdx: true
         kvm_amd_sev: null
         kvm_amd_sev_es: null
@@ -186,18 +211,43 @@ host:
         intel_iommu_on: true
         iommu_off: false
         iommu_pt: true
+        iommu: {"passthrough": true, "passthrough_args": ["iommu=pt,nomerge"], "disabled": false,
+                "disabled_args": [], "intel_iommu_on": true, "amd_pgtable_v2": false}
+        iommu_passthrough_remedy: {"needed": true, "present": ["iommu=nomerge"], "absent": ["iommu=pt,nomerge"]}
         mem_encrypt: null
-        params: {"nohibernate": null, "kvm_intel.tdx": "1", "intel_iommu": "on", "iommu": "pt"}
+        args: [nohibernate, kvm_intel.tdx=1, intel_iommu=on, "iommu=pt,nomerge"]
+        init_args_present: false
+        problems: []
     devices:
       description: Whether C(/dev/sev), C(/dev/sgx_enclave), C(/dev/sgx_provision), C(/dev/vhost-vsock)
         and C(/dev/vsock) exist.
       type: dict
       sample: {"sev": false, "sgx_enclave": true, "sgx_provision": true, "vhost_vsock": true, "vsock": true}
     iommu:
-      description: IOMMU groups in C(/sys/kernel/iommu_groups) and the IOMMU command-line parameters.
+      description:
+        - IOMMU groups in C(/sys/kernel/iommu_groups), the domain types they use (C(group_types), from each
+          group's C(type) file; C(identity) is passthrough), the command-line parameters, and the verdict
+          C(enabled), C(passthrough) (the running kernel's groups first, else the command line; V(null) when
+          unknown), C(ready) and C(reasons).
       type: dict
-      sample: {"groups": 112, "enabled": true, "cmdline_intel_iommu_on": true, "cmdline_iommu_pt": true,
-               "cmdline_iommu_off": false}
+      sample: {"groups": 112, "enabled": true, "group_types": {"DMA-FQ": 112}, "default_domain": DMA-FQ,
+               "passthrough": false, "cmdline_intel_iommu_on": true, "cmdline_iommu_pt": false,
+               "cmdline_iommu_off": false, "ready": true, "reasons": []}
+    pci:
+      description:
+        - PCI functions from C(/sys/bus/pci/devices) with C(bdf), C(vendor), C(device), C(class) (C(0xCCSS), the
+          base class and subclass), the bound C(driver) and the C(iommu_group), each V(null) when unknown.
+          C(readable) is V(false) when the directory could not be listed.
+      type: dict
+      sample: {"readable": true, "devices": [{"bdf": "0000:17:00.0", "vendor": "0x10de", "device": "0x2330",
+               "class": "0x0302", "driver": vfio-pci, "iommu_group": "31"}]}
+    power:
+      description:
+        - C(hibernation_available) is whether C(/sys/power/state) offers C(disk) (the kernel refuses to
+          initialise TDX while it does), C(states) the listed states, C(lockdown) the active kernel lockdown
+          level from C(/sys/kernel/security/lockdown). V(null) where the file is absent or unreadable.
+      type: dict
+      sample: {"states": [freeze, mem], "hibernation_available": false, "lockdown": none}
     vsock:
       description: Whether C(/dev/vhost-vsock) (VM host side) and C(/dev/vsock) exist.
       type: dict
@@ -288,35 +338,21 @@ host:
         resources:
           tdx: {"name": tdx, "capacity": 63, "current": 2, "free": 61}
     warnings:
-      description: Files that could not be read or parsed, and C(nvidia-smi) commands that failed, each
-        with C(path) and C(problem). They are also emitted as module warnings.
+      description: Files that could not be read or parsed (FIFOs and devices are refused unopened), and
+        C(nvidia-smi) commands that failed, each with C(path), C(problem), C(line_number) and C(line) (both
+        V(null) unless a line is at fault). They are also emitted as module warnings.
       type: list
       elements: dict
-      sample: [{"path": "/proc/cpuinfo", "problem": "unreadable: Permission denied"}]
+      sample: [{"path": "/proc/cpuinfo", "problem": "unreadable: Permission denied", "line_number": null,
+                "line": null}]
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
-from ansible_collections.confidential.tee.plugins.module_utils.host_facts import (
-    HostRootError,
-    empty_gpu,
-    gather_host_facts,
-    probe_gpu,
-)
-
-
-def _runner(module):
-    """``run(argv, timeout)`` for :func:`probe_gpu`: run_command has no timeout, coreutils does."""
-    timeout_bin = module.get_bin_path("timeout")
-
-    def run(argv, timeout):
-        if timeout_bin:
-            argv = [timeout_bin, "--kill-after=5", str(timeout), *argv]
-        return module.run_command(argv, environ_update={"LC_ALL": "C"})
-
-    return run
+from ansible_collections.confidential.tee.plugins.module_utils.gpu_facts import bounded_runner, empty_gpu, probe_gpu
+from ansible_collections.confidential.tee.plugins.module_utils.host_facts import HostRootError, gather_host_facts
 
 
 def _gpu_facts(module, host_root):
@@ -341,7 +377,8 @@ def _gpu_facts(module, host_root):
         path = module.get_bin_path("nvidia-smi")
         if not path:
             return empty_gpu("nvidia-smi not found on PATH: no NVIDIA driver installed on this host"), []
-    return probe_gpu(path, _runner(module), params["gpu_timeout"])
+    # Bytes in, bounded, with a time limit: nvidia-smi's output never breaks the module's JSON.
+    return probe_gpu(path, bounded_runner(dict(os.environ, LC_ALL="C")), params["gpu_timeout"])
 
 
 def main():

@@ -1,47 +1,54 @@
-"""The collection's pure misc-cgroup parser, imported (never copied) for the simulator.
+"""The collection's pure module_utils, imported (never copied) for the simulator and the scripts.
 
 ``teesim`` renders kernel files and the Ansible collection parses them; both must agree byte for byte,
 so the simulator reads its own output back through the very parser the modules use. The collection is
 imported as ``ansible_collections.confidential.tee`` when it is on ``sys.path`` (``make collection``
-links it); otherwise the file is loaded by path from the checkout this package lives in.
+links it); otherwise that package name is pointed at the checkout this package lives in, so that the
+module_utils' own ``ansible_collections...`` imports of each other keep working.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
-_MODULE_NAME = "ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup"
-_FALLBACK_NAME = "teesim._misc_cgroup_from_checkout"
-_CHECKOUT_FILE = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "misc_cgroup.py"
+PACKAGE = "ansible_collections.confidential.tee"
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
-def _load() -> ModuleType:
-    try:
-        return importlib.import_module(_MODULE_NAME)
-    except ImportError:
-        pass
-    if _FALLBACK_NAME in sys.modules:
-        return sys.modules[_FALLBACK_NAME]
-    if not _CHECKOUT_FILE.is_file():
-        raise ImportError(
-            f"cannot import {_MODULE_NAME} and {_CHECKOUT_FILE} does not exist: install the "
-            "confidential.tee collection or run teesim from a checkout of it"
-        )
-    spec = importlib.util.spec_from_file_location(_FALLBACK_NAME, _CHECKOUT_FILE)
-    if spec is None or spec.loader is None:  # pragma: no cover - only for a broken Python install
-        raise ImportError(f"cannot load {_CHECKOUT_FILE}")
-    module = importlib.util.module_from_spec(spec)
-    # Registered before exec so the dataclasses inside can resolve their own module.
-    sys.modules[_FALLBACK_NAME] = module
-    spec.loader.exec_module(module)
+def _namespace(name: str, path: list[str]) -> ModuleType:
+    module = ModuleType(name)
+    module.__path__ = path  # a package: submodules are found on this path
     return module
 
 
-misc_cgroup: ModuleType = _load()
+def _register_checkout() -> None:
+    if not (CHECKOUT / "plugins" / "module_utils").is_dir():
+        raise ImportError(
+            f"cannot import {PACKAGE} and {CHECKOUT} is not a checkout of it: install the "
+            "confidential.tee collection or run from a checkout"
+        )
+    for parent in ("ansible_collections", "ansible_collections.confidential"):
+        try:
+            importlib.import_module(parent)
+        except ImportError:
+            sys.modules[parent] = _namespace(parent, [])
+    sys.modules[PACKAGE] = _namespace(PACKAGE, [str(CHECKOUT)])
+
+
+def collection_module(name: str) -> ModuleType:
+    """``collection_module("plugins.module_utils.misc_cgroup")``: installed collection first, else this checkout."""
+    full = f"{PACKAGE}.{name}"
+    try:
+        return importlib.import_module(full)
+    except ImportError:
+        _register_checkout()
+        return importlib.import_module(full)
+
+
+misc_cgroup: ModuleType = collection_module("plugins.module_utils.misc_cgroup")
 
 KNOWN_RESOURCES: tuple[str, ...] = misc_cgroup.KNOWN_RESOURCES
 U64_MAX: int = misc_cgroup.U64_MAX
@@ -55,6 +62,7 @@ __all__ = [
     "KNOWN_RESOURCES",
     "U64_MAX",
     "canonical_resource",
+    "collection_module",
     "locate_misc",
     "misc_cgroup",
     "parse_misc_text",

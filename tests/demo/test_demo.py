@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from teesim.strategies import STRATEGIES
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def test_demo_succeeds_and_reports_capacity(demo):
     assert "tdx: capacity 63, in use 12 (root), free 51, peak 12" in text
     assert "tdx: 51 of 63 keys free >= 1" in text
     assert "failed=0" in text
-    assert "tdx_ready: true" in text
+    assert "tee: TDX" in text and "ready: true" in text
     # The roles' plan comes first: the TDX MachineConfig with its kernel arguments.
     assert text.index("kvm_intel.tdx=1") < text.index("tdx: capacity 63")
     assert (out / "manifests" / "99-worker-confidential-tee-tdx.yaml").is_file()
@@ -47,6 +48,7 @@ def test_demo_succeeds_and_reports_capacity(demo):
 def test_demo_writes_the_simulation_report(demo):
     completed, out = demo
     report = json.loads((out / "report" / "report.json").read_text())
-    assert set(report["strategies"]) == {"kubevirt-static", "nfd-shared", "reconciling", "secure-guest-resources"}
+    assert set(report["strategies"]) == set(STRATEGIES)
+    assert "double-pool (baseline)" in completed.stdout
     assert "failed launches (EBUSY)" in completed.stdout  # the comparison table
     assert list((out / "report").glob("timeline-*.png"))

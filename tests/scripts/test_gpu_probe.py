@@ -72,7 +72,9 @@ def test_probe_times_out_a_hanging_command(env):
     assert done.returncode == 0
     assert {
         "path": facts["gpu"]["nvidia_smi"] + " conf-compute -grs",
-        "problem": "exit code 124: timed out (killed after 1s)",
+        "problem": "timed out: killed after gpu_timeout seconds without finishing",
+        "line_number": None,
+        "line": None,
     } in facts["warnings"]
     assert facts["gpu"]["ready_state"] == "not-ready"  # falls back to conf-compute -q's answer
 

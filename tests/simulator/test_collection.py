@@ -1,12 +1,26 @@
-"""teesim._collection imports the collection's parser, or loads the checkout's file by path."""
+"""teesim._collection imports the collection's module_utils, installed or straight from the checkout."""
 
 from __future__ import annotations
 
-import importlib
+import subprocess
 import sys
+from pathlib import Path
 
-import pytest
 import teesim._collection as collection
+
+SIMULATOR = Path(__file__).resolve().parents[2] / "simulator"
+
+PROBE = """
+import json, sys
+import teesim._collection as collection
+reader = collection.collection_module("plugins.module_utils.host_reader")
+print(json.dumps({
+    "file": collection.misc_cgroup.__file__,
+    "parsed": collection.parse_misc_text("tdx 3\\n").values,
+    "reader": reader.__name__,
+    "collections_on_path": [p for p in sys.path if p.endswith(".build/collections")],
+}))
+"""
 
 
 def test_uses_the_collections_parser_file() -> None:
@@ -14,15 +28,23 @@ def test_uses_the_collections_parser_file() -> None:
     assert collection.parse_misc_text("tdx 3\n").values == {"tdx": 3}
 
 
-def test_falls_back_to_checkout_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(name: str, *args, **kwargs):
-        if name.startswith("ansible_collections"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
+def test_falls_back_to_the_checkout_without_the_collection_on_sys_path(tmp_path: Path) -> None:
+    # A fresh interpreter that sees only simulator/: the ansible bundle's ansible_collections namespace may
+    # exist in site-packages, confidential.tee does not; the checkout must serve, dependencies included.
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env={"PYTHONPATH": str(SIMULATOR), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    import json
 
-    real_import = importlib.import_module
-    monkeypatch.setattr(importlib, "import_module", refuse)
-    monkeypatch.delitem(sys.modules, collection._FALLBACK_NAME, raising=False)
-    module = collection._load()
-    assert module.__name__ == collection._FALLBACK_NAME
-    assert module.U64_MAX == (1 << 64) - 1
+    seen = json.loads(done.stdout)
+    assert seen["collections_on_path"] == []
+    assert Path(seen["file"]).resolve() == (SIMULATOR.parent / "plugins/module_utils/misc_cgroup.py").resolve()
+    assert seen["parsed"] == {"tdx": 3}
+    assert seen["reader"] == "ansible_collections.confidential.tee.plugins.module_utils.host_reader"

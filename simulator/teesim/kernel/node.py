@@ -6,10 +6,13 @@ Models what the collection's modules and the device plugins read on a real node:
 * ``sys/module/kvm_intel/parameters/tdx`` or ``sys/module/kvm_amd/parameters/{sev,sev_es,sev_snp}``,
 * ``proc/cpuinfo`` (one processor per CPU, with the TEE flags), ``proc/cmdline``,
   ``proc/sys/kernel/osrelease``, ``etc/hostname``,
-* device nodes ``dev/kvm``, ``dev/vhost-vsock`` and, on AMD, ``dev/sev`` as plain (empty) files.
+* device nodes ``dev/kvm``, ``dev/vhost-vsock`` and, on AMD, ``dev/sev`` as plain (empty) files,
+* ``sys/kernel/iommu_groups/<n>/type`` (translated ``DMA-FQ`` domains, as with the IOMMU on and no
+  ``iommu=pt``), ``sys/power/state`` (``disk`` only where the command line leaves hibernation available)
+  and ``sys/kernel/security/lockdown``.
 
 Simplifications: files are static text except the misc files; device nodes are regular files; only one
-CPU model per vendor; no firmware tables, no IOMMU groups.
+CPU model per vendor; no firmware tables; IOMMU groups have no devices.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ _CPU: dict[str, dict[str, str]] = {
         "flags": f"{_BASE_FLAGS} ht syscall nx lm constant_tsc svm sme sev sev_es sev_snp",
     },
 }
+IOMMU_GROUPS = 4
+_POWER_STATE: dict[str, str] = {"intel": "freeze mem", "amd": "freeze mem disk"}  # nohibernate on Intel only
 _CMDLINE: dict[str, str] = {
     "intel": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet kvm_intel.tdx=1 nohibernate",
     "amd": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet mem_encrypt=on kvm_amd.sev=1",
@@ -112,7 +117,11 @@ class Node:
             f"{CGROUP_ROOT}/cgroup.controllers": " ".join(spec.profile.controllers) + "\n",
             "dev/kvm": "",
             "dev/vhost-vsock": "",
+            "sys/power/state": _POWER_STATE[spec.vendor] + "\n",
+            "sys/kernel/security/lockdown": "[none] integrity confidentiality\n",
         }
+        for group in range(IOMMU_GROUPS):
+            files[f"sys/kernel/iommu_groups/{group}/type"] = "DMA-FQ\n"
         if spec.vendor == "intel":
             files["sys/module/kvm_intel/parameters/tdx"] = "Y\n" if capacity.get("tdx") else "N\n"
         else:

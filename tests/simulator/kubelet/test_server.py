@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -168,20 +169,27 @@ def test_pod_list_carries_overhead_for_informer_like_readers(kubelet, plugin):
     assert by_name["virt-launcher-a"]["spec"]["containers"][0]["resources"]["requests"] == {RES: "1"}
 
 
-def test_pre_start_container_is_called_when_the_plugin_asks(kubelet, node_root):
-    service = DevicePluginService(RES, dp.DevicePluginOptions(pre_start_required=True))
-    service.set_devices(_devices(2))
-    server = PluginServer(service, kubelet.dir, "pre.sock")
+@contextlib.contextmanager
+def _registered(kubelet: Kubelet, service: DevicePluginService, socket: str, devices: int) -> Iterator[None]:
+    """Serve ``service`` with ``devices`` devices, register it and wait until the kubelet has them."""
+    service.set_devices(_devices(devices))
+    server = PluginServer(service, kubelet.dir, socket)
     server.serve()
     try:
         server.register()
-        assert kubelet.wait_for(lambda k: _allocatable(k) == 2, WAIT)
+        assert kubelet.wait_for(lambda k: _allocatable(k) == devices, WAIT)
+        yield
+    finally:
+        server.shutdown()
+
+
+def test_pre_start_container_is_called_when_the_plugin_asks(kubelet, node_root):
+    service = DevicePluginService(RES, dp.DevicePluginOptions(pre_start_required=True))
+    with _registered(kubelet, service, "pre.sock", 2):
         vm = PodRef("default", "a")
         kubelet.allocate(vm, "compute", RES, 1)
         assert kubelet.start_container(vm, "compute") == 1
         assert service.pre_starts == service.allocations
-    finally:
-        server.shutdown()
 
 
 def test_pre_start_container_is_skipped_otherwise(kubelet, plugin):
@@ -231,25 +239,19 @@ def test_preferred_allocation_is_asked_for_and_used(kubelet, node_root):
     class Backwards(DevicePluginService):
         def GetPreferredAllocation(self, request, context):
             req = request.container_requests[0]
-            chosen = list(reversed(req.available_deviceIDs))[: req.allocation_size]
+            # Always one device, the last available: short of a request for more.
+            chosen = list(reversed(req.available_deviceIDs))[:1]
             return dp.PreferredAllocationResponse(
                 container_responses=[dp.ContainerPreferredAllocationResponse(deviceIDs=chosen)]
             )
 
     service = Backwards(RES, dp.DevicePluginOptions(get_preferred_allocation_available=True))
-    service.set_devices(_devices(4))
-    server = PluginServer(service, kubelet.dir, "pref.sock")
-    server.serve()
-    try:
-        server.register()
-        assert kubelet.wait_for(lambda k: _allocatable(k) == 4, WAIT)
+    with _registered(kubelet, service, "pref.sock", 4):
         kubelet.allocate(PodRef("default", "a"), "compute", RES, 1)
         assert service.allocations == [["tdx-3"]]
         # A preference naming fewer devices than asked for is topped up by the kubelet.
         kubelet.allocate(PodRef("default", "b"), "compute", RES, 2)
         assert service.allocations[-1][0] == "tdx-2" and len(set(service.allocations[-1])) == 2
-    finally:
-        server.shutdown()
 
 
 def test_stream_break_makes_all_devices_unhealthy(kubelet, plugin):

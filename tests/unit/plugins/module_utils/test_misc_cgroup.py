@@ -199,13 +199,76 @@ class TestReadState:
         tdx = state.resource("tdx")
         assert tdx.capacity == 63 and tdx.current is None and tdx.free is None
         assert tdx.current_source == mc.SOURCE_UNAVAILABLE
-        assert any("cannot read" in issue.problem for issue in state.issues)
+        assert any("unreadable: Permission denied" in issue.problem for issue in state.issues)
 
     def test_capacity_is_a_directory(self, fs):
         fs.create_dir(f"{V2}/misc.capacity")
         state = mc.read_misc_state("/")
         assert state.layout.present
         assert any("is a directory" in issue.problem for issue in state.issues)
+
+    def test_capacity_directory_is_unknown_never_zero(self, fs):
+        fs.create_dir(f"{V2}/misc.capacity")
+        write(fs, f"{V2}/misc.current", "tdx 0\n")
+        state = mc.read_misc_state("/")
+        entry = state.entry("tdx")
+        assert (entry.capacity, entry.free) == (None, None)
+
+    @pytest.mark.parametrize(
+        "data",
+        [
+            b"tdx 63\x00\n",
+            b"\xef\xbb\xbftdx 63\n",  # UTF-8 BOM
+            "tdx 63 caf\u00e9\n".encode("latin-1"),
+            b"\x89PNG\r\n\x1a\n",
+            b"tdx 63\n" * 20000,  # over 64 KiB
+        ],
+        ids=["nul", "bom", "latin1", "binary", "huge"],
+    )
+    def test_unreadable_capacity_is_unknown_never_zero(self, fs, data):
+        write(fs, f"{V2}/misc.capacity", data)
+        write(fs, f"{V2}/misc.current", "tdx 0\n")
+        state = mc.read_misc_state("/")
+        for name in ("tdx", "sev", "sev_es"):
+            assert state.entry(name).capacity is None, name
+        assert state.issues
+
+    @pytest.mark.parametrize(
+        ("line", "unknown", "known_zero"),
+        [
+            ("tdx 63 63", ["tdx"], ["sev", "sev_es"]),  # names tdx: only tdx is unknown
+            ("sev ", ["sev"], ["tdx", "sev_es"]),
+            ("tdx x", ["tdx"], ["sev", "sev_es"]),
+            ("TDX 63", ["tdx", "sev", "sev_es"], []),  # names nothing this kernel prints: any could be it
+            ("63", ["tdx", "sev", "sev_es"], []),
+        ],
+    )
+    def test_a_line_that_does_not_parse_makes_its_resource_unknown(self, fs, line, unknown, known_zero):
+        write(fs, f"{V2}/misc.capacity", line + "\n")
+        write(fs, f"{V2}/misc.current", "")
+        state = mc.read_misc_state("/")
+        assert [name for name in ("tdx", "sev", "sev_es") if state.entry(name).capacity is None] == sorted(
+            unknown, key=("tdx", "sev", "sev_es").index
+        )
+        assert all(state.entry(name).capacity == 0 for name in known_zero)
+
+    def test_character_device_and_fifo_are_not_opened(self, tmp_path):
+        base = tmp_path / V2.lstrip("/")
+        base.mkdir(parents=True)
+        os.mkfifo(base / "misc.capacity")
+        (base / "misc.current").symlink_to("/dev/zero")  # absolute: resolved inside host_root, so absent
+        state = mc.read_misc_state(str(tmp_path))
+        assert state.entry("tdx").capacity is None
+        assert "FIFO" in state.issues[0].problem
+
+    def test_shapes_the_kernel_never_prints_are_accepted_with_a_note(self, fs):
+        write(fs, f"{V2}/misc.capacity", "tdx\t063\r\n")
+        write(fs, f"{V2}/misc.current", "tdx -0\n")
+        state = mc.read_misc_state("/")
+        tdx = state.resource("tdx")
+        assert (tdx.capacity, tdx.current) == (63, 0)
+        assert state.issues == []
+        assert "not byte for byte what the kernel prints" in state.notes[0]
 
     def test_huge_file_is_rejected(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx 63\n" * 20000)

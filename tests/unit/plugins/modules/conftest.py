@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,11 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.warnings import get_warning_messages
 from ansible.module_utils.testing import patch_module_args
+
+
+def as_ansible_json(result: dict[str, Any]) -> None:
+    """Fail the test where Ansible would fail the task: results must encode as strict UTF-8 JSON."""
+    json.dumps(result, ensure_ascii=False).encode("utf-8")
 
 
 class ModuleResult(Exception):
@@ -22,10 +28,14 @@ class ModuleResult(Exception):
 @pytest.fixture
 def run_module(monkeypatch: pytest.MonkeyPatch) -> Callable[..., dict[str, Any]]:
     def exit_json(self: basic.AnsibleModule, **kwargs: Any) -> None:
-        raise ModuleResult({"failed": False, "warnings": list(get_warning_messages()), **kwargs})
+        result = {"failed": False, "warnings": list(get_warning_messages()), **kwargs}
+        as_ansible_json(result)
+        raise ModuleResult(result)
 
     def fail_json(self: basic.AnsibleModule, msg: str, **kwargs: Any) -> None:
-        raise ModuleResult({**kwargs, "failed": True, "msg": msg})
+        result = {**kwargs, "failed": True, "msg": msg}
+        as_ansible_json({k: v for k, v in result.items() if k != "exception"})
+        raise ModuleResult(result)
 
     monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)

@@ -53,7 +53,8 @@ def test_converge_then_idempotent(tmp_path, module_result):
     assert first["reboot_required"] is True
     assert first["_calls"] == [["chroot", root, "/usr/sbin/update-grub"]]
     assert first["configured"] == ["console=ttyS0", "iommu=pt", "kvm_intel.tdx=1", "nohibernate", "quiet"]
-    assert first["running"] == ["BOOT_IMAGE=/vmlinuz", "ro", "quiet"]
+    assert first["running"] == []  # only managed names are returned: the rest may carry credentials
+    assert first["configured_facts"]["nohibernate"] is True and first["configured_facts"]["verdict"]["tdx"]["ready"]
     assert len(first["backups"]) == 0  # only a new drop-in was written
     second = module_result(request)
     assert second["changed"] is False and second["actions"] == [] and second["_calls"] == []
@@ -114,3 +115,37 @@ def test_explicit_boot_setup_with_missing_file(tmp_path, module_result):
     root = grub_tree(tmp_path)
     result = module_result({"host_root": root, "present": ["a"], "boot_setup": "kernel_install"}, failed=True)
     assert "/etc/kernel/cmdline, which is missing" in result["msg"]
+
+
+@pytest.mark.parametrize("option", ["present", "absent"])
+def test_a_string_where_a_list_belongs_is_refused_not_split(tmp_path, module_result, option):
+    root = grub_tree(tmp_path)
+    result = module_result({"host_root": root, option: "iommu=pt,nomerge"}, failed=True)
+    assert result["msg"].startswith(f"{option} must be a list, got the string 'iommu=pt,nomerge'")
+    assert not (tmp_path / "etc/default/grub.d").exists()
+
+
+def test_diff_of_a_latin1_file_is_shown_and_the_change_reported(tmp_path, module_result):
+    # Issue 7, defect 5: a Latin-1 byte broke --diff after the file had been written.
+    root = grub_tree(tmp_path)
+    (tmp_path / "etc/default/grub").write_bytes(b"# caf\xe9\n" + GRUB.encode())
+    result = module_result({"host_root": root, "absent": ["iommu"], "_ansible_diff": True})
+    assert result["changed"] is True and result["_calls"] == [["chroot", root, "/usr/sbin/update-grub"]]
+    main_diff = next(d for d in result["diff"] if d["after_header"].endswith("/etc/default/grub"))
+    assert main_diff["before"].startswith("# caf\\xe9\n")
+    assert (tmp_path / "etc/default/grub").read_bytes().startswith(b"# caf\xe9\n")
+    again = module_result({"host_root": root, "absent": ["iommu"], "_ansible_diff": True})
+    assert again["changed"] is False
+
+
+def test_configured_facts_carry_the_snp_remedy(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    (tmp_path / "etc/default/grub").write_text('GRUB_CMDLINE_LINUX="iommu=nomerge,pt"\n')
+    result = module_result({"host_root": root}, check_mode=True)
+    facts = result["configured_facts"]
+    assert facts["iommu"]["passthrough"] is True and not facts["verdict"]["snp"]["ready"]
+    assert facts["iommu_passthrough_remedy"] == {
+        "needed": True,
+        "present": ["iommu=nomerge"],
+        "absent": ["iommu=nomerge,pt"],
+    }

@@ -15,15 +15,6 @@ from ansible_collections.confidential.tee.plugins.doc_fragments import host_root
 from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.modules import tee_host_info
 
-CC_QUERY = "\n    CC State                   : ON\n    GPU CC Capabilities        : CC Capable\n"
-SMI_LOG = "Driver Version : 570.1\n\nAttached GPUs : 1\nGPU 00000000:41:00.0\n    Product Name : Synthetic H100\n"
-ANSWERS = {
-    ("conf-compute", "-q"): (0, CC_QUERY, ""),
-    ("conf-compute", "-f"): (0, "CC status: ON\n", ""),
-    ("conf-compute", "-grs"): (0, "Confidential Compute GPUs Ready state: ready\n", ""),
-    ("-q",): (0, SMI_LOG, ""),
-}
-
 
 def small_tdx_tree(root: Path) -> Path:
     """Just enough of a TDX host for the module; test_host_facts covers the variations."""
@@ -60,23 +51,34 @@ def warning_messages(result):
     return [item["event"]["msg"] if isinstance(item, dict) else item for item in result.get("warnings", [])]
 
 
-def fake_run_command(calls, answers=None):
-    answers = ANSWERS if answers is None else answers
+FAKE_NVIDIA_SMI = r"""#!/bin/sh
+# A stand-in nvidia-smi: answers like the real one, or as FAKE_SMI_MODE says it should fail.
+echo "$*" >> "$(dirname "$0")/calls"
+case "${FAKE_SMI_MODE:-ok}:$*" in
+  hang:conf-compute\ -q) sleep 30 ;;
+  broken:-q) echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."; exit 9 ;;
+  latin1:-q) printf 'Driver Version : 570.1\n\nAttached GPUs : 1\nGPU 00000000:41:00.0\n    Product Name : Caf\351\n' ;;
+  flood:-q) yes "Driver Version : 570.1" ;;
+  *:conf-compute\ -q) printf '\n    CC State                   : ON\n    GPU CC Capabilities        : CC Capable\n' ;;
+  *:conf-compute\ -f) echo "CC status: ON" ;;
+  *:conf-compute\ -grs) echo "Confidential Compute GPUs Ready state: ready" ;;
+  *:-q) printf 'Driver Version : 570.1\n\nAttached GPUs : 1\nGPU 00000000:41:00.0\n'
+        printf '    Product Name : Synthetic H100\n' ;;
+  *) echo "unexpected arguments: $*" >&2; exit 2 ;;
+esac
+"""
 
-    def run_command(self, argv, **kwargs):
-        calls.append(argv)
-        # The module wraps nvidia-smi in coreutils' timeout: answer by the nvidia-smi arguments.
-        index = next(i for i, arg in enumerate(argv) if arg.endswith("nvidia-smi"))
-        return answers[tuple(argv[index + 1 :])]
 
-    return run_command
+def calls_of(nvidia_smi):
+    path = Path(nvidia_smi).parent / "calls"
+    return path.read_text().splitlines() if path.exists() else []
 
 
 @pytest.fixture
 def nvidia_smi(tmp_path):
     path = tmp_path / "bin" / "nvidia-smi"
     path.parent.mkdir()
-    path.write_text("#!/bin/sh\nexit 99\n")  # never run: run_command is mocked
+    path.write_text(FAKE_NVIDIA_SMI)
     path.chmod(0o755)
     return str(path)
 
@@ -105,22 +107,11 @@ def test_check_mode_reports_the_same(capsys, tmp_path):
     assert checked["host"] == normal["host"]
 
 
-def test_explicit_nvidia_smi_runs_with_timeout(capsys, tmp_path, nvidia_smi):
+def test_explicit_nvidia_smi_is_run_for_real(capsys, tmp_path, nvidia_smi):
     root = small_tdx_tree(tmp_path / "node")
-    calls = []
-    with (
-        mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls)),
-        mock.patch.object(AnsibleModule, "get_bin_path", return_value="/usr/bin/timeout"),
-    ):
-        code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 9})
+    code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 9})
     assert code == 0
-    assert calls[0] == ["/usr/bin/timeout", "--kill-after=5", "9", nvidia_smi, "conf-compute", "-q"]
-    assert [call[4:] for call in calls] == [
-        ["conf-compute", "-q"],
-        ["conf-compute", "-f"],
-        ["conf-compute", "-grs"],
-        ["-q"],
-    ]
+    assert calls_of(nvidia_smi) == ["conf-compute -q", "conf-compute -f", "conf-compute -grs", "-q"]
     gpu = result["host"]["gpu"]
     assert gpu["probed"] is True and gpu["nvidia_smi"] == nvidia_smi
     assert gpu["ready"] is True and gpu["cc_enabled"] is True and gpu["ready_state"] == "ready"
@@ -128,19 +119,14 @@ def test_explicit_nvidia_smi_runs_with_timeout(capsys, tmp_path, nvidia_smi):
     assert [entry["name"] for entry in gpu["gpus"]] == ["Synthetic H100"]
 
 
-def test_nvidia_smi_from_path_only_for_the_real_root(capsys):
-    calls = []
-
+def test_nvidia_smi_from_path_only_for_the_real_root(capsys, nvidia_smi):
     def which(self, name, *args, **kwargs):
-        return {"nvidia-smi": "/usr/bin/nvidia-smi"}.get(name)  # no coreutils timeout here
+        return {"nvidia-smi": nvidia_smi}.get(name)
 
-    with (
-        mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls)),
-        mock.patch.object(AnsibleModule, "get_bin_path", which),
-    ):
+    with mock.patch.object(AnsibleModule, "get_bin_path", which):
         code, result = run_main(capsys, {})
     assert code == 0
-    assert calls[0] == ["/usr/bin/nvidia-smi", "conf-compute", "-q"]
+    assert calls_of(nvidia_smi)[0] == "conf-compute -q"
     assert result["host"]["host_root"] == "/"
     assert result["host"]["gpu"]["ready"] is True
 
@@ -170,31 +156,41 @@ def test_bad_nvidia_smi_path_is_a_warning(capsys, tmp_path):
     code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": missing})
     assert code == 0
     problem = "nvidia_smi_path is not an executable file: fix the path or set gather_gpu: false"
-    assert result["host"]["warnings"] == [{"path": missing, "problem": problem}]
+    assert result["host"]["warnings"] == [{"path": missing, "problem": problem, "line_number": None, "line": None}]
     assert warning_messages(result) == [f"{missing}: {problem}"]
 
 
-def test_timed_out_and_failing_nvidia_smi_are_warnings(capsys, tmp_path, nvidia_smi):
+def test_hanging_and_failing_nvidia_smi_are_warnings(capsys, tmp_path, nvidia_smi, monkeypatch):
     root = small_tdx_tree(tmp_path / "node")
-    answers = dict(ANSWERS)
-    answers[("conf-compute", "-q")] = (124, "", "")
-    failure = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
-    answers[("-q",)] = (9, "", failure)
-    calls = []
-    with mock.patch.object(AnsibleModule, "run_command", fake_run_command(calls, answers)):
-        code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi})
+    monkeypatch.setenv("FAKE_SMI_MODE", "hang")
+    code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 1})
     assert code == 0
     problems = [warning["problem"] for warning in result["host"]["warnings"]]
-    assert problems == [
-        f"exit code 9: {failure}",
-        "exit code 124: timed out (no output)",
-    ]
-    assert warning_messages(result) == [
-        f"{nvidia_smi} -q: exit code 9: {failure}",
-        f"{nvidia_smi} conf-compute -q: exit code 124: timed out (no output)",
-    ]
+    assert problems == ["timed out: killed after gpu_timeout seconds without finishing"]
     # -f still answered, so the CC state is known even though -q timed out.
     assert result["host"]["gpu"]["cc_enabled"] is True and result["host"]["gpu"]["ready"] is True
+    monkeypatch.setenv("FAKE_SMI_MODE", "broken")
+    code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi})
+    failure = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    assert warning_messages(result) == [f"{nvidia_smi} -q: exit code 9: {failure}"]
+
+
+def test_nvidia_smi_bytes_that_are_not_utf8_never_fail_the_task(capsys, tmp_path, nvidia_smi, monkeypatch):
+    # Issue 7, defect 7: invalid UTF-8 from nvidia-smi used to fail the task.
+    root = small_tdx_tree(tmp_path / "node")
+    monkeypatch.setenv("FAKE_SMI_MODE", "latin1")
+    code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi})
+    assert code == 0
+    assert [entry["name"] for entry in result["host"]["gpu"]["gpus"]] == ["Caf\ufffd"]
+
+
+def test_nvidia_smi_output_is_bounded(capsys, tmp_path, nvidia_smi, monkeypatch):
+    root = small_tdx_tree(tmp_path / "node")
+    monkeypatch.setenv("FAKE_SMI_MODE", "flood")
+    code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 20})
+    assert code == 0
+    problems = [warning["problem"] for warning in result["host"]["warnings"]]
+    assert any(problem.startswith("printed more than 4194304 bytes") for problem in problems)
 
 
 def test_missing_host_root_fails_with_a_fix(capsys, tmp_path):

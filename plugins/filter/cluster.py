@@ -1,0 +1,127 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters the cluster roles render with: thin wrappers over the pure functions in module_utils.
+
+Every rule lives in module_utils; a filter only turns the module_utils error into an AnsibleFilterError
+that names the filter.
+"""
+
+from __future__ import annotations
+
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible.parsing.yaml.dumper import AnsibleDumper
+from ansible_collections.confidential.tee.plugins.module_utils import gpu_cc, kubevirt_objects, manifests
+from ansible_collections.confidential.tee.plugins.module_utils import nfd_rules as nfd
+from ansible_collections.confidential.tee.plugins.module_utils import openshift_sandboxed as osc
+from ansible_collections.confidential.tee.plugins.module_utils import runtimeclasses as rc
+from ansible_collections.confidential.tee.plugins.module_utils.key_pools import KeyPoolError, foreign_key_rules
+from ansible_collections.confidential.tee.plugins.module_utils.kubevirt_cc import KubeVirtConfigError
+
+_ERRORS = (
+    KeyPoolError,
+    KubeVirtConfigError,
+    gpu_cc.GpuCcError,
+    osc.OpenShiftConfigError,
+    manifests.ManifestError,
+    KeyError,
+    TypeError,
+)
+
+
+def _wrap(name, func):
+    def run(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except _ERRORS as exc:
+            raise AnsibleFilterError("confidential.tee.%s: %s" % (name, exc)) from exc
+
+    run.__name__ = name
+    return run
+
+
+def nfd_tee_rule(plan, name="confidential-tee-keys", flavor="kubernetes", namespace=None):
+    return nfd.node_feature_rule(plan, name, flavor, namespace)
+
+
+def nfd_foreign_key_rules(rules, own_names=(), remove_names=()):
+    return foreign_key_rules(rules, own_names, remove_names)
+
+
+def kata_runtimeclasses(
+    plan, gpu=False, overheads=None, node_selector=None, flavor="kubernetes", kata_cc_name="kata-cc"
+):
+    if flavor == "openshift":
+        return rc.openshift_kata_cc(plan, kata_cc_name)
+    return rc.kata_classes(plan, gpu=gpu, overheads=overheads, node_selector=node_selector)
+
+
+def kubevirt_cc(plan, nodes, options):
+    return kubevirt_objects.render(plan, nodes, options)
+
+
+def openshift_sandboxed(
+    gates,
+    kataconfig_name="cluster-kataconfig",
+    check_node_eligibility=True,
+    pool_selector=None,
+    log_level=None,
+    namespace=osc.OPERATOR_NAMESPACE,
+):
+    configmap, warnings = osc.feature_gates(gates, namespace)
+    kata = osc.kata_config(kataconfig_name, check_node_eligibility, pool_selector, log_level)
+    return {"objects": [configmap, kata], "warnings": warnings}
+
+
+def gpu_cc_kubelet_dropin(gates, kubernetes_version=None, runtime_request_timeout="20m", extra_known=()):
+    wanted = gpu_cc.default_kubelet_gates(kubernetes_version) if gates is None else gates
+    return gpu_cc.kubelet_dropin(gpu_cc.kubelet_gates(wanted, kubernetes_version, extra_known), runtime_request_timeout)
+
+
+def gpu_cc_containerd_dropin(settings):
+    return gpu_cc.containerd_dropin(settings)
+
+
+def gpu_cc_containerd_ready(version_output, minimum, config_text, config_path, dropin_path):
+    version = gpu_cc.check_containerd_version(version_output, minimum)[0]
+    if not gpu_cc.imports_cover(config_text, config_path, dropin_path):
+        raise gpu_cc.GpuCcError(
+            "%s does not import %s, so containerd would ignore the drop-in: add "
+            'imports = ["%s/*.toml"] at the top of %s (containerd config default has it since 2.2) and restart '
+            "containerd" % (config_path, dropin_path, dropin_path.rsplit("/", 1)[0], config_path)
+        )
+    return {"version": ".".join(str(v) for v in version), "imports_dropin": True}
+
+
+def gpu_cc_mode_plan(labels, node, desired, pods, drain=False):
+    return gpu_cc.cc_mode_plan(node, labels, desired, gpu_cc.gpu_workloads(pods, node), drain)
+
+
+def manifest_files(objects, owner="confidential.tee"):
+    """``[{file, content}]``: YAML is rendered here, on the controller, so the writing module stays stdlib-only."""
+    head = manifests.marker(owner)
+    return [
+        {
+            "file": f["file"],
+            # Ansible's dumper understands the tagged values templating produces; safe_dump does not.
+            "content": head + yaml.dump(f["object"], Dumper=AnsibleDumper, default_flow_style=False, sort_keys=True),
+        }
+        for f in manifests.manifest_files(objects)
+    ]
+
+
+class FilterModule:
+    def filters(self):
+        funcs = (
+            nfd_tee_rule,
+            nfd_foreign_key_rules,
+            kata_runtimeclasses,
+            kubevirt_cc,
+            openshift_sandboxed,
+            gpu_cc_kubelet_dropin,
+            gpu_cc_containerd_dropin,
+            gpu_cc_containerd_ready,
+            gpu_cc_mode_plan,
+            manifest_files,
+        )
+        return {f.__name__: _wrap(f.__name__, f) for f in funcs}

@@ -1,0 +1,302 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""One pool per node: which extended resource advertises a node's TEE keys, and who charges it.
+
+This is the only place the collection decides key accounting. Every cluster role renders from the plan
+:func:`plan` returns; none re-derives it.
+
+A node's TEE keys are one hardware pool (``misc.capacity`` ``tdx``, or ``sev_es`` which SEV-ES and
+SEV-SNP guests charge). Two advertisers can turn it into two scheduler pools (verified upstream, 2026-08):
+
+* NFD, through a NodeFeatureRule ``extendedResources`` entry: ``tdx.intel.com/keys`` =
+  ``@cpu.security.tdx.total_keys``, ``sev-snp.amd.com/esids`` = ``@cpu.security.sev.encrypted_state_ids``
+  (node-feature-discovery ``source/cpu/security_amd64.go``: capacity only, read once per scan). Kata's
+  RuntimeClasses request one in ``overhead.podFixed`` (kata-deploy chart ``runtimeclasses.yaml``).
+* KubeVirt's virt-handler: with ``WorkloadEncryptionTDX`` it serves ``devices.kubevirt.io/tdx`` with
+  ``misc.capacity`` ``tdx`` devices (``pkg/virt-handler/device-manager/device_controller.go``); with
+  ``WorkloadEncryptionSEV`` it serves ``devices.kubevirt.io/sev`` with ``--max-devices`` devices (1000 by
+  default, or ``spec.configuration.virtualMachineInstancesPerNode``), which is not a key count at all.
+  Every TDX/SEV VMI's launcher pod requests one (``pkg/virt-controller/services/renderresources.go``).
+
+The scheduler and the kubelet's admission both add ``pod.spec.overhead`` to a pod's requests for every
+resource, extended ones included (``k8s.io/component-helpers/resource`` ``PodRequests``; the kubelet's
+``removeMissingExtendedResources`` strips only container requests), so a Kata RuntimeClass whose
+overhead names the KubeVirt resource draws from the same pool as the VMIs. The device manager never
+allocates device IDs for overhead; the TDX plugin's devices are interchangeable counters, so that loses
+nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+KATA = "kata"
+KUBEVIRT = "kubevirt"
+CONSUMERS = (KATA, KUBEVIRT)
+MODES = ("auto", "kubevirt", "nfd")
+NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+# Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
+VENDORS = {
+    "intel": {
+        "tee": "tdx",
+        "misc": "tdx",
+        "nfd_rule": "intel.tdx",
+        "nfd_resource": "tdx.intel.com/keys",
+        "nfd_value": "@cpu.security.tdx.total_keys",
+        "nfd_label": "intel.feature.node.kubernetes.io/tdx",
+        "nfd_match": "tdx.enabled",
+        "kubevirt_resource": "devices.kubevirt.io/tdx",
+        "kubevirt_counts_keys": True,
+        "kubevirt_gate": "WorkloadEncryptionTDX",
+    },
+    "amd": {
+        "tee": "snp",
+        "misc": "sev_es",
+        "nfd_rule": "amd.sev-snp",
+        "nfd_resource": "sev-snp.amd.com/esids",
+        "nfd_value": "@cpu.security.sev.encrypted_state_ids",
+        "nfd_label": "amd.feature.node.kubernetes.io/snp",
+        "nfd_match": "sev.snp.enabled",
+        "kubevirt_resource": "devices.kubevirt.io/sev",
+        "kubevirt_counts_keys": False,
+        "kubevirt_gate": "WorkloadEncryptionSEV",
+    },
+}
+KEY_RESOURCES = frozenset(v["nfd_resource"] for v in VENDORS.values())
+
+
+class KeyPoolError(ValueError):
+    """A plan that would give some hardware keys two pools, or input that cannot be planned."""
+
+
+def _node_input(raw: object, index: int) -> dict:
+    if not isinstance(raw, dict):
+        raise KeyPoolError("nodes[%d] must be a mapping with name, vendor and consumers, got %r" % (index, raw))
+    name = raw.get("name")
+    if not isinstance(name, str) or not NODE_NAME.match(name):
+        raise KeyPoolError("nodes[%d].name %r is not a Kubernetes node name" % (index, name))
+    vendor = raw.get("vendor")
+    if vendor not in VENDORS:
+        raise KeyPoolError("node %s: vendor must be intel or amd, got %r (set tee_cpu_vendor)" % (name, vendor))
+    consumers = raw.get("consumers", [])
+    if isinstance(consumers, str) or not isinstance(consumers, (list, tuple)):
+        raise KeyPoolError("node %s: consumers must be a list such as [kata, kubevirt], got %r" % (name, consumers))
+    unknown = [c for c in consumers if c not in CONSUMERS]
+    if unknown:
+        raise KeyPoolError("node %s: unknown consumers %s; use kata and/or kubevirt" % (name, unknown))
+    mode = raw.get("mode") or "auto"
+    if mode not in MODES:
+        raise KeyPoolError("node %s: mode must be one of %s, got %r" % (name, ", ".join(MODES), mode))
+    return {"name": name, "vendor": vendor, "consumers": sorted(set(consumers)), "mode": mode}
+
+
+def _fix_both(node: dict, info: dict) -> str:
+    if info["kubevirt_counts_keys"]:
+        return (
+            "set tee_key_pool_mode: kubevirt for %s (Kata's RuntimeClass overhead then requests %s, and NFD "
+            "publishes labels only), or remove kubevirt from its tee_node_consumers (virt-handler is then kept "
+            "off the node and NFD's %s is the pool)" % (node["name"], info["kubevirt_resource"], info["nfd_resource"])
+        )
+    return (
+        "run Kata and KubeVirt SEV-SNP guests on different nodes: remove kata or kubevirt from the "
+        "tee_node_consumers of %s (KubeVirt's %s counts virt-handler --max-devices, not keys, so Kata's "
+        "overhead cannot share it)" % (node["name"], info["kubevirt_resource"])
+    )
+
+
+def _double_pool(node: dict, info: dict, rule_name: str) -> str:
+    return (
+        "node %s: two pools for the same %s keys (misc.capacity %s): NodeFeatureRule %s (rule %s) advertises %s "
+        "for Kata, and KubeVirt's %s device plugin in virt-handler (feature gate %s) advertises %s for VMIs; "
+        "each counts the keys on its own, so the scheduler would admit more guests than the node has keys. Fix: %s"
+        % (
+            node["name"],
+            info["tee"].upper(),
+            info["misc"],
+            rule_name,
+            info["nfd_rule"],
+            info["nfd_resource"],
+            info["tee"].upper(),
+            info["kubevirt_gate"],
+            info["kubevirt_resource"],
+            _fix_both(node, info),
+        )
+    )
+
+
+def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict:
+    """The node's pool: which advertiser, which resource, whether virt-handler runs there."""
+    info = VENDORS[node["vendor"]]
+    kata, kubevirt = KATA in node["consumers"], KUBEVIRT in node["consumers"]
+    mode = node["mode"]
+    if mode == "auto":
+        mode = "kubevirt" if kubevirt and (info["kubevirt_counts_keys"] or not kata) else "nfd"
+        if kata and kubevirt and not info["kubevirt_counts_keys"]:
+            problems.append(_double_pool(node, info, rule_name))
+    elif mode == "nfd" and kubevirt:
+        problems.append(_double_pool(node, info, rule_name))
+    elif mode == "kubevirt" and kata and not info["kubevirt_counts_keys"]:
+        problems.append(
+            "node %s: mode kubevirt would point Kata's overhead at %s, which KubeVirt sizes from virt-handler "
+            "--max-devices (1000 by default), not from the node's %s keys: no key pool at all. Fix: %s"
+            % (node["name"], info["kubevirt_resource"], info["misc"], _fix_both(node, info))
+        )
+    if mode == "kubevirt" and not info["kubevirt_counts_keys"] and kubevirt:
+        warnings.append(
+            "node %s: KubeVirt advertises %s with virt-handler --max-devices devices, not the node's %s keys; "
+            "SEV-ES/SNP VMIs beyond the key count are scheduled and fail to start. KubeVirt's "
+            "spec.configuration.virtualMachineInstancesPerNode caps every VMI on every node, so use it as a key "
+            "limit only where all VMIs are confidential" % (node["name"], info["kubevirt_resource"], info["misc"])
+        )
+    if not node["consumers"]:
+        pool = None
+    elif mode == "kubevirt":
+        pool = {
+            "resource": info["kubevirt_resource"],
+            "advertiser": "kubevirt",
+            "counts_keys": info["kubevirt_counts_keys"],
+        }
+    else:
+        pool = {"resource": info["nfd_resource"], "advertiser": "nfd", "counts_keys": True}
+    return {
+        "name": node["name"],
+        "vendor": node["vendor"],
+        "tee": info["tee"],
+        "misc_resource": info["misc"],
+        "consumers": node["consumers"],
+        "mode": mode if node["consumers"] else "none",
+        "pool": pool,
+        # virt-handler must run where KubeVirt's plugin is the pool, and must not where NFD's is.
+        "virt_handler": bool(node["consumers"]) and mode == "kubevirt",
+        "nfd_extended_resource": bool(node["consumers"]) and mode == "nfd",
+    }
+
+
+def _kata_pools(nodes: list, problems: list) -> dict:
+    """Per TEE, the one resource Kata's RuntimeClasses can name in overhead.podFixed."""
+    kata = {}
+    for tee in ("tdx", "snp"):
+        members = [n for n in nodes if n["tee"] == tee and KATA in n["consumers"]]
+        resources = sorted({n["pool"]["resource"] for n in members})
+        if len(resources) > 1:
+            groups = "; ".join(
+                "%s on %s" % (r, ", ".join(n["name"] for n in members if n["pool"]["resource"] == r)) for r in resources
+            )
+            problems.append(
+                "RuntimeClasses kata-qemu-%s (and its GPU variant) put one resource in overhead.podFixed, but the "
+                "Kata %s nodes use different pools: %s. Fix: give every Kata %s node the same tee_key_pool_mode"
+                % (tee, tee.upper(), groups, tee.upper())
+            )
+        if members:
+            kata[tee] = {"resource": resources[0], "nodes": [n["name"] for n in members]}
+    return kata
+
+
+def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = False) -> dict:
+    """The key-pool plan for ``nodes`` (dicts with name, vendor, consumers, mode), or :class:`KeyPoolError`.
+
+    The error message lists every problem, each naming the objects involved and how to fix it.
+    """
+    if isinstance(nodes, dict) or not isinstance(nodes, (list, tuple)):
+        raise KeyPoolError("nodes must be a list of node mappings, got %s" % type(nodes).__name__)
+    parsed = [_node_input(raw, i) for i, raw in enumerate(nodes)]
+    names = [n["name"] for n in parsed]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise KeyPoolError("nodes listed twice: %s; each node has one plan" % ", ".join(duplicates))
+    problems: list = []
+    warnings: list = []
+    resolved = [_resolve(n, rule_name, problems, warnings) for n in sorted(parsed, key=lambda n: n["name"])]
+    kata = _kata_pools(resolved, problems)
+    if openshift and len(kata) > 1:
+        problems.append(
+            "OpenShift's kata-cc RuntimeClass serves TDX and SNP nodes alike but can request only one key "
+            "resource; this plan has Kata on both (%s). Fix: run Kata only on one CPU vendor's nodes"
+            % "; ".join("%s: %s" % (t, ", ".join(kata[t]["nodes"])) for t in sorted(kata))
+        )
+    if problems:
+        raise KeyPoolError(" | ".join(problems))
+    return {
+        "nodes": {n["name"]: n for n in resolved},
+        "kata": kata,
+        "nfd": _nfd_plan(resolved),
+        "kubevirt": _kubevirt_plan(resolved),
+        "summary": [summary_line(n) for n in resolved],
+        "warnings": warnings,
+    }
+
+
+def _nfd_plan(nodes: list) -> dict:
+    out = {}
+    for vendor, info in sorted(VENDORS.items()):
+        members = [n for n in nodes if n["vendor"] == vendor]
+        if members:
+            out[info["tee"]] = {
+                "vendor": vendor,
+                "rule": info["nfd_rule"],
+                "label": info["nfd_label"],
+                "match": info["nfd_match"],
+                "resource": info["nfd_resource"],
+                "value": info["nfd_value"],
+                "resource_nodes": [n["name"] for n in members if n["nfd_extended_resource"]],
+            }
+    return out
+
+
+def _kubevirt_plan(nodes: list) -> dict:
+    handler = [n for n in nodes if n["virt_handler"]]
+    return {
+        # The gate starts the plugin; Kata-only nodes in kubevirt mode need it as much as VMI nodes.
+        "feature_gates": sorted({VENDORS[n["vendor"]]["kubevirt_gate"] for n in handler}),
+        "nodes": [n["name"] for n in handler],
+        # Every node where the TDX plugin is the pool: with attestation enforced, a missing QGS socket
+        # marks all its devices Unhealthy, which blocks Kata pods charging it as well as TDX VMIs.
+        "tdx_nodes": [n["name"] for n in handler if n["tee"] == "tdx"],
+        # Nodes where virt-handler would add a second pool: NFD advertises their keys for Kata. Only a
+        # KubeVirt with a TEE gate on runs a TEE plugin, so without KubeVirt nodes nothing is excluded.
+        "excluded_nodes": [n["name"] for n in nodes if n["nfd_extended_resource"]] if handler else [],
+    }
+
+
+def summary_line(node: dict) -> str:
+    if node["pool"] is None:
+        return "%s (%s): no consumers, no key pool; NFD labels only" % (node["name"], node["tee"].upper())
+    pool = node["pool"]
+    who = " and ".join(node["consumers"])
+    if pool["advertiser"] == "kubevirt":
+        source = "KubeVirt's virt-handler device plugin"
+    else:
+        source = "NFD (NodeFeatureRule extended resource); virt-handler kept off the node"
+    return "%s (%s): one pool %s advertised by %s, charged by %s" % (
+        node["name"],
+        node["tee"].upper(),
+        pool["resource"],
+        source,
+        who,
+    )
+
+
+def foreign_key_rules(rules, own_names=(), remove_names=()) -> list:
+    """NodeFeatureRules (as read from the API) that advertise TEE key resources but are not ours.
+
+    Returns ``[{"name", "namespace", "resources"}]``; rules listed in ``remove_names`` are left out (the
+    caller deletes them). Such a rule adds a second advertiser on every node it matches.
+    """
+    found = []
+    for rule in rules or []:
+        meta = rule.get("metadata", {}) if isinstance(rule, dict) else {}
+        name = meta.get("name")
+        if name in own_names or name in remove_names:
+            continue
+        resources = sorted(
+            {
+                res
+                for item in (rule.get("spec", {}) or {}).get("rules", []) or []
+                for res in (item.get("extendedResources") or {})
+                if res in KEY_RESOURCES
+            }
+        )
+        if resources:
+            found.append({"name": name, "namespace": meta.get("namespace"), "resources": resources})
+    return found

@@ -1,0 +1,85 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""File names and order for GitOps output: one file per object, names that never change between runs.
+
+``NN-<kind>-[<namespace>-]<name>.yaml``: the number orders objects the way they can be applied
+(ConfigMaps before the operators that read them, RuntimeClasses before workloads, the KataConfig last),
+so ``kubectl apply -f DIR`` (which walks files in name order) and GitOps tools give the same result.
+"""
+
+from __future__ import annotations
+
+import re
+
+KIND_ORDER = {
+    "Namespace": 0,
+    "ConfigMap": 10,
+    "NodeFeatureRule": 20,
+    "RuntimeClass": 30,
+    "KubeVirt": 40,
+    "HyperConverged": 40,
+    "Node": 50,
+    "KataConfig": 60,
+}
+_UNSAFE = re.compile(r"[^a-z0-9.-]+")
+
+
+class ManifestError(ValueError):
+    """An object without the identity a manifest file needs."""
+
+
+def file_name(obj: dict) -> str:
+    if not isinstance(obj, dict):
+        raise ManifestError("a manifest must be a Kubernetes object (mapping), got %r" % (obj,))
+    kind = obj.get("kind")
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not kind or not name or not obj.get("apiVersion"):
+        raise ManifestError("object %r lacks apiVersion, kind or metadata.name" % (obj,))
+    parts = [kind.lower()] + ([meta["namespace"]] if meta.get("namespace") else []) + [name]
+    stem = _UNSAFE.sub("-", "-".join(parts).lower())
+    return "%02d-%s.yaml" % (KIND_ORDER.get(kind, 90), stem)
+
+
+def manifest_files(objects) -> list:
+    """``[{"file", "object"}]`` sorted by file name; two objects with one file name are an error."""
+    out = {}
+    for obj in objects or []:
+        name = file_name(obj)
+        if name in out:
+            raise ManifestError(
+                "two objects would be written to %s: %s %s" % (name, obj.get("kind"), obj["metadata"]["name"])
+            )
+        out[name] = obj
+    return [{"file": name, "object": out[name]} for name in sorted(out)]
+
+
+def marker(owner: str) -> str:
+    """First line of every manifest an owner writes; pruning touches only files that carry it."""
+    return "# confidential.tee owner: %s\n" % owner
+
+
+def plan_directory(existing: dict, wanted: list, owner: str, prune: bool = True):
+    """``(writes, removals)`` to turn a directory into ``wanted``.
+
+    ``existing`` maps file names to their text (``None`` when unreadable); ``wanted`` is
+    ``[{"file", "content"}]``. A file is rewritten only when its text differs; with ``prune`` this
+    owner's files that are no longer wanted are removed, files of other owners or of nobody never are.
+    """
+    head = marker(owner)
+    writes, names = [], set()
+    for item in wanted:
+        name, content = item.get("file"), item.get("content")
+        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+            raise ManifestError("manifest file name %r must be a plain file name" % (name,))
+        if not isinstance(content, str) or not content.startswith(head):
+            raise ManifestError("manifest %s must start with the owner line %r" % (name, head.strip()))
+        names.add(name)
+        if existing.get(name) != content:
+            writes.append({"file": name, "before": existing.get(name), "after": content})
+    removals = []
+    if prune:
+        removals = sorted(
+            n for n, text in existing.items() if n not in names and text is not None and text.startswith(head)
+        )
+    return writes, removals

@@ -1,0 +1,41 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""Input rules shared by modules and role filters, and text made safe for Ansible's JSON.
+
+Ansible's ``type: list`` turns a string into a list by splitting it on commas. For kernel arguments that
+silently changes the meaning (``iommu=pt,nomerge`` becomes two arguments), so list inputs of this collection
+are checked here, strictly, with messages naming the variable. Standard library only.
+"""
+
+from __future__ import annotations
+
+
+def list_of_strings_problem(name: str, value: object) -> str | None:
+    """Why ``value`` is not a list of strings, naming ``name``; ``None`` when it is one."""
+    if isinstance(value, str):
+        return (
+            f"{name} must be a list, got the string {value!r}: write it as a YAML list ([{value}]); a string "
+            "would be split on commas, and commas belong inside kernel arguments (iommu=pt,nomerge)"
+        )
+    if not isinstance(value, (list, tuple)):
+        return f"{name} must be a list of strings, got {type(value).__name__} {value!r}"
+    wrong = [item for item in value if not isinstance(item, str)]
+    if wrong:
+        return f"{name} must hold strings only, got {wrong[0]!r} ({type(wrong[0]).__name__})"
+    return None
+
+
+def display_text(text: str | None) -> str | None:
+    """Text safe for JSON: bytes that are not UTF-8 (kept as surrogates) become visible ``\\xe9`` escapes."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def as_text(data) -> str:
+    """Parser input as text: ``bytes`` decoded as UTF-8 with U+FFFD for bad bytes, ``None`` as empty."""
+    if data is None:
+        return ""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    return str(data)

@@ -1,0 +1,37 @@
+"""validation: strings are not lists (Ansible would split them on commas), and JSON-safe text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text, list_of_strings_problem
+
+
+def test_lists_of_strings_pass():
+    assert list_of_strings_problem("x", []) is None
+    assert list_of_strings_problem("x", ["iommu=pt,nomerge"]) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("iommu=pt", "got the string 'iommu=pt'"),
+        ("iommu=pt,nomerge", "split on commas"),
+        ({"a": 1}, "got dict"),
+        (3, "got int"),
+        (None, "got NoneType"),
+        (["ok", 1], "strings only"),
+    ],
+)
+def test_everything_else_is_named(value, fragment):
+    problem = list_of_strings_problem("snp_host_extra_kernel_args", value)
+    assert problem.startswith("snp_host_extra_kernel_args must") and fragment in problem
+
+
+def test_display_text_survives_json_with_any_bytes():
+    text = b"# caf\xe9\n".decode("utf-8", "surrogateescape")
+    shown = display_text(text)
+    assert shown == "# caf\\xe9\n"
+    json.dumps(shown).encode("utf-8")
+    assert display_text(None) is None

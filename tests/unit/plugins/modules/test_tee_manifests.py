@@ -1,0 +1,60 @@
+"""tee_manifests: write what changed, prune only this owner's stale files, honest check mode."""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.confidential.tee.plugins.module_utils.manifests import marker
+from ansible_collections.confidential.tee.plugins.modules import tee_manifests
+
+
+def manifest(owner, body):
+    return marker(owner) + body
+
+
+def test_writes_prunes_and_is_idempotent(tmp_path, run_module):
+    dest = tmp_path / "gitops"
+    dest.mkdir()
+    (dest / "30-runtimeclass-old.yaml").write_text(manifest("kata_runtimeclasses", "kind: RuntimeClass\n"))
+    (dest / "20-nodefeaturerule-x.yaml").write_text(manifest("nfd_tee_rules", "kind: NodeFeatureRule\n"))
+    (dest / "99-mine.yaml").write_text("kind: Mine\n")
+    files = [
+        {
+            "file": "30-runtimeclass-kata-qemu-tdx.yaml",
+            "content": manifest("kata_runtimeclasses", "kind: RuntimeClass\n"),
+        }
+    ]
+    args = {"dest": str(dest), "owner": "kata_runtimeclasses", "files": files}
+
+    planned = run_module(tee_manifests, args, check_mode=True)
+    assert planned["changed"] and planned["written"] == ["30-runtimeclass-kata-qemu-tdx.yaml"]
+    assert planned["removed"] == ["30-runtimeclass-old.yaml"]
+    assert sorted(os.listdir(dest)) == ["20-nodefeaturerule-x.yaml", "30-runtimeclass-old.yaml", "99-mine.yaml"]
+
+    done = run_module(tee_manifests, args)
+    assert done["changed"] and sorted(os.listdir(dest)) == [
+        "20-nodefeaturerule-x.yaml",
+        "30-runtimeclass-kata-qemu-tdx.yaml",
+        "99-mine.yaml",
+    ]
+    assert (dest / "30-runtimeclass-kata-qemu-tdx.yaml").stat().st_mode & 0o777 == 0o644
+    again = run_module(tee_manifests, args)
+    assert again["changed"] is False and again["written"] == [] and again["removed"] == []
+
+
+def test_creates_the_directory_and_diffs(tmp_path, run_module):
+    dest = tmp_path / "new" / "dir"
+    files = [{"file": "10-configmap-a.yaml", "content": manifest("o", "kind: ConfigMap\n")}]
+    result = run_module(tee_manifests, {"dest": str(dest), "owner": "o", "files": files})
+    assert (dest / "10-configmap-a.yaml").read_text() == files[0]["content"]
+    assert result["diff"][0]["after"] == files[0]["content"] and result["diff"][0]["before"] == ""
+
+
+def test_refuses_bad_input(tmp_path, run_module):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    assert "not a directory" in run_module(tee_manifests, {"dest": str(not_a_dir), "owner": "o"})["msg"]
+    bad = [{"file": "../escape.yaml", "content": manifest("o", "x")}]
+    assert "plain file name" in run_module(tee_manifests, {"dest": str(tmp_path), "owner": "o", "files": bad})["msg"]
+    unmarked = [{"file": "a.yaml", "content": "kind: X\n"}]
+    assert "owner line" in run_module(tee_manifests, {"dest": str(tmp_path), "owner": "o", "files": unmarked})["msg"]
