@@ -61,6 +61,22 @@ DEV_VHOST_VSOCK = "dev/vhost-vsock"
 DEV_VSOCK = "dev/vsock"
 QGS_SOCKET = "var/run/tdx-qgs/qgs.socket"
 PCI_DEVICES = "sys/bus/pci/devices"
+SYS_MODULE = "sys/module"
+# Kernel modules whose presence matters to a TEE node (/sys/module/<name> exists while one is loaded or built in).
+WATCHED_MODULES = (
+    "kvm",
+    "kvm_intel",
+    "kvm_amd",
+    "ccp",
+    "vhost_vsock",
+    "vsock_loopback",
+    "vfio",
+    "vfio_pci",
+    "vfio_iommu_type1",
+    "nvidia",
+    "nvidia_uvm",
+    "nouveau",
+)
 PCI_ATTRIBUTES = ("vendor", "device", "class")
 
 CPU_FLAGS = ("tdx_host_platform", "sev", "sev_es", "sev_snp", "sgx", "sgx_lc", "hypervisor", "tdx_guest")
@@ -282,13 +298,19 @@ def read_power(reader):
     }
 
 
-def read_qgs(reader):
-    result = reader.stat(QGS_SOCKET)
+def read_qgs(reader, path="/" + QGS_SOCKET):
+    """The Quote Generation Service socket at ``path`` (a host path; KubeVirt's qgsSocketPath may move it)."""
+    result = reader.stat(path)
     return {
-        "path": "/" + QGS_SOCKET,
+        "path": path,
         "present": None if result is None else result is not False,
-        "is_socket": None if result is None else bool(reader.is_socket(QGS_SOCKET)),
+        "is_socket": None if result is None else bool(reader.is_socket(path)),
     }
+
+
+def read_modules(reader):
+    """Which of :data:`WATCHED_MODULES` are loaded (``None`` where it cannot be told)."""
+    return {name: reader.isdir("%s/%s" % (SYS_MODULE, name)) for name in WATCHED_MODULES}
 
 
 def read_devices(reader):
@@ -306,11 +328,12 @@ def read_devices(reader):
 # ---------------------------------------------------------------------------------------------------
 
 
-def gather_host_facts(host_root="/", gpu=None):
+def gather_host_facts(host_root="/", gpu=None, qgs_socket="/" + QGS_SOCKET):
     """All host facts under ``host_root``.
 
-    ``gpu`` is a ``(gpu_fact, warnings)`` pair from :func:`gpu_facts.probe_gpu` (or ``None``: not probed).
-    Raises :class:`HostRootError` only when ``host_root`` is not a directory.
+    ``gpu`` is a ``(gpu_fact, warnings)`` pair from :func:`gpu_facts.probe_gpu` (or ``None``: not probed);
+    ``qgs_socket`` is where the Quote Generation Service socket is expected. Raises :class:`HostRootError`
+    only when ``host_root`` is not a directory.
     """
     if not os.path.isdir(host_root):
         raise HostRootError(
@@ -319,7 +342,7 @@ def gather_host_facts(host_root="/", gpu=None):
         )
     reader = HostReader(host_root)
     kernel, cpu, kvm, cmdline = read_kernel(reader), read_cpu(reader), read_kvm(reader), read_cmdline(reader)
-    devices, qgs, power = read_devices(reader), read_qgs(reader), read_power(reader)
+    devices, qgs, power = read_devices(reader), read_qgs(reader, qgs_socket), read_power(reader)
     iommu = read_iommu(reader, cmdline)
     facts = {
         "host_root": host_root,
@@ -334,6 +357,7 @@ def gather_host_facts(host_root="/", gpu=None):
         "vsock": {"vhost_vsock": devices["vhost_vsock"], "vsock": devices["vsock"]},
         "qgs": qgs,
         "pci": read_pci(reader),
+        "modules": read_modules(reader),
         "tdx": summarize_tdx(cpu, kvm, cmdline, kernel, qgs, power),
         "sgx": summarize_sgx(cpu, devices),
     }

@@ -55,6 +55,12 @@ options:
       - Seconds each C(nvidia-smi) command may run before it is killed and reported as timed out.
     type: int
     default: 20
+  qgs_socket_path:
+    description:
+      - Host path of the TDX Quote Generation Service's Unix socket, as configured for QGS and for KubeVirt's
+        C(spec.configuration.confidentialCompute.tdx.attestation.qgsSocketPath).
+    type: path
+    default: /var/run/tdx-qgs/qgs.socket
   capacity:
     description:
       - Also read the misc cgroup's TEE key capacity and usage, exactly as M(confidential.tee.tee_capacity_info)
@@ -252,8 +258,15 @@ host:
       description: Whether C(/dev/vhost-vsock) (VM host side) and C(/dev/vsock) exist.
       type: dict
       sample: {"vhost_vsock": true, "vsock": true}
+    modules:
+      description:
+        - Whether each TEE-relevant kernel module is loaded (C(/sys/module/<name>) exists), V(null) when it cannot
+          be told. Names are C(kvm), C(kvm_intel), C(kvm_amd), C(ccp), C(vhost_vsock), C(vsock_loopback), C(vfio),
+          C(vfio_pci), C(vfio_iommu_type1), C(nvidia), C(nvidia_uvm), C(nouveau).
+      type: dict
+      sample: {"kvm_intel": true, "nvidia": false, "vfio_pci": true}
     qgs:
-      description: The TDX Quote Generation Service socket C(/var/run/tdx-qgs/qgs.socket).
+      description: The TDX Quote Generation Service socket at O(qgs_socket_path).
       type: dict
       sample: {"path": "/var/run/tdx-qgs/qgs.socket", "present": true, "is_socket": true}
     tdx:
@@ -389,6 +402,7 @@ def main():
             nvidia_smi_path=dict(type="path"),
             gpu_timeout=dict(type="int", default=20),
             capacity=dict(type="bool", default=False),
+            qgs_socket_path=dict(type="path", default="/var/run/tdx-qgs/qgs.socket"),
         ),
         supports_check_mode=True,
     )
@@ -404,7 +418,9 @@ def main():
             "mount (for example /host) or a simulated node tree" % host_root
         )
     try:
-        facts = gather_host_facts(host_root, gpu=_gpu_facts(module, host_root))
+        facts = gather_host_facts(
+            host_root, gpu=_gpu_facts(module, host_root), qgs_socket=module.params["qgs_socket_path"]
+        )
     except HostRootError as exc:
         module.fail_json(msg=str(exc))
     if module.params["capacity"]:
