@@ -31,6 +31,21 @@ EXTERNAL_CGROUP = "machine.slice"
 _NONE: frozenset[str] = frozenset()
 
 
+class PublishTimes(dict[str, float]):
+    """misc resource -> when an advertiser last published a count computed from ``misc.current``.
+    Every write is also reported to ``on_publish(resource)``: the report looks at the resources that
+    were published instead of asking every node after every event."""
+
+    def __init__(self, on_publish: Callable[[str], None] | None = None):
+        super().__init__()
+        self.on_publish = on_publish
+
+    def __setitem__(self, resource: str, when: float) -> None:
+        super().__setitem__(resource, when)
+        if self.on_publish is not None:
+            self.on_publish(resource)
+
+
 class BoundPods:
     """The pods bound to one node and what the scheduler counts for them.
 
@@ -153,7 +168,7 @@ class SimNode:
         # Keys charged right now, per (consumer, misc resource): the timeline's "allocated by consumer".
         self.charged: Counter[tuple[Consumer, str]] = Counter()
         # misc resource -> when an advertiser last published a count computed from misc.current.
-        self.usage_published_at: dict[str, float] = {}
+        self.usage_published_at = PublishTimes()
 
     @property
     def claims(self) -> Counter[str]:

@@ -128,6 +128,10 @@ class SchedulingQueue:
             scope = "changed" if old else "all"
             if ("all", signature) in nowhere or (scope, signature) in nowhere:
                 choice = None
+            elif len(need) == 1:
+                # The index answers for every node; for an old pod the nodes whose view did not
+                # change cannot fit, so its answer is the one among the changed nodes too.
+                choice = self._choose_anywhere(need)
             elif old:
                 choice = choose_node(need, candidates) if candidates else None
             else:

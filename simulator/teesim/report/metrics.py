@@ -89,6 +89,7 @@ class MetricsRecorder:
         self.max_pending = 0
         self._changes: dict[tuple[str, str], list[float]] = defaultdict(list)
         self._waiting: set[tuple[str, str]] = set()  # keys with changes not detected yet
+        self._queued_now: set[tuple[str, str]] = set()  # keys that got a change in this event
         self.latencies: list[float] = []
         self.failures: list[Failure] = []
         self.timelines: dict[tuple[str, str], _Series] = defaultdict(_Series)
@@ -98,6 +99,7 @@ class MetricsRecorder:
         if consumer not in sim.strategy.accounted(resource):
             self._changes[(node, resource)].append(now)
             self._waiting.add((node, resource))
+            self._queued_now.add((node, resource))
 
     def on_failure(self, sim: Simulation, failure: Failure) -> None:
         self.failures.append(failure)
@@ -108,16 +110,25 @@ class MetricsRecorder:
             self.pending_pod_seconds += self._pending * (now - self._pending_since)
             self._pending, self._pending_since = pending, now
             self.max_pending = max(self.max_pending, pending)
-        if self._waiting:
-            self._detect(sim)
+        published = sim.published
+        if not sim.incremental:
+            # The reference engine looks at every waiting key after every event.
+            self._detect(sim, [key for key in self._waiting])
+        elif self._queued_now or (published and self._waiting):
+            self._detect(sim, published)
+        published.clear()
         if sim.changed:
             for snap in sim.snapshots(sim.changed):
                 self._observe(snap, now)
 
-    def _detect(self, sim: Simulation) -> None:
-        """Changes an advertiser has published a count from since (it may publish without a change
-        of anything else, so these are looked at after every event)."""
-        for key in sorted(self._waiting):
+    def _detect(self, sim: Simulation, published: list[tuple[str, str]]) -> None:
+        """Changes an advertiser has published a count from since: looked at for the keys published
+        in this event (an advertiser publishes without changing anything else) and those that got a
+        change in it (a publish earlier at the same instant counts)."""
+        keys = {key for key in published if key in self._waiting}
+        keys.update(self._queued_now)
+        self._queued_now.clear()
+        for key in sorted(keys):
             node, resource = key
             queued = self._changes[key]
             seen_at = sim.nodes[node].usage_published_at.get(resource)

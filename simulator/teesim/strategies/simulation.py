@@ -132,6 +132,8 @@ class Simulation:
         self.incremental = incremental
         self.clock = VirtualClock() if incremental else HeapClock()
         self._touched: list[SimNode] = []
+        # (node, misc resource) whose usage an advertiser published since the observer last looked.
+        self.published: list[tuple[str, str]] = []
         self.retry_rng = random.Random(f"{world.seed}/kubelet-retries")
         roles = node_roles(strategy, [s.name for s in world.nodes], self.settings.kata_nodes)
         self.nodes: dict[str, SimNode] = {}
@@ -144,6 +146,7 @@ class Simulation:
             node = SimNode(
                 spec, random.Random(f"{world.seed}/{spec.name}/devices"), roles[spec.name].value, self._node_changed
             )
+            node.usage_published_at.on_publish = partial(self._usage_published, spec.name)
             node.pod_resources = TokenBucket(background_qps=self.settings.pod_resources_background_qps)
             self.nodes[spec.name] = node
         self.queue = SchedulingQueue(self.nodes, self.scheduler_need, incremental)
@@ -171,6 +174,9 @@ class Simulation:
     def pending(self) -> list[Pod]:
         """Pods not bound yet, in creation order."""
         return self.queue.pending
+
+    def _usage_published(self, node: str, resource: str) -> None:
+        self.published.append((node, resource))
 
     def _node_changed(self, node: SimNode) -> None:
         self._touched.append(node)
@@ -519,6 +525,8 @@ class Simulation:
                 self.changed = []
             if observer is not None:
                 observer.after_event(self, now)
+            elif self.published:
+                self.published.clear()
             if progress is not None and now >= next_report[0]:
                 progress(min(now / duration, 1.0))
                 next_report[0] = now + step
