@@ -33,16 +33,18 @@ _NONE: frozenset[str] = frozenset()
 
 class PublishTimes(dict[str, float]):
     """misc resource -> when an advertiser last published a count computed from ``misc.current``.
-    Every write is also reported to ``on_publish(resource)``: the report looks at the resources that
-    were published instead of asking every node after every event."""
+    A write to a resource in ``watched`` (one with a change not yet seen, as the report says) is also
+    reported to ``on_publish(resource)``: the report looks at those instead of asking every node
+    after every event."""
 
     def __init__(self, on_publish: Callable[[str], None] | None = None):
         super().__init__()
         self.on_publish = on_publish
+        self.watched: set[str] = set()
 
     def __setitem__(self, resource: str, when: float) -> None:
         super().__setitem__(resource, when)
-        if self.on_publish is not None:
+        if resource in self.watched and self.on_publish is not None:
             self.on_publish(resource)
 
 

@@ -100,6 +100,7 @@ class MetricsRecorder:
             self._changes[(node, resource)].append(now)
             self._waiting.add((node, resource))
             self._queued_now.add((node, resource))
+            sim.nodes[node].usage_published_at.watched.add(resource)
 
     def on_failure(self, sim: Simulation, failure: Failure) -> None:
         self.failures.append(failure)
@@ -137,6 +138,7 @@ class MetricsRecorder:
                 queued[:] = [t for t in queued if t > seen_at]
             if not queued:
                 self._waiting.discard(key)
+                sim.nodes[node].usage_published_at.watched.discard(resource)
 
     def _observe(self, snap: ResourceSnapshot, now: float) -> None:
         key = (snap.node, snap.resource)
