@@ -40,6 +40,7 @@ class DRAPool:
     on_change: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # Bumped by every allocation and release, so the driver can tell its claims are unchanged.
     claims_revision: int = field(default=0, compare=False)
+    _free: tuple[tuple[int, int], int] | None = field(default=None, repr=False, compare=False)
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -56,8 +57,12 @@ class DRAPool:
         return True
 
     def free(self) -> int:
-        """Devices in the slice that no claim holds: what the scheduler can still allocate."""
-        return sum(1 for d in self.devices if d not in self.allocated)
+        """Devices in the slice that no claim holds: what the scheduler can still allocate (counted
+        again only after the slice or the claims changed: the scheduler asks at every pass)."""
+        key = (self.generation, self.claims_revision)
+        if self._free is None or self._free[0] != key:
+            self._free = (key, sum(1 for d in self.devices if d not in self.allocated))
+        return self._free[1]
 
     def allocate(self, pod_uid: str, count: int) -> list[str]:
         """The scheduler's allocation for one pod; raises ValueError when the slice has too few."""
