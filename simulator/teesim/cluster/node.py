@@ -161,7 +161,10 @@ class SimNode:
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
         self.status_devices: dict[str, int] = {}
         self.bound = BoundPods()
-        self.bound.on_change = self._touch
+        self.bound.on_change = self._view_changed
+        # Bumped by every change of what view() depends on (node status, NFD, bound pods, DRA pools):
+        # a node touched only by a kernel charge keeps the scheduler's view it had.
+        self.view_revision = 0
         self.dra: dict[str, DRAPool] = {}
         # The pod-resources API's token bucket, shared by every client on the node.
         self.pod_resources = TokenBucket()
@@ -183,6 +186,10 @@ class SimNode:
             if self.on_change is not None:
                 self.on_change(self)
 
+    def _view_changed(self) -> None:
+        self.view_revision += 1
+        self._touch()
+
     def _devices_changed(self) -> None:
         self._device_allocatable = None
         self.devices_touched = True
@@ -191,7 +198,7 @@ class SimNode:
     def watch_dra(self) -> None:
         """Hear about changes of the DRA pools the wiring put on this node."""
         for pool in self.dra.values():
-            pool.on_change = self._touch
+            pool.on_change = self._view_changed
 
     @property
     def nfd(self) -> dict[str, int]:
@@ -202,7 +209,7 @@ class SimNode:
     def nfd(self, values: dict[str, int]) -> None:
         if values != self._nfd:
             self._nfd = values
-            self._touch()
+            self._view_changed()
 
     def expiring(self, now: float) -> bool:
         """Whether a stopped device-plugin endpoint is still inside the kubelet's grace period, so the
@@ -299,7 +306,7 @@ class SimNode:
             status = self.device_allocatable(now)
             if status != self.status_devices:
                 self.status_devices = dict(status)
-                self._touch()
+                self._view_changed()
 
     def status_allocatable(self) -> dict[str, int]:
         """What the scheduler sees: the last synced device counts plus NFD's (patched directly)."""

@@ -90,6 +90,8 @@ class SchedulingQueue:
         self._views: dict[str, NodeView] = {name: nodes[name].view() for name in sorted(nodes)}
         self._stale: set[str] = set(nodes)
         self._versions: dict[str, int] = dict.fromkeys(nodes, 0)
+        # Each node's view_revision when its cached view was built.
+        self._built_at: dict[str, int] = {name: node.view_revision for name, node in nodes.items()}
         self._indexes: dict[tuple[str, int], LeastAllocatedIndex] = {}
         # Pods the last pass left pending (by identity): they fit no node whose view is unchanged.
         self._unfit: set[int] = set()
@@ -142,6 +144,7 @@ class SchedulingQueue:
                 continue
             node = nodes[choice]
             bind(node, pod, need)
+            self._built_at[choice] = node.view_revision
             self._set_view(node.view())
             candidates = [views[name] for name in changed]
             nowhere.clear()
@@ -150,9 +153,13 @@ class SchedulingQueue:
     def _refresh_stale(self) -> list[str]:
         """Refresh the views of the nodes that said they changed; the names of those whose view did."""
         changed = []
-        views, nodes = self._views, self.nodes
+        views, nodes, built_at = self._views, self.nodes, self._built_at
         for name in sorted(self._stale):
-            view = nodes[name].view()
+            node = nodes[name]
+            if node.view_revision == built_at[name]:
+                continue  # touched by something the scheduler does not see (a kernel charge)
+            built_at[name] = node.view_revision
+            view = node.view()
             if view != views[name]:
                 self._set_view(view)
                 changed.append(name)
