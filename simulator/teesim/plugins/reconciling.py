@@ -128,6 +128,7 @@ class Reconciler:
         self._published_bytes: bytes | None = None
         self._allocated_since = False
         self._channel: grpc.Channel | None = None
+        self._stub: pr_grpc.PodResourcesListerStub | None = None
         self._unhealthy: frozenset[str] = frozenset()
         self._ids: tuple[str, ...] = ()
         self._current: int | None = None
@@ -150,8 +151,9 @@ class Reconciler:
     def _list(self) -> pr.ListPodResourcesResponse:
         if self._channel is None:
             self._channel = sockets.channel(self.pod_resources_socket)
+            self._stub = pr_grpc.PodResourcesListerStub(self._channel)
         try:
-            return pr_grpc.PodResourcesListerStub(self._channel).List(
+            return self._stub.List(
                 pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=LIST_TIMEOUT
             )
         except grpc.RpcError as exc:
