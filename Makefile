@@ -15,10 +15,11 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv collection demo test lint sanity pytest molecule sysdeps benchmark clean
+.PHONY: help venv collection demo fleet-report test lint sanity pytest molecule sysdeps benchmark clean
 
 help:
 	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
+	@echo "make fleet-report - simulated mixed fleet: preflight, key drift against Kubernetes, HTML/Markdown/JSON/.prom"
 	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule"
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
 
@@ -40,6 +41,9 @@ collection: venv $(COLLECTION_LINK)
 demo: collection
 	$(BIN)/python scripts/demo.py
 
+fleet-report: collection
+	$(BIN)/python scripts/fleet_report.py
+
 lint: collection
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -58,10 +62,12 @@ sysdeps:
 molecule: collection sysdeps
 	scripts/molecule.sh
 
-test: lint sanity pytest molecule
+# sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium.
+test: sysdeps lint sanity pytest molecule
 
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
+	$(BIN)/python benchmarks/bench_fleet.py
 	$(BIN)/python benchmarks/bench_simulator.py
 	$(BIN)/python benchmarks/bench_sweep.py
 	$(BIN)/python benchmarks/bench_grpc_latency.py

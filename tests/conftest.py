@@ -22,6 +22,12 @@ def reference_dir() -> Path | None:
     return None
 
 
+@pytest.fixture(scope="session")
+def optional_reference() -> Path | None:
+    """``../shared/reference`` when present, else ``None`` (for tests that use it where it exists)."""
+    return reference_dir()
+
+
 @pytest.fixture
 def reference() -> Path:
     found = reference_dir()

@@ -11,6 +11,8 @@ everywhere and live in one place:
 * Only regular files are opened. A FIFO, socket, character or block device is reported without being
   opened (opening a FIFO for reading blocks until a writer appears; opening a device can have side
   effects), and the descriptor is checked again after ``open`` in case the file was swapped meanwhile.
+  The one exception is :meth:`HostReader.read_at`, which reads one register from the kernel's ``msr`` and
+  ``cpuid`` character devices (and from regular files standing in for them in simulated trees).
 * Reads are bounded: more than ``limit`` bytes is a problem (or, where the caller allows it, a warning
   and the first ``limit`` bytes).
 * Every oddity becomes a :class:`Problem` with the path (and line, where there is one): one record type
@@ -207,6 +209,46 @@ class HostReader:
             return b"".join(chunks)
         finally:
             os.close(fd)
+
+    def read_at(self, rel: str, offset: int, size: int, *, record: bool = True) -> FileRead:
+        """Read exactly ``size`` bytes at ``offset`` from a register file such as ``/dev/cpu/0/msr``.
+
+        The kernel's ``msr`` and ``cpuid`` drivers (``arch/x86/kernel/msr.c``, ``cpuid.c``) are character
+        devices whose file position is the register index: the MSR number, or the CPUID leaf in the low and
+        the subleaf in the high 32 bits. A read returns 8 (MSR) or 16 (CPUID) bytes per register. So this is
+        the one place where a character device is opened, read with one ``pread`` in non-blocking mode, and
+        closed; FIFOs, sockets and block devices are still refused unopened. A regular file (a simulated node
+        tree) is read at the same offset, and a short read is a problem, never a partial value.
+        """
+        result = FileRead(self.path(rel))
+        try:
+            real = self.resolve(rel)
+            mode = os.stat(real).st_mode
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                result.exists = False
+                return result
+            return self._failed(result, f"cannot be examined: {exc.strerror or exc}", record)
+        if not (stat.S_ISCHR(mode) or stat.S_ISREG(mode)):
+            return self._failed(result, f"is {file_kind(mode)}, not a register file: not opened", record)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(real, flags)
+        except OSError as exc:
+            return self._failed(result, f"cannot be opened: {exc.strerror or exc}", record)
+        try:
+            opened = os.fstat(fd).st_mode
+            if not (stat.S_ISCHR(opened) or stat.S_ISREG(opened)):
+                return self._failed(result, f"became {file_kind(opened)} while being opened: not read", record)
+            data = os.pread(fd, size, offset)
+        except OSError as exc:
+            return self._failed(result, f"read at offset {offset:#x} failed: {exc.strerror or exc}", record)
+        finally:
+            os.close(fd)
+        if len(data) != size:
+            return self._failed(result, f"only {len(data)} of {size} bytes at offset {offset:#x}", record)
+        result.data = data
+        return result
 
     def read_text(self, rel: str, **kwargs) -> str | None:
         """UTF-8 text of a file (undecodable bytes replaced), ``None`` when absent or unreadable."""

@@ -85,7 +85,7 @@ def summarize_iommu(iommu, cmdline, vendor) -> dict:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _tdx_cpu_reasons(cpu, cmdline, power) -> list[str]:
+def tdx_cpu_reasons(cpu, cmdline, power) -> list[str]:
     supported = cpu["flags"]["tdx_host_platform"]
     if supported is None:
         return ["cannot tell whether the CPU supports TDX: /proc/cpuinfo could not be read"]
@@ -114,7 +114,7 @@ def _tdx_cpu_reasons(cpu, cmdline, power) -> list[str]:
     return [why]
 
 
-def _tdx_kvm_reasons(kvm, cmdline, kernel) -> list[str]:
+def tdx_kvm_reasons(kvm, cmdline, kernel) -> list[str]:
     param = kvm["intel"]["tdx"]
     if param is True:
         return []
@@ -154,7 +154,7 @@ def summarize_tdx(cpu, kvm, cmdline, kernel, qgs, power=None) -> dict:
         # The kvm_intel and cmdline details would only be noise on another vendor's CPU.
         reasons = ["TDX needs an Intel Xeon host; this CPU's vendor is %s" % vendor]
         return _tdx_result(supported, enabled, cmdline_ready, qgs, reasons, [])
-    reasons = _tdx_cpu_reasons(cpu, cmdline, power) + _tdx_kvm_reasons(kvm, cmdline, kernel)
+    reasons = tdx_cpu_reasons(cpu, cmdline, power) + tdx_kvm_reasons(kvm, cmdline, kernel)
     reasons += cmdline.get("problems", [])
     advice = []
     ready = supported is True and enabled
@@ -194,7 +194,7 @@ def _tdx_result(supported, enabled, cmdline_ready, qgs, reasons, advice) -> dict
 # SEV, SEV-ES, SEV-SNP
 # ---------------------------------------------------------------------------------------------------
 
-_SEV_KINDS = (
+SEV_KINDS = (
     # (summary name, CPU flag, kvm_amd parameter, command-line key, label)
     ("sev", "sev", "sev", "kvm_amd_sev", "SEV"),
     ("sev_es", "sev_es", "sev_es", "kvm_amd_sev_es", "SEV-ES"),
@@ -202,7 +202,7 @@ _SEV_KINDS = (
 )
 
 
-def _sev_kvm_reasons(kind, kvm, cmdline, kernel) -> list[str]:
+def sev_kvm_reasons(kind, kvm, cmdline, kernel) -> list[str]:
     name, _flag, param_name, cmd_key, label = kind
     param = kvm["amd"][param_name]
     if param is True:
@@ -230,7 +230,7 @@ def _sev_kvm_reasons(kind, kvm, cmdline, kernel) -> list[str]:
     return []
 
 
-def _snp_iommu_reasons(iommu, cmdline) -> list[str]:
+def snp_iommu_reasons(iommu, cmdline) -> list[str]:
     reasons = []
     if cmdline.get("iommu_off") or iommu.get("enabled") is False:
         reasons.append("the IOMMU is off (no IOMMU groups or iommu=off/amd_iommu=off): SEV-SNP requires it")
@@ -249,7 +249,7 @@ def _summarize_sev_kind(kind, cpu, kvm, cmdline, kernel, devices, iommu) -> dict
     name, flag, param_name, cmd_key, label = kind
     supported = cpu["flags"][flag]
     enabled = kvm["amd"][param_name] is True
-    iommu_reasons = _snp_iommu_reasons(iommu, cmdline) if name == "snp" else []
+    iommu_reasons = snp_iommu_reasons(iommu, cmdline) if name == "snp" else []
     # kvm_amd enables SEV, SEV-ES and (since 6.11) SNP by default: only an explicit "=0" blocks it, and
     # SNP additionally needs a translating IOMMU.
     cmdline_ready = cmdline.get(cmd_key) is not False and not (name == "snp" and iommu_reasons)
@@ -264,7 +264,7 @@ def _summarize_sev_kind(kind, cpu, kvm, cmdline, kernel, devices, iommu) -> dict
             "CPU flag %s absent from /proc/cpuinfo: the CPU or BIOS does not offer %s (enable SME/SEV, "
             "SEV-ES ASIDs%s in the BIOS)" % (flag, label, " and SNP with RMP table" if name == "snp" else "")
         )
-    reasons += _sev_kvm_reasons(kind, kvm, cmdline, kernel)
+    reasons += sev_kvm_reasons(kind, kvm, cmdline, kernel)
     if name != "sev" and enabled and kvm["amd"]["sev"] is not True:
         reasons.append("%s needs SEV itself enabled in kvm_amd (sev parameter is not Y)" % label)
     reasons += iommu_reasons
@@ -291,7 +291,7 @@ def _sev_result(supported, enabled, cmdline_ready, devices, reasons) -> dict:
 def summarize_sev(cpu, kvm, cmdline, kernel, devices, iommu=None) -> dict:
     """``{"sev": ..., "sev_es": ..., "snp": ...}``; SNP guests charge the ``sev_es`` misc resource."""
     iommu = iommu or {}
-    return {kind[0]: _summarize_sev_kind(kind, cpu, kvm, cmdline, kernel, devices, iommu) for kind in _SEV_KINDS}
+    return {kind[0]: _summarize_sev_kind(kind, cpu, kvm, cmdline, kernel, devices, iommu) for kind in SEV_KINDS}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -68,8 +68,34 @@ options:
       - Saves a second module round trip per host when a play needs both.
     type: bool
     default: false
+  preflight:
+    description:
+      - Also return the preflight verdict in RV(host.preflight), that is PASS, FAIL or SKIP per check (TDX,
+        SEV-ES/SEV-SNP, free keys, vsock, IOMMU and GPU passthrough, GPU confidential computing, attestation), with a
+        remediation for every failure, as data and as a short table.
+      - Implies O(capacity=true), and the capacity report then also lists the top-level cgroups
+        (C(cgroups), one level deep) with their C(misc.events) counters.
+      - Reads the hardware key registers where they answer a question (RV(host.hardware_keys)); all of it in
+        the same single module round trip.
+      - The fact C(tee_host) is not set in this mode (register the result), because the result is several times larger
+        and setting it twice doubles what the controller processes per host.
+    type: bool
+    default: false
+  min_free_keys:
+    description:
+      - With O(preflight=true), the free keys (C(tdx) on Intel, C(sev_es) on AMD) below which the C(keys.free)
+        check fails.
+    type: int
+    default: 1
+  attestation:
+    description:
+      - With O(preflight=true), the result of an attestation check to include as the C(attestation.chain) check.
+      - A dict with C(verdict) (V(PASS), V(FAIL) or V(SKIP)) or C(ok) (bool), C(msg) and, for failures,
+        C(remediation); a registered module result with C(failed) works too.
+      - Without it, the attestation section is V(SKIP) and says why.
+    type: dict
 notes:
-  - Also sets the fact C(tee_host) to the same value as RV(host).
+  - Also sets the fact C(tee_host) to the same value as RV(host), except with O(preflight=true).
   - C(nvidia-smi) runs with a time limit (O(gpu_timeout)) and its output is bounded to 4 MiB; bytes that are
     not UTF-8 are replaced, never an error.
   - Files are read through the collection's host reader, under O(host_root), with symbolic links resolved
@@ -105,6 +131,16 @@ EXAMPLES = r"""
     capacity: true
   register: node
 
+- name: Preflight verdict (PASS/FAIL/SKIP per check with fixes) in one round trip
+  confidential.tee.tee_host_info:
+    preflight: true
+    min_free_keys: 4
+  register: node
+
+- name: Print the verdict as a table
+  ansible.builtin.debug:
+    msg: "{{ node.host.preflight.table }}"
+
 - name: Use the fact it sets
   ansible.builtin.debug:
     msg: >-
@@ -115,7 +151,7 @@ EXAMPLES = r"""
 RETURN = r"""
 host:
   description:
-    - Everything the module found. The same value is set as the fact C(tee_host).
+    - Everything the module found. The same value is set as the fact C(tee_host) (not with O(preflight=true)).
     - Booleans are V(null) where the answer could not be determined (for example an unreadable file).
   returned: always
   type: dict
@@ -341,15 +377,52 @@ host:
           - "GPU CC mode is off (CC state OFF): switch it on with NVIDIA's gpu-admin-tools"
     capacity:
       description:
-        - Only with O(capacity=true). The misc cgroup facts C(misc_controller), C(resources),
+        - Only with O(capacity=true) or O(preflight=true). The misc cgroup facts C(misc_controller), C(resources),
           C(unknown_resources), C(resource_aliases), C(issues) and C(notes), as returned by
           M(confidential.tee.tee_capacity_info) with its default options.
-      returned: when O(capacity=true)
+        - With O(preflight=true) also C(cgroups), the top-level cgroups only (C(cgroups=true), C(cgroup_depth=1)).
+      returned: when O(capacity=true) or O(preflight=true)
       type: dict
       sample:
         misc_controller: {"present": true, "cgroup_version": 2, "path": "/sys/fs/cgroup", "reason": null}
         resources:
           tdx: {"name": tdx, "capacity": 63, "current": 2, "free": 61}
+    hardware_keys:
+      description:
+        - Only with O(preflight=true). Key counts read from the hardware where the kernel does not give them, or as
+          a cross-check. C(tdx) is MSR 0x87 (IA32_MKTME_KEYID_PARTITIONING, bits 31:0 MKTME KeyIDs, 63:32 TDX
+          KeyIDs, guests get TDX KeyIDs - 1), read on Intel hosts whose misc cgroup gives no TDX capacity.
+          C(sev) is CPUID 0x8000001F (ECX max ASID, EDX min SEV ASID, so sev_es = EDX - 1) on AMD hosts, with
+          C(cross_check) against C(misc.capacity). C(tdx_misc_resource) says whether the kernel counts TDX keys.
+        - Each register has C(readable), C(path) and C(problem) (why it could not be read, for example
+          C(cannot be opened) with the error, without root, or that the C(msr) driver is not loaded).
+      returned: when O(preflight=true)
+      type: dict
+      sample:
+        tdx_misc_resource: false
+        tdx_misc_reason: "kernel 6.1.0 predates the tdx misc resource (6.16) ..."
+        tdx: {"readable": true, "path": "/dev/cpu/0/msr", "problem": null, "raw": "0x000000200000001f",
+              "mktme_keyids": 31, "tdx_keyids": 32, "tdx_guest_keyids": 31, "tdx_keyid_range": [32, 63]}
+        sev: null
+    preflight:
+      description:
+        - Only with O(preflight=true). C(verdict) (V(PASS), V(FAIL) or V(SKIP)), C(ready) (every check of the
+          CPU TEE section passes and free keys do not fail), C(technology), C(counts) per verdict, C(blocking)
+          (what keeps C(ready) false), C(sections) (each with C(id), C(title), C(verdict), C(reason) when the
+          whole section does not apply, and C(checks) with C(id), C(title), C(verdict), C(detail),
+          C(remediation) for failures and C(source)), and C(table), the same as lines for people.
+      returned: when O(preflight=true)
+      type: dict
+      sample:
+        verdict: FAIL
+        ready: false
+        technology: TDX
+        counts: {"PASS": 3, "FAIL": 4, "SKIP": 5}
+        table:
+          - "FAIL  NOT READY (TDX); 3 PASS, 4 FAIL, 5 SKIP"
+          - "FAIL  Intel TDX"
+          - "  FAIL  CPU flag tdx_host_platform  CPU flag tdx_host_platform absent and this is a virtual machine"
+          - "        fix: run on bare metal"
     warnings:
       description: Files that could not be read or parsed (FIFOs and devices are refused unopened), and
         C(nvidia-smi) commands that failed, each with C(path), C(problem), C(line_number) and C(line) (both
@@ -366,6 +439,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.gpu_facts import bounded_runner, empty_gpu, probe_gpu
 from ansible_collections.confidential.tee.plugins.module_utils.host_facts import HostRootError, gather_host_facts
+from ansible_collections.confidential.tee.plugins.module_utils.preflight import gather_preflight
 
 
 def _gpu_facts(module, host_root):
@@ -403,10 +477,18 @@ def main():
             gpu_timeout=dict(type="int", default=20),
             capacity=dict(type="bool", default=False),
             qgs_socket_path=dict(type="path", default="/var/run/tdx-qgs/qgs.socket"),
+            preflight=dict(type="bool", default=False),
+            min_free_keys=dict(type="int", default=1, no_log=False),
+            attestation=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     host_root = module.params["host_root"]
+    if module.params["min_free_keys"] < 0:
+        module.fail_json(
+            msg="min_free_keys must be 0 or more, got %d: it is the number of free TEE keys the keys.free check "
+            "requires" % module.params["min_free_keys"]
+        )
     if module.params["gpu_timeout"] < 1:
         module.fail_json(
             msg="gpu_timeout must be at least 1 second, got %d: raise it, or set gather_gpu: false to skip "
@@ -423,13 +505,19 @@ def main():
         )
     except HostRootError as exc:
         module.fail_json(msg=str(exc))
-    if module.params["capacity"]:
+    params = module.params
+    if params["preflight"]:
+        gather_preflight(host_root, facts, params["min_free_keys"], params["attestation"])
+    elif params["capacity"]:
         facts["capacity"] = capacity_facts(host_root)
-        for issue in facts["capacity"]["issues"]:
-            line = ":%s" % issue["line_number"] if issue["line_number"] else ""
-            module.warn("%s%s: %s" % (issue["path"], line, issue["problem"]))
+    for issue in facts.get("capacity", {}).get("issues", []):
+        line = ":%s" % issue["line_number"] if issue["line_number"] else ""
+        module.warn("%s%s: %s" % (issue["path"], line, issue["problem"]))
     for warning in facts["warnings"]:
         module.warn("%s: %s" % (warning["path"], warning["problem"]))
+    if params["preflight"]:
+        # Register the result instead: the facts twice would double the data the controller processes per host.
+        module.exit_json(changed=False, host=facts)
     module.exit_json(changed=False, host=facts, ansible_facts={"tee_host": facts})
 
 

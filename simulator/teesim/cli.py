@@ -13,7 +13,12 @@ import sys
 from collections.abc import Sequence
 
 # Optional modules are skipped when absent (e.g. a checkout without the gRPC path).
-SUBCOMMAND_MODULES: tuple[str, ...] = ("teesim.kernel.cli", "teesim.report.cli", "teesim.grpc_run")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "teesim.kernel.cli",
+    "teesim.cluster.fleet",
+    "teesim.report.cli",
+    "teesim.grpc_run",
+)
 OPTIONAL_MODULES: frozenset[str] = frozenset({"teesim.grpc_run"})
 
 

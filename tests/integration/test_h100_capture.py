@@ -1,68 +1,24 @@
 """tee_host_info over a real H100 host capture (CC capable, CC off, no misc controller).
 
-The node tree is built from the capture's cpuinfo flags, kernel release and cgroup controllers, and
-`nvidia-smi` is a stand-in that replays the verbatim outputs captured on that host.
+The node tree is built from the capture's cpuinfo flags, kernel release, cgroup controllers, devices and PCI
+listing by teesim's capture builder, and `nvidia-smi` is its stand-in that replays the verbatim outputs captured
+on that host.
 """
 
 from __future__ import annotations
 
-import re
-import stat
-import sys
 from pathlib import Path
 
 import pytest
+from teesim.kernel.capture import build_capture_tree
 
 pytestmark = pytest.mark.slow
-
-STAND_IN = """#!{python}
-import re, sys
-from pathlib import Path
-capture = Path({capture!r})
-args = sys.argv[1:]
-if args == ["-q"]:
-    sys.stdout.write((capture / "nvidia-smi-q.txt").read_text())
-elif args == ["--version"]:
-    sys.stdout.write((capture / "nvidia-smi-version.txt").read_text())
-elif args[:1] == ["conf-compute"] and len(args) == 2:
-    text = (capture / "nvidia-smi-conf-compute.txt").read_text()
-    sections = dict(re.findall(r"^## (\\S+)\\n(.*?)(?=^## |\\Z)", text, re.M | re.S))
-    if args[1] not in sections:
-        sys.exit("stand-in: no capture for " + " ".join(args))
-    sys.stdout.write(sections[args[1]])
-else:
-    sys.exit("stand-in: no capture for " + " ".join(args))
-"""
-
-
-def probe_sections(capture: Path) -> dict[str, str]:
-    text = (capture / "host-probe.txt").read_text()
-    return dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, re.M | re.S))
 
 
 @pytest.fixture
 def h100_node(reference: Path, tmp_path: Path) -> tuple[Path, Path]:
-    capture = reference / "hosts" / "h100-cc-off"
-    probe = probe_sections(capture)
     root = tmp_path / "h100"
-    (root / "proc/sys/kernel").mkdir(parents=True)
-    (root / "proc/cpuinfo").write_text(
-        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"
-        + probe["cpuinfo flags"].strip()
-        + "\n\n"
-    )
-    (root / "proc/sys/kernel/osrelease").write_text(probe["uname"].split()[2] + "\n")
-    (root / "proc/cmdline").write_text("BOOT_IMAGE=/boot/vmlinuz root=/dev/vda1 ro console=ttyS0\n")
-    (root / "sys/fs/cgroup").mkdir(parents=True)
-    (root / "sys/fs/cgroup/cgroup.controllers").write_text(probe["cgroup.controllers"])
-    (root / "sys/kernel/iommu_groups").mkdir(parents=True)
-    (root / "dev").mkdir()
-    for device in probe["/dev"].split():
-        if device in ("vsock", "kvm", "nvidia0"):
-            (root / "dev" / device).write_text("")
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(STAND_IN.format(python=sys.executable, capture=str(capture)))
-    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    smi = build_capture_tree(reference / "hosts" / "h100-cc-off", root)
     return root, smi
 
 
@@ -71,6 +27,10 @@ def test_h100_capture(h100_node, tmp_path, playbook):
     tasks = [
         {"name": "host", "confidential.tee.tee_host_info": {"host_root": str(root), "nvidia_smi_path": str(smi)}},
         {"name": "capacity", "confidential.tee.tee_capacity_info": {"host_root": str(root)}},
+        {
+            "name": "preflight",
+            "confidential.tee.tee_host_info": {"host_root": str(root), "nvidia_smi_path": str(smi), "preflight": True},
+        },
     ]
     run = playbook(tmp_path, tasks, {"h100": {}})
     assert run.returncode == 0, run.stderr
@@ -84,6 +44,28 @@ def test_h100_capture(h100_node, tmp_path, playbook):
     assert gpu["cc_capable"] is True and gpu["cc_enabled"] is False and gpu["cc_state"] == "OFF"
     assert gpu["ready_state"] == "not-ready" and gpu["ready"] is False
     assert len(gpu["gpus"]) == 1 and "H100" in gpu["gpus"][0]["name"]
+    assert host["pci"]["devices"] == [
+        {
+            "bdf": "0000:00:06.0",
+            "vendor": "0x10de",
+            "device": "0x2330",
+            "class": "0x0302",
+            "driver": "nvidia",
+            "iommu_group": None,
+        }
+    ]
     capacity = run.result("capacity", "h100")
     assert capacity["misc_controller"]["present"] is False
     assert "cpuset cpu io memory hugetlb pids" in capacity["misc_controller"]["reason"]
+    # The expected preflight verdict: GPU CC capable but off and not ready; no TDX, no SEV-SNP.
+    verdict = run.result("preflight", "h100")["host"]["preflight"]
+    by_id = {c["id"]: c for s in verdict["sections"] for c in s["checks"]}
+    sections = {s["id"]: s for s in verdict["sections"]}
+    assert verdict["verdict"] == "FAIL" and verdict["ready"] is False
+    assert by_id["gpu.cc_capable"]["verdict"] == "PASS"
+    assert by_id["gpu.cc_mode"]["verdict"] == "FAIL" and by_id["gpu.cc_mode"]["detail"].startswith("CC state OFF")
+    assert by_id["gpu.ready"]["verdict"] == "FAIL" and by_id["gpu.ready"]["detail"] == "CC GPUs ready state: not-ready"
+    assert by_id["tdx.cpu_flag"]["verdict"] == "FAIL" and "virtual machine" in by_id["tdx.cpu_flag"]["detail"]
+    assert sections["sev_snp"]["verdict"] == "SKIP" and "needs AMD" in sections["sev_snp"]["reason"]
+    assert by_id["iommu.gpu_vfio"]["detail"] == "not on vfio-pci: 0000:00:06.0 (nvidia)"
+    assert all(c["remediation"] for c in by_id.values() if c["verdict"] == "FAIL")

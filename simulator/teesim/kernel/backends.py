@@ -79,6 +79,23 @@ class RealDirBackend:
         self.remove(relpath)
         os.makedirs(self.path(relpath), exist_ok=True)
 
+    def write_at(self, relpath: str, offset: int, data: bytes) -> None:
+        """A register file: ``data`` at ``offset`` of a sparse file (the msr and cpuid devices' layout)."""
+        target = self.path(relpath)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.pwrite(fd, data, offset)
+        finally:
+            os.close(fd)
+
+    def symlink(self, relpath: str, target: str) -> None:
+        link = self.path(relpath)
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(target, link)
+
 
 class FakeFsBackend:
     """Files in a pyfakefs ``FakeFilesystem`` (the object, so no patching is needed)."""

@@ -26,15 +26,21 @@ def build_node_tree(
     usage: dict[str, int] | None = None,
     usage_cgroup: str = "machine.slice",
     name: str = "node-1",
+    charges: list[tuple[str, str, int]] | None = None,
+    **extras: Any,
 ) -> Node:
-    """Build a node, charge ``usage``, write it under ``out``; returns the node."""
-    node = Node(NodeSpec(name=name, profile=get_profile(profile), vendor=vendor, capacity=capacity or None))
-    if usage:
-        if node.misc is None:
-            raise ValueError(f"profile {profile!r} has no misc controller, so --usage cannot be charged")
-        node.misc.ensure_cgroup(usage_cgroup)
-        for resource, amount in usage.items():
-            node.misc.try_charge(usage_cgroup, resource, amount)
+    """Build a node, charge ``usage`` to ``usage_cgroup`` and every ``(cgroup, resource, amount)`` of
+    ``charges``, write it under ``out``; returns the node. ``extras`` are further :class:`NodeSpec` fields
+    (``registers``, ``tdx_misc``, ``kvm_tdx``, ``pci``, ``mktme_keyids``)."""
+    spec = NodeSpec(name=name, profile=get_profile(profile), vendor=vendor, capacity=capacity or None, **extras)
+    node = Node(spec)
+    plan = [(usage_cgroup, resource, amount) for resource, amount in (usage or {}).items()] + list(charges or [])
+    if plan and node.misc is None:
+        raise ValueError(f"profile {profile!r} has no misc controller, so --usage cannot be charged")
+    for cgroup, resource, amount in plan:
+        assert node.misc is not None
+        node.misc.ensure_cgroup(cgroup)
+        node.misc.try_charge(cgroup, resource, amount)
     files = node.files()
     backend = RealDirBackend(out)
     # A rebuilt tree must not keep misc files of cgroups from an earlier build (readers walk them all).
@@ -45,6 +51,10 @@ def build_node_tree(
             if relpath not in files:
                 backend.remove(relpath)
     NodeWriter(backend).sync(files)
+    for relpath, (offset, data) in node.registers().items():
+        backend.write_at(relpath, offset, data)
+    for relpath, target in node.links().items():
+        backend.symlink(relpath, target)
     return node
 
 
@@ -57,6 +67,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         usage=parse_assignments(args.usage, "--usage"),
         usage_cgroup=args.usage_cgroup,
         name=args.name,
+        registers=args.registers,
+        tdx_misc=args.tdx_misc,
+        kvm_tdx=args.kvm_tdx,
     )
     misc = node.misc
     summary = (
@@ -82,5 +95,22 @@ def register(subparsers: Any) -> None:
     build.add_argument("--usage", action="append", metavar="RES=N", help="keys already in use (repeatable)")
     build.add_argument("--usage-cgroup", default="machine.slice", help="cgroup charged with --usage")
     build.add_argument("--name", default="node-1", help="host name")
+    build.add_argument(
+        "--registers",
+        action="store_true",
+        help="also write dev/cpu/0/msr (MSR 0x87 TDX KeyIDs) or dev/cpu/0/cpuid (leaf 0x8000001F ASIDs)",
+    )
+    build.add_argument(
+        "--no-tdx-misc",
+        dest="tdx_misc",
+        action="store_false",
+        help="a kernel with KVM TDX but without the tdx misc resource (vendor backport): keys are not counted",
+    )
+    build.add_argument(
+        "--kvm-tdx",
+        choices=("auto", "Y", "N", "absent"),
+        default="auto",
+        help="kvm_intel tdx parameter (auto: Y when there are TDX keys; absent: a kernel without KVM TDX)",
+    )
     build.add_argument("--out", required=True, help="directory to write (created; existing files replaced)")
     build.set_defaults(func=_cmd_build)

@@ -11,12 +11,26 @@ Models what the collection's modules and the device plugins read on a real node:
   ``iommu=pt``), ``sys/power/state`` (``disk`` only where the command line leaves hibernation available)
   and ``sys/kernel/security/lockdown``.
 
+Optional extras (:class:`NodeSpec` fields; off by default, so plain trees stay as they were):
+
+* ``registers``: ``dev/cpu/0/msr`` holding MSR 0x87 (IA32_MKTME_KEYID_PARTITIONING: MKTME KeyIDs in bits
+  31:0, TDX KeyIDs in 63:32, TDX KeyIDs = ``tdx`` capacity + 1 for the TDX module's global KeyID) on Intel,
+  and ``dev/cpu/0/cpuid`` holding leaf 0x8000001F (ECX max ASID = ``sev`` + ``sev_es``, EDX min SEV ASID =
+  ``sev_es`` + 1) on AMD, at the offsets the kernel's msr and cpuid drivers use (sparse files);
+* ``tdx_misc=False``: a kernel whose KVM has TDX (a vendor backport) but no ``tdx`` misc resource;
+* ``kvm_tdx``: the ``kvm_intel`` ``tdx`` parameter (``auto``: Y when there are TDX keys; ``absent``: a
+  kernel without KVM TDX has no such parameter);
+* ``pci``: PCI devices under ``sys/bus/pci/devices/<bdf>`` with ``vendor``, ``device``, ``class`` and the
+  ``driver`` and ``iommu_group`` links.
+
 Simplifications: files are static text except the misc files; device nodes are regular files; only one
-CPU model per vendor; no firmware tables; IOMMU groups have no devices.
+CPU model per vendor; no firmware tables; IOMMU groups have no devices; registers only for CPU 0;
+``sys/bus/pci/devices/<bdf>`` are directories, not links into ``sys/devices``.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -60,15 +74,37 @@ def parse_assignments(items: list[str] | None, what: str) -> dict[str, int]:
     return result
 
 
+MSR_KEYID_PARTITIONING = 0x87
+CPUID_SEV_LEAF = 0x8000001F
+KVM_TDX_CHOICES = ("auto", "Y", "N", "absent")
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    """One PCI function: ``vendor``/``device``/``pci_class`` as sysfs prints them, its driver and IOMMU group."""
+
+    bdf: str
+    vendor: str
+    device: str
+    pci_class: str
+    driver: str | None = None
+    iommu_group: int | None = None
+
+
 @dataclass(frozen=True)
 class NodeSpec:
-    """What a simulated host is: name, kernel profile, CPU vendor, capacity, CPUs."""
+    """What a simulated host is: name, kernel profile, CPU vendor, capacity, CPUs, and the optional extras."""
 
     name: str = "node-1"
     profile: KernelProfile = CURRENT
     vendor: str = "intel"
     capacity: Mapping[str, int] | None = None
     cpus: int = 4
+    registers: bool = False
+    mktme_keyids: int = 31
+    tdx_misc: bool = True
+    kvm_tdx: str = "auto"
+    pci: tuple[PciDevice, ...] = ()
 
     def resolved_capacity(self) -> dict[str, int]:
         if self.vendor not in VENDOR_RESOURCES:
@@ -92,9 +128,14 @@ class Node:
     def __init__(self, spec: NodeSpec | None = None):
         self.spec = spec or NodeSpec()
         capacity = self.spec.resolved_capacity()
+        if self.spec.kvm_tdx not in KVM_TDX_CHOICES:
+            raise ValueError(f"kvm_tdx {self.spec.kvm_tdx!r}: choose one of {', '.join(KVM_TDX_CHOICES)}")
+        # Without the tdx misc resource the keys still exist in the hardware, but the kernel does not count them.
+        counted = capacity if self.spec.tdx_misc else {k: v for k, v in capacity.items() if k != "tdx"}
         self.misc: MiscController | None = (
-            MiscController(capacity, self.spec.profile) if self.spec.profile.has_misc else None
+            MiscController(counted, self.spec.profile) if self.spec.profile.has_misc else None
         )
+        self.hardware_capacity = dict(capacity)
         self._static = self._render_static(capacity)
 
     @property
@@ -103,7 +144,10 @@ class Node:
 
     def _render_static(self, capacity: Mapping[str, int]) -> dict[str, str]:
         spec = self.spec
-        cpu = _CPU[spec.vendor]
+        cpu = dict(_CPU[spec.vendor])
+        if spec.kvm_tdx == "absent":
+            # A kernel without KVM TDX predates the host TDX support that sets this flag.
+            cpu["flags"] = cpu["flags"].replace(" tdx_host_platform", "")
         processors = "\n".join(
             f"processor\t: {n}\nvendor_id\t: {cpu['vendor_id']}\nmodel name\t: {cpu['model name']}\n"
             f"flags\t\t: {cpu['flags']}\n"
@@ -123,14 +167,49 @@ class Node:
         for group in range(IOMMU_GROUPS):
             files[f"sys/kernel/iommu_groups/{group}/type"] = "DMA-FQ\n"
         if spec.vendor == "intel":
-            files["sys/module/kvm_intel/parameters/tdx"] = "Y\n" if capacity.get("tdx") else "N\n"
+            tdx = {"auto": "Y" if capacity.get("tdx") else "N"}.get(spec.kvm_tdx, spec.kvm_tdx)
+            if tdx != "absent":
+                files["sys/module/kvm_intel/parameters/tdx"] = tdx + "\n"
+            files["sys/module/kvm_intel/parameters/nested"] = "Y\n"
         else:
             files["dev/sev"] = ""
-            files["sys/module/kvm_amd/parameters/sev"] = "Y\n" if capacity.get("sev") else "N\n"
+            # sev_hardware_setup() enables SEV whenever the CPU offers ASIDs, even if all are SEV-ES ASIDs.
+            any_asids = capacity.get("sev") or capacity.get("sev_es")
+            files["sys/module/kvm_amd/parameters/sev"] = "Y\n" if any_asids else "N\n"
             enabled = "Y\n" if capacity.get("sev_es") else "N\n"
             files["sys/module/kvm_amd/parameters/sev_es"] = enabled
             files["sys/module/kvm_amd/parameters/sev_snp"] = enabled
+        for device in spec.pci:
+            base = f"sys/bus/pci/devices/{device.bdf}"
+            files[f"{base}/vendor"] = device.vendor + "\n"
+            files[f"{base}/device"] = device.device + "\n"
+            files[f"{base}/class"] = device.pci_class + "\n"
         return files
+
+    def registers(self) -> dict[str, tuple[int, bytes]]:
+        """``{relpath: (offset, bytes)}`` of the register files (empty unless ``spec.registers``)."""
+        if not self.spec.registers:
+            return {}
+        capacity = self.hardware_capacity
+        if self.spec.vendor == "intel":
+            tdx_keyids = capacity.get("tdx", 0) + 1 if capacity.get("tdx") else 0
+            value = (tdx_keyids << 32) | self.spec.mktme_keyids
+            return {"dev/cpu/0/msr": (MSR_KEYID_PARTITIONING, value.to_bytes(8, "little"))}
+        sev, sev_es = capacity.get("sev", 0), capacity.get("sev_es", 0)
+        # EAX: SME, SEV, SEV-ES, SEV-SNP (bits 0, 1, 3, 4); EBX: C-bit 51; ECX max ASID; EDX min SEV ASID.
+        regs = struct.pack("<4I", 0b11011, 51, sev + sev_es, sev_es + 1)
+        return {"dev/cpu/0/cpuid": (CPUID_SEV_LEAF, regs)}
+
+    def links(self) -> dict[str, str]:
+        """``{relpath: target}`` of the symbolic links (the PCI devices' ``driver`` and ``iommu_group``)."""
+        links = {}
+        for device in self.spec.pci:
+            base = f"sys/bus/pci/devices/{device.bdf}"
+            if device.driver:
+                links[f"{base}/driver"] = f"../../../../bus/pci/drivers/{device.driver}"
+            if device.iommu_group is not None:
+                links[f"{base}/iommu_group"] = f"../../../../kernel/iommu_groups/{device.iommu_group}"
+        return links
 
     def static_files(self) -> dict[str, str]:
         """Everything but the misc files (they never change during a run)."""

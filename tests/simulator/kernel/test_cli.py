@@ -61,3 +61,14 @@ def test_node_build_again_replaces_stale_cgroups(tmp_path: Path) -> None:
     state = read_misc_state(str(tmp_path), include_cgroups=True)
     assert [c.path for c in state.cgroups] == ["machine.slice"]
     assert state.resources["tdx"].current == 1
+
+
+def test_node_build_registers_and_an_old_kernel_without_the_tdx_resource(tmp_path: Path) -> None:
+    args = ["node", "build", "--profile", "old", "--no-tdx-misc", "--registers", "--capacity", "tdx=31"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "dev/cpu/0/msr", "rb") as handle:
+        handle.seek(0x87)
+        assert int.from_bytes(handle.read(8), "little") == (32 << 32) | 31
+    assert (tmp_path / "sys/fs/cgroup/misc.capacity").read_text() == ""
+    assert main(["node", "build", "--kvm-tdx", "absent", "--out", str(tmp_path / "k")]) == 0
+    assert not (tmp_path / "k/sys/module/kvm_intel/parameters/tdx").exists()

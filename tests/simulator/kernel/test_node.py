@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import struct
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from pyfakefs.fake_os import FakeOsModule
 from teesim._collection import read_misc_state
 from teesim.kernel.backends import FakeFsBackend, NodeWriter, RealDirBackend
-from teesim.kernel.node import Node, NodeSpec, parse_assignments
+from teesim.kernel.node import Node, NodeSpec, PciDevice, parse_assignments
 from teesim.kernel.profiles import CURRENT, NO_MISC, OLD, get_profile
 
 
@@ -167,3 +168,45 @@ def test_real_dir_writes_leave_no_temporary_files(tmp_path: Path) -> None:
     node.misc.try_charge("machine.slice/vm-1", "tdx")
     assert writer.sync(node.files()) > 0
     assert not [p for p in tmp_path.rglob(".teesim-*")]
+
+
+def test_registers_hold_the_hardware_key_split() -> None:
+    intel = Node(NodeSpec(capacity={"tdx": 63}, registers=True, mktme_keyids=15)).registers()
+    offset, data = intel["dev/cpu/0/msr"]
+    assert offset == 0x87 and int.from_bytes(data, "little") == (64 << 32) | 15
+    amd = Node(NodeSpec(vendor="amd", registers=True)).registers()
+    offset, data = amd["dev/cpu/0/cpuid"]
+    assert offset == 0x8000001F and struct.unpack("<4I", data)[2:] == (509, 100)
+    assert Node(NodeSpec()).registers() == {}
+
+
+def test_kernel_without_the_tdx_misc_resource_keeps_kvm_tdx() -> None:
+    node = Node(NodeSpec(profile=OLD, capacity={"tdx": 31}, tdx_misc=False))
+    files = node.files()
+    assert files["sys/fs/cgroup/misc.capacity"] == "" and files["sys/module/kvm_intel/parameters/tdx"] == "Y\n"
+    assert node.hardware_capacity == {"tdx": 31}
+
+
+def test_kvm_tdx_parameter_choices() -> None:
+    absent = Node(NodeSpec(kvm_tdx="absent")).files()
+    assert "sys/module/kvm_intel/parameters/tdx" not in absent and " tdx_host_platform" not in absent["proc/cpuinfo"]
+    assert absent["sys/module/kvm_intel/parameters/nested"] == "Y\n"
+    assert Node(NodeSpec(kvm_tdx="N")).files()["sys/module/kvm_intel/parameters/tdx"] == "N\n"
+    with pytest.raises(ValueError, match="kvm_tdx 'maybe'"):
+        Node(NodeSpec(kvm_tdx="maybe"))
+
+
+def test_all_asids_for_sev_es_still_enables_sev_in_kvm() -> None:
+    files = Node(NodeSpec(vendor="amd", capacity={"sev": 0, "sev_es": 99})).files()
+    assert files["sys/fs/cgroup/misc.capacity"] == "sev_es 99\n"
+    assert files["sys/module/kvm_amd/parameters/sev"] == "Y\n"
+
+
+def test_pci_devices_and_their_links(tmp_path: Path) -> None:
+    device = PciDevice("0000:17:00.0", "0x10de", "0x2330", "0x030200", "vfio-pci", 12)
+    node = Node(NodeSpec(pci=(device,)))
+    assert node.files()["sys/bus/pci/devices/0000:17:00.0/class"] == "0x030200\n"
+    assert node.links() == {
+        "sys/bus/pci/devices/0000:17:00.0/driver": "../../../../bus/pci/drivers/vfio-pci",
+        "sys/bus/pci/devices/0000:17:00.0/iommu_group": "../../../../kernel/iommu_groups/12",
+    }

@@ -146,3 +146,57 @@ def test_listing_and_metadata(tmp_path):
 def test_text_replaces_bytes_that_are_not_utf8(tmp_path):
     write(tmp_path, "f", b"caf\xe9\n")
     assert HostReader(str(tmp_path)).read_text("f") == "caf\ufffd\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# read_at: one register of the msr and cpuid character devices (or a regular file standing in for one)
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_read_at_reads_exactly_size_bytes_at_the_offset_of_a_sparse_file(tmp_path):
+    path = tmp_path / "dev/cpu/0/cpuid"
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as handle:
+        handle.seek(0x8000001F)
+        handle.write(bytes(range(16)) + b"tail")
+    result = HostReader(str(tmp_path)).read_at("dev/cpu/0/cpuid", 0x8000001F, 16)
+    assert (result.data, result.problem) == (bytes(range(16)), None)
+
+
+def test_read_at_a_short_file_is_a_problem_not_a_partial_value(tmp_path):
+    write(tmp_path, "dev/cpu/0/msr", b"\x00" * 0x87 + b"\x01\x02")
+    reader = HostReader(str(tmp_path))
+    result = reader.read_at("dev/cpu/0/msr", 0x87, 8)
+    assert result.data is None and result.problem.problem == "only 2 of 8 bytes at offset 0x87"
+    assert reader.problems == [result.problem]
+
+
+def test_read_at_a_missing_file_is_a_fact(tmp_path):
+    reader = HostReader(str(tmp_path))
+    result = reader.read_at("dev/cpu/0/msr", 0x87, 8)
+    assert (result.exists, result.data, result.problem, reader.problems) == (False, None, None, [])
+
+
+def test_read_at_opens_a_character_device(tmp_path):
+    # /dev/null is a real character device: it opens, and a read returns nothing (a short read).
+    (tmp_path / "dev/cpu/0").mkdir(parents=True)
+    (tmp_path / "dev/cpu/0/msr").symlink_to("/dev/null")
+    result = HostReader("/").read_at(str(tmp_path / "dev/cpu/0/msr"), 0x87, 8, record=False)
+    assert result.problem.problem == "only 0 of 8 bytes at offset 0x87"
+
+
+def test_read_at_refuses_a_fifo_without_blocking(tmp_path, alarm):
+    (tmp_path / "dev/cpu/0").mkdir(parents=True)
+    os.mkfifo(tmp_path / "dev/cpu/0/msr")
+    result = HostReader(str(tmp_path)).read_at("dev/cpu/0/msr", 0x87, 8)
+    assert result.data is None
+    assert result.problem.problem == "is a FIFO (named pipe), not a register file: not opened"
+
+
+def test_read_at_an_unopenable_file_says_why(tmp_path):
+    path = write(tmp_path, "dev/cpu/0/msr", b"\x00" * 0x90)
+    path.chmod(0)
+    if os.geteuid() == 0:
+        pytest.skip("root opens a mode-000 file")
+    result = HostReader(str(tmp_path)).read_at("dev/cpu/0/msr", 0x87, 8)
+    assert result.problem.problem.startswith("cannot be opened: Permission denied")

@@ -248,11 +248,50 @@ def test_capacity_in_the_same_round_trip(capsys, tmp_path):
 
 def test_return_documents_every_key(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
-    result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "capacity": True})[1]
+    # preflight: true returns every key (capacity included).
+    result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "preflight": True})[1]
     returned = yaml.safe_load(tee_host_info.RETURN)["host"]
     assert set(returned["contains"]) == set(result["host"])
+    assert set(returned["contains"]["preflight"]["sample"]) <= set(result["host"]["preflight"])
+    assert set(returned["contains"]["hardware_keys"]["sample"]) == set(result["host"]["hardware_keys"])
+    assert set(returned["contains"]["pci"]["sample"]) == set(result["host"]["pci"])
     assert set(returned["contains"]["gpu"]["sample"]) == set(result["host"]["gpu"])
     assert set(returned["contains"]["tdx"]["sample"]) == set(result["host"]["tdx"])
     assert set(returned["contains"]["sev"]["sample"]) == set(result["host"]["snp"])
     assert set(returned["contains"]["cmdline"]["sample"]) == set(result["host"]["cmdline"])
     assert set(returned["contains"]["iommu"]["sample"]) == set(result["host"]["iommu"])
+
+
+def test_preflight_in_the_same_round_trip(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    (root / "sys/fs/cgroup/machine.slice").mkdir(parents=True)
+    (root / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
+    (root / "sys/fs/cgroup/misc.current").write_text("tdx 62\n")
+    (root / "sys/fs/cgroup/machine.slice/misc.current").write_text("tdx 62\n")
+    (root / "sys/fs/cgroup/machine.slice/misc.max").write_text("tdx max\n")
+    (root / "sys/fs/cgroup/machine.slice/misc.events").write_text("tdx.max 3\n")
+    args = {"host_root": str(root), "gather_gpu": False, "preflight": True, "min_free_keys": 2}
+    code, result = run_main(capsys, args)
+    assert code == 0
+    host = result["host"]
+    preflight = host["preflight"]
+    keys = next(s for s in preflight["sections"] if s["id"] == "keys")["checks"][0]
+    assert keys["verdict"] == "FAIL" and keys["detail"] == "tdx: 1 of 63 free (62 in use)" and keys["remediation"]
+    assert preflight["ready"] is False and preflight["table"][0].startswith("FAIL  NOT READY for TDX guests")
+    assert host["capacity"]["cgroups"][0]["events"] == {"tdx": 3}
+    assert "ansible_facts" not in result  # registered instead: the facts twice would double the data
+
+
+def test_preflight_takes_an_attestation_result(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    attestation = {"failed": True, "msg": "quote verification failed: TCB out of date"}
+    args = {"host_root": str(root), "gather_gpu": False, "preflight": True, "attestation": attestation}
+    section = next(s for s in run_main(capsys, args)[1]["host"]["preflight"]["sections"] if s["id"] == "attestation")
+    assert section["verdict"] == "FAIL"
+    assert section["checks"][0]["remediation"] == "quote verification failed: TCB out of date"
+
+
+def test_min_free_keys_must_not_be_negative(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    code, result = run_main(capsys, {"host_root": str(root), "preflight": True, "min_free_keys": -1})
+    assert code == 1 and "min_free_keys must be 0 or more, got -1" in result["msg"]

@@ -1,0 +1,371 @@
+#!/usr/bin/python
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: tee_fleet_report
+short_description: Write the fleet's TEE readiness and key drift report (HTML, Markdown, JSON, Prometheus)
+version_added: 0.1.0
+author:
+  - confidential.tee contributors (@confidential-tee)
+description:
+  - Takes the registered M(confidential.tee.tee_host_info) results
+    (with O(confidential.tee.tee_host_info#module:preflight=true)) of every host and the Kubernetes objects
+    of the cluster (Nodes, Pods, RuntimeClasses, NFD NodeFeatureRules),
+    finds where the scheduler's view of TEE keys disagrees with the kernel's (double pools, keys used outside
+    Kubernetes, stale advertisers, NFD's C(sev) prefix quirk, RuntimeClass overhead on a resource nothing
+    advertises, SEV-ES guests no resource counts), and writes one report.
+  - The report is a self-contained HTML page (per-node verdict table, key pools per node as small charts,
+    findings with fixes), the same as Markdown for tickets, the whole data as JSON, and node_exporter
+    textfile-collector metrics (C(.prom)) with capacity, usage, peak, free and C(misc.events) per resource, advertised
+    and requested keys, keys used outside Kubernetes, findings and readiness.
+  - Runs where the report is written (usually C(localhost)); it reads no host files itself.
+  - Every file is written atomically (a temporary file in the same directory, then renamed), through a symbolic
+    link if the destination is one, and only when its content changes.
+attributes:
+  check_mode:
+    support: full
+    details: Reports which files would change; writes nothing.
+  diff_mode:
+    support: partial
+    details: Shows the Markdown report and the fleet metrics file before and after; the HTML and JSON are not diffed.
+  platform:
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+options:
+  dest:
+    description:
+      - Directory to write the report into; created (mode 0755) when missing.
+      - Files C(report.html), C(report.md), C(report.json), C(tee-fleet.prom) and, with O(prometheus_per_node=true),
+        C(textfile/<node>.prom) per node.
+    type: path
+    required: true
+  hosts:
+    description:
+      - One entry per host.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: The host's name (inventory hostname).
+        type: str
+        required: true
+      node:
+        description: Its Kubernetes node name; defaults to O(hosts[].name).
+        type: str
+      result:
+        description:
+          - The registered result of M(confidential.tee.tee_host_info) with C(preflight=true) for the host, as a dict
+            or as JSON text (what the P(confidential.tee.fleet_hosts#filter) filter gives, cheaper to pass).
+          - Missing, failed or unreachable results make the node C(UNKNOWN) in the report, with the reason.
+        type: raw
+  kubernetes:
+    description:
+      - The cluster's objects, as C(kubernetes.core.k8s_info) returns them in C(resources) or as C(kubectl get -o json)
+        List documents. Keys C(nodes), C(pods), C(runtime_classes), C(node_feature_rules); missing keys are empty.
+      - Mutually exclusive with O(kubernetes_dir). Without either, drift is not checked and the report says so.
+    type: dict
+  kubernetes_dir:
+    description:
+      - A directory with C(nodes.json), C(pods.json), C(runtimeclasses.json) and C(nodefeaturerules.json)
+        (C(kubectl get <kind> -A -o json) output), for offline use. A missing file counts as no objects of that
+        kind and is noted in RV(problems); a file that is not JSON fails the task.
+    type: path
+  formats:
+    description: Which files to write.
+    type: list
+    elements: str
+    choices: [html, markdown, json, prometheus]
+    default: [html, markdown, json, prometheus]
+  prometheus_per_node:
+    description:
+      - Also write C(textfile/<node>.prom) per node, to copy into each node's node_exporter textfile directory.
+    type: bool
+    default: true
+  resource_map:
+    description:
+      - Extra extended resources that count TEE keys, mapped to the misc resource they count (V(tdx), V(sev),
+        V(sev_es)); added to the built-in ones (C(tdx.intel.com/keys), C(devices.kubevirt.io/tdx),
+        C(sev-snp.amd.com/esids), C(devices.kubevirt.io/sev-esids)) and those NodeFeatureRules derive from
+        C(cpu.security) features.
+    type: dict
+    default: {}
+  title:
+    description: The report's title.
+    type: str
+    default: TEE fleet report
+notes:
+  - Metric names follow the Prometheus conventions (C(tee_keys_capacity), C(tee_keys_in_use), C(tee_keys_free),
+    C(tee_misc_events_total), C(tee_drift_findings) ...); every series has a C(node) label. Unknown values are left
+    out, never written as 0. See the collection's C(docs/fleet.md) for alert rules.
+seealso:
+  - module: confidential.tee.tee_host_info
+  - module: kubernetes.core.k8s_info
+"""
+
+EXAMPLES = r"""
+- name: Preflight, capacity and hardware keys, one round trip per host
+  confidential.tee.tee_host_info:
+    preflight: true
+  register: tee_node
+
+- name: Write the report from offline Kubernetes objects (kubectl get ... -o json)
+  confidential.tee.tee_fleet_report:
+    dest: /var/www/tee
+    hosts: "{{ groups['tee_nodes'] | confidential.tee.fleet_hosts(hostvars, 'tee_node') }}"
+    kubernetes_dir: /srv/cluster-dump
+  delegate_to: localhost
+  run_once: true
+
+- name: Write the report from objects read with kubernetes.core.k8s_info
+  confidential.tee.tee_fleet_report:
+    dest: reports/fleet
+    hosts:
+      - name: worker-1
+        result: "{{ hostvars['worker-1'].tee_node }}"
+    kubernetes:
+      nodes: "{{ k8s_nodes.resources }}"
+      pods: "{{ k8s_pods.resources }}"
+      runtime_classes: "{{ k8s_runtime_classes.resources }}"
+      node_feature_rules: "{{ k8s_rules.resources }}"
+"""
+
+RETURN = r"""
+files:
+  description: Every file of the report with its C(path), C(format) and whether it C(changed) (or would, in check mode).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/var/www/tee/report.html", "format": "html", "changed": true}]
+summary:
+  description:
+    - C(nodes), C(ready), C(not_ready) (names), C(unreachable) (names), C(verdicts) (count per preflight verdict),
+      C(findings), C(critical) and C(findings_by_id).
+  returned: always
+  type: dict
+  sample: {"nodes": 6, "ready": 4, "not_ready": ["tdx-nomisc", "gpu-h100"], "unreachable": [],
+           "verdicts": {"PASS": 4, "FAIL": 2}, "findings": 7, "critical": 4,
+           "findings_by_id": {"double_pool": 1, "external_usage": 1}}
+findings:
+  description: Every drift finding with C(id), C(node) (V(null) for fleet-wide ones), C(resource), C(severity),
+    C(title), C(numbers), C(detail) and C(fix).
+  returned: always
+  type: list
+  elements: dict
+problems:
+  description: Objects or files that could not be used as given (a quantity that is not a number, a missing file).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.fleet_render import render_html, render_markdown
+from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import (
+    all_findings,
+    build_report,
+    compact_result,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.prometheus import render_metrics
+
+KUBE_FILES = (
+    ("nodes", "nodes.json"),
+    ("pods", "pods.json"),
+    ("runtime_classes", "runtimeclasses.json"),
+    ("node_feature_rules", "nodefeaturerules.json"),
+)
+MISC_NAMES = ("tdx", "sev", "sev_es")
+MAX_JSON_BYTES = 512 * 1024 * 1024
+
+
+class ReportError(Exception):
+    """Input the report cannot be built from; the message says what and where."""
+
+
+def read_kubernetes_dir(directory):
+    """``(objects, problems)`` from the offline dump; raises :class:`ReportError` for unreadable JSON."""
+    if not os.path.isdir(directory):
+        raise ReportError("kubernetes_dir %s is not a directory" % directory)
+    objects, problems = {}, []
+    for key, filename in KUBE_FILES:
+        path = os.path.join(directory, filename)
+        if not os.path.exists(path):
+            objects[key] = []
+            problems.append("%s is missing: no %s" % (path, key.replace("_", " ")))
+            continue
+        if not os.path.isfile(path) or os.path.getsize(path) > MAX_JSON_BYTES:
+            raise ReportError("%s is not a regular file of at most %d bytes" % (path, MAX_JSON_BYTES))
+        try:
+            with open(path, "rb") as handle:
+                objects[key] = json.loads(handle.read().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ReportError(
+                "%s is not readable JSON (%s): write it with `kubectl get <kind> -A -o json > %s`"
+                % (path, exc, filename)
+            ) from None
+    return objects, problems
+
+
+def _host_entries(hosts):
+    entries, seen = [], {}
+    for index, host in enumerate(hosts):
+        name = host.get("name")
+        if not isinstance(name, str) or not name:
+            raise ReportError("hosts[%d] has no name" % index)
+        node = host.get("node") or name
+        if node in seen:
+            raise ReportError(
+                "hosts %s and %s both name the Kubernetes node %s: give each host its own node"
+                % (seen[node], name, node)
+            )
+        seen[node] = name
+        entries.append({"name": name, "node": node, "result": compact_result(_result(name, host.get("result")))})
+    return entries
+
+
+def _result(name, value):
+    """A result given as a dict, as JSON text (from the fleet_hosts filter) or not at all."""
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return decoded
+    raise ReportError(
+        "hosts entry %s: result must be the registered tee_host_info result (a dict, or its JSON text), got %s"
+        % (name, type(value).__name__)
+    )
+
+
+def _file_name(node):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", node) + ".prom"
+
+
+class Writer:
+    """Every write of this module: records the file and writes it, atomically, only outside check mode."""
+
+    def __init__(self, module):
+        self.module = module
+        self.files = []
+        self.diffs = []
+
+    def write(self, path, content, fmt, diff=False):
+        target = os.path.realpath(path) if os.path.islink(path) else path
+        before = None
+        if os.path.isfile(target):
+            with open(target, "rb") as handle:
+                before = handle.read().decode("utf-8", "replace")
+        changed = before != content
+        self.files.append({"path": path, "format": fmt, "changed": changed})
+        if changed and diff:
+            self.diffs.append({"before_header": path, "after_header": path, "before": before or "", "after": content})
+        if changed and not self.module.check_mode:
+            self._atomic(target, content)
+
+    def _atomic(self, target, content):
+        directory = os.path.dirname(target) or "."
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tee-report-", dir=directory)
+        try:
+            # Renamed into place: a reader (node_exporter, a browser) sees the old or the new file, never half of
+            # one. Not fsync'ed: a report is regenerated by the next run, and 100 fsyncs cost most of a second.
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(content.encode("utf-8"))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+def write_report(writer, report, dest, formats, per_node):
+    if "html" in formats:
+        writer.write(os.path.join(dest, "report.html"), render_html(report), "html")
+    if "markdown" in formats:
+        writer.write(os.path.join(dest, "report.md"), render_markdown(report), "markdown", diff=True)
+    if "json" in formats:
+        writer.write(os.path.join(dest, "report.json"), json.dumps(report, indent=2, sort_keys=True) + "\n", "json")
+    if "prometheus" in formats:
+        writer.write(os.path.join(dest, "tee-fleet.prom"), render_metrics(report["nodes"]), "prometheus", diff=True)
+        if per_node:
+            for node in report["nodes"]:
+                path = os.path.join(dest, "textfile", _file_name(node["node"]))
+                writer.write(path, render_metrics([node]), "prometheus")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            dest=dict(type="path", required=True),
+            hosts=dict(
+                type="list",
+                elements="dict",
+                required=True,
+                options=dict(name=dict(type="str", required=True), node=dict(type="str"), result=dict(type="raw")),
+            ),
+            kubernetes=dict(type="dict"),
+            kubernetes_dir=dict(type="path"),
+            formats=dict(
+                type="list",
+                elements="str",
+                choices=["html", "markdown", "json", "prometheus"],
+                default=["html", "markdown", "json", "prometheus"],
+            ),
+            prometheus_per_node=dict(type="bool", default=True),
+            resource_map=dict(type="dict", default={}),
+            title=dict(type="str", default="TEE fleet report"),
+        ),
+        mutually_exclusive=[("kubernetes", "kubernetes_dir")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    wrong = {k: v for k, v in params["resource_map"].items() if v not in MISC_NAMES}
+    if wrong:
+        module.fail_json(
+            msg="resource_map values must be one of %s (the misc resource the extended resource counts), got %s"
+            % (", ".join(MISC_NAMES), wrong)
+        )
+    if os.path.exists(params["dest"]) and not os.path.isdir(params["dest"]):
+        module.fail_json(msg="dest %s exists and is not a directory: point dest at a directory" % params["dest"])
+    try:
+        hosts = _host_entries(params["hosts"])
+        kubernetes, problems = params["kubernetes"], []
+        if params["kubernetes_dir"]:
+            kubernetes, problems = read_kubernetes_dir(params["kubernetes_dir"])
+        report = build_report(hosts, kubernetes, params["resource_map"], params["title"])
+    except ReportError as exc:
+        module.fail_json(msg=str(exc))
+    report["problems"] = problems + report["problems"]
+    writer = Writer(module)
+    try:
+        write_report(writer, report, params["dest"], params["formats"], params["prometheus_per_node"])
+    except OSError as exc:
+        module.fail_json(msg="cannot write the report under %s: %s" % (params["dest"], exc), files=writer.files)
+    result = dict(
+        changed=any(f["changed"] for f in writer.files),
+        files=writer.files,
+        summary=report["summary"],
+        findings=all_findings(report["nodes"], report["fleet_findings"]),
+        problems=report["problems"],
+    )
+    if module._diff:
+        result["diff"] = writer.diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""`make fleet-report`: the fleet readiness and TEE key drift report for a simulated mixed fleet.
+
+1. `teesim fleet build`: host trees for TDX, SEV-SNP, old-kernel and no-misc nodes plus the real H100 capture
+   (when ../shared/reference is beside the checkout), and the cluster's Kubernetes objects as JSON files;
+2. `ansible-playbook playbooks/fleet_report.yml`: one tee_host_info round trip per node, then drift against the
+   Kubernetes objects and the report (HTML, Markdown, JSON, node_exporter .prom);
+3. prints where the report is and its headline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run(command: list[object], env: dict[str, str] | None = None) -> None:
+    print("$ " + " ".join(str(part) for part in command), flush=True)
+    subprocess.run([str(part) for part in command], check=True, cwd=REPO, env=env)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=REPO / ".build" / "fleet", help="where to write everything")
+    parser.add_argument("--reference", type=Path, help="../shared/reference (default: found beside the checkout)")
+    args = parser.parse_args()
+    out = args.out.resolve()
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".build" / "collections"))
+    env.setdefault("ANSIBLE_FORCE_COLOR", "0")
+
+    print("\n=== 1/2 simulated mixed fleet (teesim fleet build) ===", flush=True)
+    run([BIN / "teesim", "fleet", "build", "--out", out, *(["--reference", args.reference] if args.reference else [])])
+    print("\n=== 2/2 preflight, capacity and drift (ansible-playbook playbooks/fleet_report.yml) ===", flush=True)
+    run(
+        [
+            *(BIN / "ansible-playbook", "-i", out / "inventory.yml", "playbooks/fleet_report.yml"),
+            *("-e", f"tee_fleet_kubernetes_dir={out / 'kubernetes'}", "-e", f"tee_fleet_report_dir={out / 'report'}"),
+        ],
+        env=env,
+    )
+    report = json.loads((out / "report" / "report.json").read_text())
+    summary = report["summary"]
+    print("\n=== done ===")
+    print(f"{summary['nodes']} nodes, {summary['ready']} ready; not ready: {', '.join(summary['not_ready']) or 'none'}")
+    print(f"{summary['findings']} drift findings ({summary['critical']} critical): {summary['findings_by_id']}")
+    for name in ("report.html", "report.md", "report.json", "tee-fleet.prom"):
+        print(f"{name:<15} {out / 'report' / name}")
+    print(f"{'textfile/':<15} {out / 'report' / 'textfile'} (one .prom per node for node_exporter)")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except subprocess.CalledProcessError as error:
+        print(f"fleet-report: step failed with exit code {error.returncode}: {error.cmd}", file=sys.stderr)
+        sys.exit(error.returncode or 1)
