@@ -153,9 +153,7 @@ class Reconciler:
             self._channel = sockets.channel(self.pod_resources_socket)
             self._stub = pr_grpc.PodResourcesListerStub(self._channel)
         try:
-            return self._stub.List(
-                pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=LIST_TIMEOUT
-            )
+            return self._stub.List(pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=LIST_TIMEOUT)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 # A restarted kubelet is a new socket: dial again next time.
