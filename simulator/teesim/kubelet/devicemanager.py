@@ -42,6 +42,7 @@ import functools
 import random
 import re
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -159,14 +160,24 @@ class DeviceManager:
         # Called after every change to capacity or allocatable (what the kubelet then writes to the node
         # status), so a simulator with thousands of nodes can look only at the nodes that changed.
         self.on_change: Callable[[], None] | None = None
-        # allocated_ids per resource until the pods change; the free (healthy, unallocated) IDs per
-        # resource in sorted order, patched by every allocation and release, rebuilt after a new list.
+        # How many checkpointed containers hold each device, per resource (kept with _pod_devices), and
+        # what allocated_ids answers until that resource's holders change. The free (healthy,
+        # unallocated) IDs per resource in sorted order, patched by every allocation and release,
+        # rebuilt after a new device list.
+        self._holders: dict[str, Counter[str]] = {}
         self._allocated_cache: dict[str, frozenset[str]] = {}
         self._free_sorted: dict[str, list[str]] = {}
 
     def _pods_changed(self) -> None:
         self.pod_generation += 1
-        self._allocated_cache.clear()
+
+    def _hold(self, resource: str, ids: Iterable[str], delta: int) -> None:
+        holders = self._holders.setdefault(resource, Counter())
+        for device in ids:
+            holders[device] += delta
+            if holders[device] <= 0:
+                del holders[device]
+        self._allocated_cache.pop(resource, None)
 
     def _changed(self) -> None:
         self._free_sorted.clear()
@@ -313,12 +324,7 @@ class DeviceManager:
         until the pods change: the kubelet asks at every admission)."""
         cached = self._allocated_cache.get(resource)
         if cached is None:
-            cached = self._allocated_cache[resource] = frozenset(
-                dev
-                for containers in self._pod_devices.values()
-                for per_res in containers.values()
-                for dev in per_res.get(resource, ())
-            )
+            cached = self._allocated_cache[resource] = frozenset(self._holders.get(resource, ()))
         return cached
 
     def is_device_plugin_resource(self, resource: str, now: float | None = None) -> bool:
@@ -335,6 +341,7 @@ class DeviceManager:
             for per_res in self._pod_devices.pop(key).values():
                 for resource, ids in per_res.items():
                     freed.setdefault(resource, []).extend(ids)
+                    self._hold(resource, ids, -1)
         for key in list(self._finished):
             self._pods.pop(key, None)
         if self._finished:
@@ -436,6 +443,9 @@ class DeviceManager:
         per_container = self._pod_devices.setdefault(pod.key, {}).setdefault(container, {})
         replaced = per_container.get(resource)
         per_container[resource] = ids
+        if replaced is not None:
+            self._hold(resource, replaced, -1)
+        self._hold(resource, ids, 1)
         self._pods_changed()
         free = self._free_sorted.get(resource)
         if free is not None:
