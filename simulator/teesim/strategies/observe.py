@@ -16,9 +16,10 @@ from teesim.cluster.pods import Consumer
 from teesim.strategies.base import KUBEVIRT_KEYS, SEV_DEVICE, Strategy
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ResourceSnapshot:
-    """One node's view of one misc resource at one instant."""
+    """One node's view of one misc resource at one instant (read-only by convention: the report builds
+    one per changed node and resource, and a frozen dataclass costs twice as much to build)."""
 
     node: str
     resource: str
