@@ -32,8 +32,8 @@ from teesim.report.sweep import Engine, SweepTask, run_serial, run_task
 ENGINES = ("serial", "process", "dask")
 
 
-class EngineUnavailable(RuntimeError):
-    """The engine's package is not installed (or the cluster cannot be reached)."""
+class EngineUnavailable(ValueError):
+    """The engine's package is not installed: a usage error, reported in one line by the CLI."""
 
 
 def default_workers() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from teesim.cli import main
 from teesim.report.engines import EngineUnavailable, default_workers, longest_first, make_engine
 from teesim.report.render import deterministic_json
 from teesim.report.sweep import make_tasks, run_serial, sweep
@@ -27,12 +28,16 @@ def test_longest_tasks_go_first_and_every_task_stays() -> None:
     assert default_workers() >= 1
 
 
-def test_a_missing_engine_package_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_engine_package_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # None in sys.modules makes the import fail as it does when the package is absent.
     for module in ("dask", "dask.distributed", "distributed"):
         monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(EngineUnavailable, match=r"confidential-tee\[dask\]"):
         make_engine("dask", 2)
+    assert main(["sweep", "quick", "--seeds", "1", "--engine", "dask"]) == 2
+    assert "pip install 'confidential-tee[dask]'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
