@@ -26,7 +26,8 @@ help:
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The dask extra too (39 MiB, ~10 s): so that the sweep's Dask test runs here and in CI.
+	$(BIN)/python -m pip install --quiet -e '.[dev,dask]'
 	touch $@
 
 venv: $(BIN)/.installed
@@ -68,6 +69,7 @@ benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
 	$(BIN)/python benchmarks/bench_fleet.py
 	$(BIN)/python benchmarks/bench_simulator.py
+	$(BIN)/python benchmarks/bench_sweep.py
 	$(BIN)/python benchmarks/bench_grpc_latency.py
 
 clean:

@@ -1,16 +1,38 @@
-"""Throughput of the teesim model: events per second per bundled scenario and strategy, plus the
-kernel model's charge/uncharge and render rates. Prints figures, asserts nothing (``make benchmark``).
+"""Throughput of the teesim model, side by side with the reference engine, plus the fleet run.
+
+Prints figures, asserts nothing (``make benchmark``). Three parts:
+
+1. the kernel model's charge/uncharge and render rates;
+2. every bundled scenario under every strategy, run by the engine ``teesim run`` uses and by the
+   reference engine (``Simulation(incremental=False)``: every node observed after every event, every
+   pending pod tried on every node, files parsed at every poll, one plain heap as the event queue:
+   the simulator's data structures before they learnt which nodes changed). Both give the same
+   report (tests/simulator/strategies/test_incremental.py), so the ratio is the data structures alone,
+   on today's model, measured in this run;
+3. the fleet: ``benchmarks/scenarios/fleet-1000.yaml`` (1,000 nodes, 1,000 guest lifecycles) per
+   strategy. The reference engine costs O(nodes) per event there (about 70 events/s), so it runs for
+   ``--baseline-budget`` CPU seconds and its full-run time is projected from the rate it reached.
+
+``--git-baseline REF`` also times the simulator as committed at REF (exported to a temporary
+directory and run in a subprocess) on the bundled scenarios: the code as it was, on the model as it
+was (the event counts show where the model changed since).
 
 Rates are per CPU second of this process (``time.process_time``), so a busy machine slows the wall
-clock but not the figure; the wall time is printed alongside.
+clock more than the figure; the wall time and the load average are printed alongside. The best of
+``--repeat`` runs counts.
 
-Usage: python benchmarks/bench_simulator.py [--repeat N] [SCENARIO ...]
+Usage: python benchmarks/bench_simulator.py [--repeat N] [--no-fleet] [--git-baseline REF] [SCENARIO ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,13 +42,64 @@ from teesim.kernel.misc import MiscController
 from teesim.report.metrics import MetricsRecorder
 from teesim.report.scenario import bundled_scenarios, load_scenario
 from teesim.strategies import STRATEGIES
-from teesim.strategies.simulation import Simulation
+from teesim.strategies.simulation import Simulation, World
+
+ROOT = Path(__file__).resolve().parents[1]
+FLEET = ROOT / "benchmarks" / "scenarios" / "fleet-1000.yaml"
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+class _BudgetRecorder(MetricsRecorder):
+    """Stops a run once it has used ``budget`` CPU seconds (checked after each observed event)."""
+
+    def __init__(self, budget: float | None) -> None:
+        super().__init__()
+        self.deadline = None if budget is None else time.process_time() + budget
+
+    def after_event(self, sim: Simulation, now: float) -> None:
+        super().after_event(sim, now)
+        if self.deadline is not None and time.process_time() > self.deadline:
+            raise _OutOfBudget
+
+
+@dataclasses.dataclass
+class Timing:
+    events: int
+    cpu: float
+    wall: float
+    finished: bool = True
+
+    @property
+    def rate(self) -> float:
+        return self.events / max(self.cpu, 1e-9)
+
+
+def timed_run(world: World, strategy: str, incremental: bool, repeat: int = 1, budget: float | None = None) -> Timing:
+    """The fastest of ``repeat`` runs (CPU seconds of ``Simulation.run`` only)."""
+    best: Timing | None = None
+    for _ in range(repeat):
+        sim = Simulation(world, STRATEGIES[strategy], incremental=incremental)
+        recorder = _BudgetRecorder(budget)
+        start, start_wall = time.process_time(), time.perf_counter()
+        finished = True
+        try:
+            sim.run(recorder)
+        except _OutOfBudget:
+            finished = False
+        timing = Timing(sim.clock.events_run, time.process_time() - start, time.perf_counter() - start_wall, finished)
+        if best is None or timing.cpu < best.cpu:
+            best = timing
+    assert best is not None
+    return best
 
 
 def bench_kernel(rounds: int = 200_000) -> None:
     misc = MiscController({"tdx": 63})
-    misc.ensure_cgroup("kubepods.slice/kubepods-burstable.slice/pod-a")
     path = "kubepods.slice/kubepods-burstable.slice/pod-a"
+    misc.ensure_cgroup(path)
     start = time.process_time()
     for _ in range(rounds):
         misc.try_charge(path, "tdx")
@@ -43,40 +116,136 @@ def bench_kernel(rounds: int = 200_000) -> None:
     print(f"kernel: {renders / elapsed:,.0f} full renders/s ({len(misc.render())} files each)")
 
 
+def _row(label: str, strategy: str, fast: Timing, reference: Timing) -> str:
+    return (
+        f"{label:<18} {strategy:<28} {fast.events:>8} {fast.cpu:>8.3f} {fast.rate:>10,.0f} "
+        f"{reference.cpu:>8.3f} {reference.rate:>10,.0f} {fast.rate / max(reference.rate, 1e-9):>6.1f}x"
+    )
+
+
 def bench_scenarios(names: list[str], repeat: int) -> None:
-    print(f"{'scenario':<18} {'strategy':<24} {'events':>8} {'cpu s':>8} {'wall s':>8} {'events/s':>10}")
-    total_events = 0
-    total_time = 0.0
-    total_wall = 0.0
+    print(
+        f"\n{'scenario':<18} {'strategy':<28} {'events':>8} {'cpu s':>8} {'events/s':>10} "
+        f"{'ref cpu':>8} {'ref ev/s':>10} {'ratio':>7}"
+    )
+    fast_total = Timing(0, 0.0, 0.0)
+    reference_total = Timing(0, 0.0, 0.0)
     for name in names:
-        scenario = load_scenario(name)
-        for strategy in STRATEGIES.values():
-            best = wall = float("inf")
-            events = 0
-            for _ in range(repeat):
-                sim = Simulation(scenario.world, strategy)
-                start, start_wall = time.process_time(), time.perf_counter()
-                sim.run(MetricsRecorder())
-                best = min(best, time.process_time() - start)
-                wall = min(wall, time.perf_counter() - start_wall)
-                events = sim.clock.events_run
-            total_events += events
-            total_time += best
-            total_wall += wall
-            rate = events / max(best, 1e-9)
-            print(f"{name:<18} {strategy.name:<24} {events:>8} {best:>8.3f} {wall:>8.3f} {rate:>10,.0f}")
-    rate = total_events / max(total_time, 1e-9)
-    print(f"{'all':<18} {'':<24} {total_events:>8} {total_time:>8.3f} {total_wall:>8.3f} {rate:>10,.0f}")
+        world = load_scenario(name).world
+        for strategy in STRATEGIES:
+            fast = timed_run(world, strategy, True, repeat)
+            reference = timed_run(world, strategy, False, repeat)
+            for total, timing in ((fast_total, fast), (reference_total, reference)):
+                total.events += timing.events
+                total.cpu += timing.cpu
+                total.wall += timing.wall
+            print(_row(name, strategy, fast, reference), flush=True)
+    print(_row("all", "", fast_total, reference_total))
+    print(f"{'':<18} {'(wall s: engine / reference)':<28} {fast_total.wall:>17.3f} {reference_total.wall:>19.3f}")
+
+
+def bench_fleet(path: Path, budget: float) -> None:
+    scenario = load_scenario(str(path))
+    world = scenario.world
+    print(f"\nfleet: {scenario.name}: {len(world.nodes)} nodes, {len(world.arrivals)} guests, {world.duration:g} s")
+    print(
+        f"{'strategy':<28} {'events':>8} {'cpu s':>8} {'wall s':>8} {'events/s':>10} "
+        f"{'ref ev/s':>10} {'ref projected s':>16} {'ratio':>7}"
+    )
+    for strategy in STRATEGIES:
+        fast = timed_run(world, strategy, True)
+        reference = timed_run(world, strategy, False, budget=budget)
+        projected = fast.events / max(reference.rate, 1e-9)
+        note = "" if reference.finished else f"  (reference: {reference.events} events in {reference.cpu:.1f} s)"
+        print(
+            f"{strategy:<28} {fast.events:>8} {fast.cpu:>8.2f} {fast.wall:>8.2f} {fast.rate:>10,.0f} "
+            f"{reference.rate:>10,.0f} {projected:>16,.0f} {fast.rate / max(reference.rate, 1e-9):>6.0f}x{note}",
+            flush=True,
+        )
+
+
+# Run inside the exported tree: only APIs the simulator has had since its first version.
+_GIT_BASELINE_SCRIPT = """
+import json, sys, time
+from teesim.report.metrics import MetricsRecorder
+from teesim.report.scenario import load_scenario
+from teesim.strategies import STRATEGIES
+from teesim.strategies.simulation import Simulation
+out = {}
+for name in sys.argv[2:]:
+    try:
+        world = load_scenario(name).world
+    except Exception:  # a scenario that did not exist yet at that commit
+        continue
+    for strategy in STRATEGIES.values():
+        best = None
+        for _ in range(int(sys.argv[1])):
+            sim = Simulation(world, strategy)
+            start = time.process_time()
+            sim.run(MetricsRecorder())
+            cpu = time.process_time() - start
+            best = cpu if best is None else min(best, cpu)
+        out[name + "/" + strategy.name] = [sim.clock.events_run, best]
+print(json.dumps(out))
+"""
+
+
+def bench_git_baseline(ref: str, names: list[str], repeat: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="teesim-baseline-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", ref, "simulator", "plugins/module_utils"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "simulator")}
+        result = subprocess.run(
+            [sys.executable, "-c", _GIT_BASELINE_SCRIPT, str(repeat), *names], env=env, check=True, capture_output=True
+        )
+    old = json.loads(result.stdout)
+    print(f"\ngit baseline {ref}: the code as committed there, on its own model (its scenarios and strategies)")
+    print(
+        f"{'scenario/strategy':<48} {'events':>8} {'cpu s':>8} {'events/s':>10} "
+        f"{'now events':>10} {'now ev/s':>10} {'ratio':>7}"
+    )
+    old_events = old_cpu = now_events = now_cpu = 0.0
+    for key, (events, cpu) in old.items():
+        name, strategy = key.split("/", 1)
+        now = timed_run(load_scenario(name).world, strategy, True, repeat) if strategy in STRATEGIES else None
+        old_events, old_cpu = old_events + events, old_cpu + cpu
+        if now is not None:
+            now_events, now_cpu = now_events + now.events, now_cpu + now.cpu
+        rate_now = (
+            f"{now.events:>10} {now.rate:>10,.0f} {now.rate / (events / cpu):>6.1f}x" if now else f"{'-':>10} {'-':>7}"
+        )
+        print(f"{key:<48} {events:>8} {cpu:>8.3f} {events / cpu:>10,.0f} {rate_now}")
+    print(
+        f"{'all':<48} {int(old_events):>8} {old_cpu:>8.3f} {old_events / old_cpu:>10,.0f} "
+        f"{int(now_events):>10} {now_events / now_cpu:>10,.0f} {(now_events / now_cpu) / (old_events / old_cpu):>6.1f}x"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", help="bundled names or paths (default: all bundled)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per pair; the fastest counts")
+    parser.add_argument("--fleet", type=Path, default=FLEET, help="the fleet scenario (default: %(default)s)")
+    parser.add_argument("--no-fleet", action="store_true", help="skip the fleet run")
+    parser.add_argument(
+        "--baseline-budget", type=float, default=3.0, help="CPU seconds for the reference engine per fleet run"
+    )
+    parser.add_argument("--git-baseline", metavar="REF", help="also time the simulator as committed at REF")
     args = parser.parse_args()
-    print(f"python {sys.version.split()[0]}")
+    load = os.getloadavg()[0]
+    print(f"python {sys.version.split()[0]}; {os.cpu_count()} CPUs; load average {load:.2f} at start")
+    names = args.scenarios or sorted(bundled_scenarios())
     bench_kernel()
-    bench_scenarios(args.scenarios or sorted(bundled_scenarios()), max(args.repeat, 1))
+    bench_scenarios(names, max(args.repeat, 1))
+    if not args.no_fleet:
+        bench_fleet(args.fleet, args.baseline_budget)
+    if args.git_baseline:
+        bench_git_baseline(args.git_baseline, names, max(args.repeat, 1))
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
 

@@ -4,7 +4,9 @@ A real node directory (kernel files written by :mod:`teesim.kernel`), the kubele
 :mod:`teesim.kubelet.server` in this process, and the device plugin as a separate process
 (``python -m teesim.plugins.reconciling``). An external-VM driver starts and stops libvirt guests
 that charge the kernel directly; for each change we measure the time from the new ``misc.current``
-being on disk to the kubelet's device set reflecting it, and print p50/p99.
+being on disk to the kubelet's device set reflecting it, and print p50/p99. The plugin's CPU time
+(``getrusage`` of its process, read on SIGUSR1) is measured over a quiet window (no change: what a
+node pays for polling) and over the changes.
 
 The same harness (:class:`GrpcNode`) backs the end-to-end tests and ``benchmarks/bench_grpc_latency.py``.
 """
@@ -60,6 +62,10 @@ class PluginProcess:
             raise ValueError(f"unknown plugin {kind!r}; choose one of {', '.join(PLUGIN_MODULES)}")
         self.kind = kind
         self.resource_name = resource_name
+        handle, stats_path = tempfile.mkstemp(prefix="plugin-", suffix=".stats.json", dir=os.fspath(host_root))
+        os.close(handle)
+        os.unlink(stats_path)
+        self.stats_path = Path(stats_path)
         env = dict(os.environ)
         # The plugin must import this very checkout, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SIMULATOR_DIR), env.get("PYTHONPATH")]))
@@ -75,6 +81,8 @@ class PluginProcess:
             misc_resource,
             "--poll-interval",
             str(poll_interval),
+            "--stats-file",
+            stats_path,
             *(extra or []),
         ]
         self.output = ""
@@ -88,6 +96,24 @@ class PluginProcess:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def stats(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The plugin's CPU time and counters now (SIGUSR1, then its answer in the stats file)."""
+        before = self._read_stats()
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answer = self._read_stats()
+            if answer is not None and answer != before:
+                return answer
+            time.sleep(0.005)
+        raise TimeoutError(f"{self.kind} plugin did not write {self.stats_path} within {timeout} s")
+
+    def _read_stats(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.stats_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
 
     def kill(self) -> None:
         """A crash: SIGKILL, no cleanup, the socket file stays behind."""
@@ -221,13 +247,31 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def cpu_between(first: dict[str, Any], second: dict[str, Any]) -> dict[str, float | int]:
+    """The plugin's CPU use between two :meth:`PluginProcess.stats` answers."""
+    wall = max(second["monotonic"] - first["monotonic"], 1e-9)
+    cpu = second["cpu_s"] - first["cpu_s"]
+    polls = second.get("polls", 0) - first.get("polls", 0)
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 4),
+        "cpu_percent": round(100 * cpu / wall, 3),
+        "polls": polls,
+        "quiet_polls": second.get("quiet_polls", 0) - first.get("quiet_polls", 0),
+        "lists": second.get("lists", 0) - first.get("lists", 0),
+        "cpu_us_per_poll": round(1e6 * cpu / polls, 1) if polls else float("nan"),
+    }
+
+
 @dataclass
 class LatencyResult:
     poll_interval: float
     samples: list[float]
     timeouts: int
+    cpu_idle: dict[str, float | int] = field(default_factory=dict)
+    cpu_busy: dict[str, float | int] = field(default_factory=dict)
 
-    def summary(self) -> dict[str, float | int]:
+    def summary(self) -> dict[str, Any]:
         ms = [s * 1000 for s in self.samples]
         return {
             "poll_interval_ms": self.poll_interval * 1000,
@@ -238,7 +282,42 @@ class LatencyResult:
             "min_ms": round(min(ms), 2) if ms else float("nan"),
             "mean_ms": round(statistics.fmean(ms), 2) if ms else float("nan"),
             "max_ms": round(max(ms), 2) if ms else float("nan"),
+            "plugin_cpu_idle": self.cpu_idle,
+            "plugin_cpu_busy": self.cpu_busy,
         }
+
+
+def _time_changes(
+    node: GrpcNode, changes: int, poll_interval: float, resource_name: str, timeout: float, seed: int, progress: bool
+) -> tuple[list[float], int]:
+    """Toggle an external VM ``changes`` times; the latency of each change, and how many were not seen."""
+    rng = random.Random(seed)
+    samples: list[float] = []
+    timeouts = 0
+    guest = None
+    for i in range(changes):
+        if guest is None:
+            guest, expected = node.start_guest(), 1
+        else:
+            node.stop_guest(guest)
+            guest, expected = None, 0
+        # From the moment the new misc.current is on disk (the writer updates other files of the
+        # tree after it, and the plugin may already have reacted by then) ...
+        changed_at = node.written_at(ROOT_CURRENT)
+        seen = node.kubelet.wait_for(lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout)
+        if seen:
+            # ... to the ListAndWatch response that made the kubelet's device set match.
+            samples.append(node.kubelet.updated_at - changed_at)
+        else:
+            timeouts += 1
+        if progress:
+            print(f"\r  change {i + 1}/{changes}", end="", file=sys.stderr, flush=True)
+        time.sleep(rng.uniform(0, poll_interval))
+    if guest is not None:
+        node.stop_guest(guest)
+    if progress:
+        print(file=sys.stderr)
+    return samples, timeouts
 
 
 def measure_detection_latency(
@@ -251,53 +330,55 @@ def measure_detection_latency(
     timeout: float = 10.0,
     seed: int = 1,
     progress: bool = False,
+    idle: float = 0.0,
+    extra: list[str] | None = None,
 ) -> LatencyResult:
     """Toggle an external VM ``changes`` times and time each change until the kubelet reflects it.
 
     Between changes the driver waits a random fraction of the poll interval, so the changes land
-    at uniformly spread phases of the plugin's poll loop, as real VM starts do.
+    at uniformly spread phases of the plugin's poll loop, as real VM starts do. With ``idle`` > 0 the
+    plugin's CPU time is measured over ``idle`` quiet seconds first (after a second to settle from
+    its start-up), then over the changes.
     """
-    rng = random.Random(seed)
-    samples: list[float] = []
-    timeouts = 0
     with GrpcNode.create(capacity=capacity, misc_resource=misc_resource) as node:
-        plugin = node.plugin("reconciling", resource_name=resource_name, poll_interval=poll_interval)
+        plugin = node.plugin("reconciling", resource_name=resource_name, poll_interval=poll_interval, extra=extra)
         try:
             if not node.kubelet.wait_for(lambda k: healthy_count(k, resource_name) > 0, 30):
                 raise RuntimeError(f"the reconciling plugin never registered:\n{plugin.stop()}")
-            guest = None
-            for i in range(changes):
-                if guest is None:
-                    guest, expected = node.start_guest(), 1
-                else:
-                    node.stop_guest(guest)
-                    guest, expected = None, 0
-                # From the moment the new misc.current is on disk (the writer updates other files of the
-                # tree after it, and the plugin may already have reacted by then) ...
-                changed_at = node.written_at(ROOT_CURRENT)
-                seen = node.kubelet.wait_for(lambda k, e=expected: unhealthy_count(k, resource_name) == e, timeout)
-                if seen:
-                    # ... to the ListAndWatch response that made the kubelet's device set match.
-                    samples.append(node.kubelet.updated_at - changed_at)
-                else:
-                    timeouts += 1
-                if progress:
-                    print(f"\r  change {i + 1}/{changes}", end="", file=sys.stderr, flush=True)
-                time.sleep(rng.uniform(0, poll_interval))
-            if progress:
-                print(file=sys.stderr)
+            cpu_idle: dict[str, float | int] = {}
+            if idle > 0:
+                time.sleep(1.0)
+                quiet_start = plugin.stats()
+                time.sleep(idle)
+                quiet_end = plugin.stats()
+                cpu_idle = cpu_between(quiet_start, quiet_end)
+            busy_start = plugin.stats()
+            samples, timeouts = _time_changes(node, changes, poll_interval, resource_name, timeout, seed, progress)
+            cpu_busy = cpu_between(busy_start, plugin.stats())
         finally:
             plugin.stop()
-    return LatencyResult(poll_interval, samples, timeouts)
+    return LatencyResult(poll_interval, samples, timeouts, cpu_idle, cpu_busy)
+
+
+def _format_cpu(label: str, cpu: dict[str, float | int]) -> str:
+    spent = f"{cpu['cpu_s'] * 1000:.0f} ms in {cpu['wall_s']:.1f} s"
+    polls = f"{cpu['polls']} polls of which {cpu['quiet_polls']} quiet, {cpu['lists']} Lists"
+    per_poll = f"{cpu['cpu_us_per_poll']} us/poll"
+    return f"  plugin CPU {label}: {cpu['cpu_percent']:.2f} % of a core ({spent}, {polls}, {per_poll})"
 
 
 def format_result(result: LatencyResult) -> str:
     s = result.summary()
-    return (
+    lines = [
         f"reconciling plugin over real sockets, poll interval {s['poll_interval_ms']:.0f} ms: "
         f"{s['changes']} misc.current changes, detection latency p50 {s['p50_ms']} ms, p99 {s['p99_ms']} ms "
         f"(min {s['min_ms']} ms, mean {s['mean_ms']} ms, max {s['max_ms']} ms, {s['timeouts']} not seen in time)"
-    )
+    ]
+    if result.cpu_idle:
+        lines.append(_format_cpu("with no change", result.cpu_idle))
+    if result.cpu_busy:
+        lines.append(_format_cpu("during the changes", result.cpu_busy))
+    return "\n".join(lines)
 
 
 def _cmd_grpc(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ free devices in slice order, the API server's write and watch latency is zero.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 
@@ -36,6 +36,15 @@ class DRAPool:
     generation: int = 0
     # device -> pod UID of the claim it is allocated to
     allocated: dict[str, str] = field(default_factory=dict)
+    # Called after every change of the slice or the claims (the simulation watches its nodes with it).
+    on_change: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    # Bumped by every allocation and release, so the driver can tell its claims are unchanged.
+    claims_revision: int = field(default=0, compare=False)
+    _free: tuple[tuple[int, int], int] | None = field(default=None, repr=False, compare=False)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def publish(self, devices: Iterable[str]) -> bool:
         """The driver writes a new slice; True when it changed (a new slice generation)."""
@@ -44,11 +53,16 @@ class DRAPool:
             return False
         self.devices = new
         self.generation += 1
+        self._changed()
         return True
 
     def free(self) -> int:
-        """Devices in the slice that no claim holds: what the scheduler can still allocate."""
-        return sum(1 for d in self.devices if d not in self.allocated)
+        """Devices in the slice that no claim holds: what the scheduler can still allocate (counted
+        again only after the slice or the claims changed: the scheduler asks at every pass)."""
+        key = (self.generation, self.claims_revision)
+        if self._free is None or self._free[0] != key:
+            self._free = (key, sum(1 for d in self.devices if d not in self.allocated))
+        return self._free[1]
 
     def allocate(self, pod_uid: str, count: int) -> list[str]:
         """The scheduler's allocation for one pod; raises ValueError when the slice has too few."""
@@ -57,6 +71,9 @@ class DRAPool:
             raise ValueError(f"{self.resource}: {count} devices requested, {len(chosen)} free in the slice")
         for device in chosen:
             self.allocated[device] = pod_uid
+        if chosen:
+            self.claims_revision += 1
+            self._changed()
         return chosen
 
     def release(self, pod_uid: str) -> list[str]:
@@ -64,6 +81,9 @@ class DRAPool:
         freed = [d for d, uid in self.allocated.items() if uid == pod_uid]
         for device in freed:
             del self.allocated[device]
+        if freed:
+            self.claims_revision += 1
+            self._changed()
         return freed
 
     def claimed(self) -> frozenset[str]:

@@ -17,24 +17,43 @@ from __future__ import annotations
 import errno
 import random
 from collections import Counter
+from collections.abc import Callable
 
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.pods import Consumer, Pod
 from teesim.cluster.scheduler import NodeView, sum_needs
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, Node, NodeSpec
-from teesim.kubelet.devicemanager import DeviceManager
+from teesim.kubelet.devicemanager import ENDPOINT_STOP_GRACE_PERIOD, DeviceManager
 from teesim.kubelet.ratelimit import TokenBucket
 
 EXTERNAL_CGROUP = "machine.slice"
+_NONE: frozenset[str] = frozenset()
+
+
+class PublishTimes(dict[str, float]):
+    """misc resource -> when an advertiser last published a count computed from ``misc.current``.
+    A write to a resource in ``watched`` (one with a change not yet seen, as the report says) is also
+    reported to ``on_publish(resource)``: the report looks at those instead of asking every node
+    after every event."""
+
+    def __init__(self, on_publish: Callable[[str], None] | None = None):
+        super().__init__()
+        self.on_publish = on_publish
+        self.watched: set[str] = set()
+
+    def __setitem__(self, resource: str, when: float) -> None:
+        super().__setitem__(resource, when)
+        if resource in self.watched and self.on_publish is not None:
+            self.on_publish(resource)
 
 
 class BoundPods:
     """The pods bound to one node and what the scheduler counts for them.
 
     Every change goes through :meth:`bind`, :meth:`started` and :meth:`release`, which bump
-    ``generation``; readers that cache what they derive from the pods (the unified plugin's
-    overhead count) compare it.
+    ``generation`` and call ``on_change``; readers that cache what they derive from the pods (the
+    unified plugin's overhead count) compare it.
     """
 
     def __init__(self) -> None:
@@ -44,6 +63,12 @@ class BoundPods:
         self.claims: Counter[str] = Counter()
         self.generation = 0
         self._overhead_cache: dict[tuple[str, bool], tuple[int, int]] = {}
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        self.generation += 1
+        if self.on_change is not None:
+            self.on_change()
 
     def __contains__(self, uid: str) -> bool:
         return uid in self._pods
@@ -60,12 +85,12 @@ class BoundPods:
         pod.scheduled_need = dict(need)
         self._requested.update(need)
         self.claims[pod.misc_resource] += 1
-        self.generation += 1
+        self._changed()
 
     def started(self, pod: Pod) -> None:
         """The pod's guest is charged: its claim became kernel usage."""
         self.claims[pod.misc_resource] -= 1
-        self.generation += 1
+        self._changed()
 
     def release(self, pod: Pod, was_running: bool) -> bool:
         """The pod terminated: the scheduler stops counting it. False when it was not bound here."""
@@ -74,7 +99,7 @@ class BoundPods:
         self._requested.subtract(pod.scheduled_need)
         if not was_running:
             self.claims[pod.misc_resource] -= 1
-        self.generation += 1
+        self._changed()
         return True
 
     def requested(self) -> dict[str, int]:
@@ -104,17 +129,42 @@ class BoundPods:
 
 
 class SimNode:
-    """A worker node under simulation."""
+    """A worker node under simulation.
 
-    def __init__(self, spec: NodeSpec, rng: random.Random | None = None, role: str = "both"):
+    ``on_change(node)`` is called the first time anything the scheduler or the report can see changes
+    (kernel usage, device counts, node status, NFD's resources, bound pods, DRA slices and claims)
+    after ``changed`` was reset; the simulation collects those nodes so that an event costs the same
+    on a fleet of 1,000 nodes as on one. The owners of that state say when it changes: the device
+    manager, :class:`BoundPods` and each :class:`DRAPool` through their ``on_change``, the kernel
+    through ``MiscController.revision`` (for readers of its files), this class for the rest.
+    """
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        rng: random.Random | None = None,
+        role: str = "both",
+        on_change: Callable[[SimNode], None] | None = None,
+    ):
         self.kernel = Node(spec)
         self.name = spec.name
         self.role = role
+        self.on_change = on_change
+        self.changed = False
         self.devices = DeviceManager(rng)
-        self.nfd: dict[str, int] = {}
+        self.devices.on_change = self._devices_changed
+        # The device manager's allocatable, kept until it changes (None: compute it again). While a
+        # stopped endpoint is inside its grace period it depends on the time too, and is not kept.
+        self._device_allocatable: dict[str, int] | None = None
+        self.devices_touched = False
+        self._nfd: dict[str, int] = {}
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
         self.status_devices: dict[str, int] = {}
         self.bound = BoundPods()
+        self.bound.on_change = self._view_changed
+        # Bumped by every change of what view() depends on (node status, NFD, bound pods, DRA pools):
+        # a node touched only by a kernel charge keeps the scheduler's view it had.
+        self.view_revision = 0
         self.dra: dict[str, DRAPool] = {}
         # The pod-resources API's token bucket, shared by every client on the node.
         self.pod_resources = TokenBucket()
@@ -123,13 +173,70 @@ class SimNode:
         # Keys charged right now, per (consumer, misc resource): the timeline's "allocated by consumer".
         self.charged: Counter[tuple[Consumer, str]] = Counter()
         # misc resource -> when an advertiser last published a count computed from misc.current.
-        self.usage_published_at: dict[str, float] = {}
+        self.usage_published_at = PublishTimes()
 
     @property
     def claims(self) -> Counter[str]:
         return self.bound.claims
 
+    # -- change notification ------------------------------------------------------------------------
+    def _touch(self) -> None:
+        if not self.changed:
+            self.changed = True
+            if self.on_change is not None:
+                self.on_change(self)
+
+    def _view_changed(self) -> None:
+        self.view_revision += 1
+        self._touch()
+
+    def _devices_changed(self) -> None:
+        self._device_allocatable = None
+        self.devices_touched = True
+        self._touch()
+
+    def watch_dra(self) -> None:
+        """Hear about changes of the DRA pools the wiring put on this node."""
+        for pool in self.dra.values():
+            pool.on_change = self._view_changed
+
+    @property
+    def nfd(self) -> dict[str, int]:
+        """Extended resources NFD patched into the node status."""
+        return self._nfd
+
+    @nfd.setter
+    def nfd(self, values: dict[str, int]) -> None:
+        if values != self._nfd:
+            self._nfd = values
+            self._view_changed()
+
+    def expiring(self, now: float) -> bool:
+        """Whether a stopped device-plugin endpoint is still inside the kubelet's grace period, so the
+        node's allocatable will change with time alone (the resource vanishes when it ends)."""
+        for resource in self.devices.resources():
+            endpoint = self.devices.endpoint(resource)
+            stopped_at = endpoint.stopped_at if endpoint is not None else None
+            if stopped_at is not None and now - stopped_at <= ENDPOINT_STOP_GRACE_PERIOD:
+                return True
+        return False
+
+    def device_allocatable(self, now: float | None = None) -> dict[str, int]:
+        """``devices.allocatable(now)``, kept while it cannot change (do not modify the result)."""
+        cached = self._device_allocatable
+        if cached is None:
+            cached = self.devices.allocatable(now)
+            if not self.expiring(now if now is not None else 0.0):
+                self._device_allocatable = cached
+        return cached
+
     # -- files --------------------------------------------------------------------------------------
+    def files_revision(self) -> tuple[int, frozenset[str]]:
+        """Changes whenever what :meth:`read` returns for some path may have changed: readers that
+        poll (plugins every second, NFD every minute) parse again only then."""
+        misc = self.kernel.misc
+        return (misc.revision if misc is not None else -1, frozenset(self.unreadable) if self.unreadable else _NONE)
+
     def read(self, relpath: str) -> str:
         """Read a host file as a plugin would; raises ``OSError`` like the real read would."""
         if relpath in self.unreadable:
@@ -175,6 +282,7 @@ class SimNode:
                 misc.remove_cgroup(cgroup)
             raise
         self.charged[(consumer, resource)] += 1
+        self._touch()
 
     def uncharge(self, consumer: Consumer, cgroup: str, resource: str) -> None:
         misc = self.kernel.misc
@@ -183,23 +291,27 @@ class SimNode:
         if cgroup.startswith("kubepods") and not any(misc.usage(r, cgroup) for r in misc.resources()):
             misc.remove_cgroup(cgroup)
         self.charged[(consumer, resource)] -= 1
+        self._touch()
 
     # -- scheduling view ---------------------------------------------------------------------------
     def allocatable(self, now: float | None = None) -> dict[str, int]:
         """The kubelet's current allocatable: device plugins' healthy devices plus NFD's resources."""
-        merged = dict(self.devices.allocatable(now))
-        merged.update(self.nfd)
+        merged = dict(self.device_allocatable(now))
+        merged.update(self._nfd)
         return merged
 
     def sync_status(self, now: float) -> None:
         """The kubelet's node status update (every ``nodeStatusUpdateFrequency``, 10 s by default)."""
         if self.kubelet_up:
-            self.status_devices = dict(self.devices.allocatable(now))
+            status = self.device_allocatable(now)
+            if status != self.status_devices:
+                self.status_devices = dict(status)
+                self._view_changed()
 
     def status_allocatable(self) -> dict[str, int]:
         """What the scheduler sees: the last synced device counts plus NFD's (patched directly)."""
         merged = dict(self.status_devices)
-        merged.update(self.nfd)
+        merged.update(self._nfd)
         return merged
 
     def dynamic(self) -> dict[str, int]:

@@ -91,6 +91,9 @@ class MiscController:
         self._capacity: dict[str, int] = dict.fromkeys(RESOURCE_ORDER, 0)
         self._root = _Cgroup(ROOT, None)
         self._cgroups: dict[str, _Cgroup] = {ROOT: self._root}
+        # Bumped by every change to what the files say, so a reader can tell "unchanged" without
+        # rendering (a simulated plugin polls every second on every node; the text rarely changes).
+        self.revision = 0
         for resource, value in (capacity or {}).items():
             self.set_capacity(resource, value)
 
@@ -101,9 +104,10 @@ class MiscController:
         if not 0 <= capacity <= U64_MAX:
             raise ValueError(f"{name}: capacity {capacity} outside 0..U64_MAX")
         self._capacity[name] = capacity
+        self.revision += 1
 
     def capacity(self, resource: str) -> int:
-        return self._capacity[_check_resource(resource)]
+        return self._capacity[self._name(resource)]
 
     def resources(self) -> list[str]:
         """Resources with a non-zero capacity, in kernel order."""
@@ -121,6 +125,7 @@ class MiscController:
                 child = _Cgroup("/".join(built), node)
                 node.children[part] = child
                 self._cgroups[child.path] = child
+                self.revision += 1
             node = child
         return path
 
@@ -134,6 +139,7 @@ class MiscController:
         assert node.parent is not None
         del node.parent.children[node.path.rsplit("/", 1)[-1]]
         del self._cgroups[node.path]
+        self.revision += 1
 
     def cgroups(self) -> list[str]:
         """Every cgroup path, parents before children, siblings sorted."""
@@ -160,12 +166,13 @@ class MiscController:
         if not self._capacity[name]:
             raise OSError(errno.EINVAL, f"{name} has no capacity on this host")
         node.res[name].max = limit
+        self.revision += 1
 
     # -- accounting ---------------------------------------------------------------------------
     def try_charge(self, path: str, resource: str, amount: int = 1) -> None:
         """``misc_cg_try_charge``; raises :class:`ChargeError` and leaves usage unchanged on failure."""
         node = self._get(path)
-        name = _check_resource(resource)
+        name = self._name(resource)
         if amount < 0:
             raise ValueError("amount must be >= 0")
         capacity = self._capacity[name]
@@ -173,6 +180,8 @@ class MiscController:
             raise ChargeError(errno.EINVAL, node.path, name, amount, None, "resource has no capacity")
         if not amount:
             return
+        # Success raises usage and maybe watermarks, failure counts events: the files change either way.
+        self.revision += 1
         charged: list[_Counter] = []
         for level in node.lineage():
             counter = level.res[name]
@@ -189,9 +198,10 @@ class MiscController:
     def uncharge(self, path: str, resource: str, amount: int = 1) -> None:
         """``misc_cg_uncharge``; going below zero is a model bug (the kernel WARNs)."""
         node = self._get(path)
-        name = _check_resource(resource)
+        name = self._name(resource)
         if any(level.res[name].usage < amount for level in node.lineage()):
             raise ValueError(f"{name}: uncharging {amount} from /{node.path} would make usage negative")
+        self.revision += 1
         for level in node.lineage():
             level.res[name].usage -= amount
 
@@ -206,7 +216,7 @@ class MiscController:
 
     # -- queries -----------------------------------------------------------------------------
     def usage(self, resource: str, path: str = ROOT) -> int:
-        return self._get(path).res[_check_resource(resource)].usage
+        return self._get(path).res[self._name(resource)].usage
 
     def peak(self, resource: str, path: str = ROOT) -> int:
         return self._get(path).res[_check_resource(resource)].watermark
@@ -223,11 +233,17 @@ class MiscController:
         return max(self._capacity[name] - self._root.res[name].usage, 0)
 
     def _get(self, path: str) -> _Cgroup:
+        node = self._cgroups.get(path)  # most callers pass the normalised path
+        if node is not None:
+            return node
         key = _norm(path)
         try:
             return self._cgroups[key]
         except KeyError:
             raise OSError(errno.ENOENT, f"no cgroup /{key}") from None
+
+    def _name(self, resource: str) -> str:
+        return resource if resource in self._capacity else _check_resource(resource)
 
     # -- files ---------------------------------------------------------------------------------
     def _lines(self, node: _Cgroup, attr: str) -> str:

@@ -41,7 +41,9 @@ from __future__ import annotations
 import functools
 import random
 import re
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from teesim.kubelet.names import (
@@ -155,9 +157,32 @@ class DeviceManager:
         self._active_cache: dict[str, tuple[int, frozenset[str]]] = {}
         # Devices a ListAndWatch response turned unhealthy while an active pod held them.
         self.allocated_marked_unhealthy = 0
+        # Called after every change to capacity or allocatable (what the kubelet then writes to the node
+        # status), so a simulator with thousands of nodes can look only at the nodes that changed.
+        self.on_change: Callable[[], None] | None = None
+        # How many checkpointed containers hold each device, per resource (kept with _pod_devices), and
+        # what allocated_ids answers until that resource's holders change. The free (healthy,
+        # unallocated) IDs per resource in sorted order, patched by every allocation and release,
+        # rebuilt after a new device list.
+        self._holders: dict[str, Counter[str]] = {}
+        self._allocated_cache: dict[str, frozenset[str]] = {}
+        self._free_sorted: dict[str, list[str]] = {}
 
     def _pods_changed(self) -> None:
         self.pod_generation += 1
+
+    def _hold(self, resource: str, ids: Iterable[str], delta: int) -> None:
+        holders = self._holders.setdefault(resource, Counter())
+        for device in ids:
+            holders[device] += delta
+            if holders[device] <= 0:
+                del holders[device]
+        self._allocated_cache.pop(resource, None)
+
+    def _changed(self) -> None:
+        self._free_sorted.clear()
+        if self.on_change is not None:
+            self.on_change()
 
     # -- registration and ListAndWatch -------------------------------------------------------------
 
@@ -182,6 +207,7 @@ class DeviceManager:
         )
         self._endpoints[resource] = ep
         self._open.add(ep.generation)
+        self._changed()
         return ep
 
     def _stream_open(self, resource: str, generation: int | None) -> bool:
@@ -206,6 +232,7 @@ class DeviceManager:
             state.listed.append(dev.id)
             (state.healthy if dev.healthy else state.unhealthy).add(dev.id)
         self.allocated_marked_unhealthy += len(held & state.unhealthy)
+        self._changed()
         return True
 
     def stream_broken(self, resource: str, generation: int | None = None, now: float = 0.0) -> bool:
@@ -227,6 +254,7 @@ class DeviceManager:
         state = self._resources.setdefault(resource, _Resource())
         state.unhealthy |= state.healthy
         state.healthy = set()
+        self._changed()
         return True
 
     def restart(self, now: float = 0.0) -> None:
@@ -241,6 +269,7 @@ class DeviceManager:
             self._generation += 1
             self._endpoints[res] = Endpoint(resource=res, generation=self._generation, stopped_at=now)
         self._pods_changed()
+        self._changed()
 
     # -- node status ---------------------------------------------------------------------------------
 
@@ -290,14 +319,13 @@ class DeviceManager:
 
     # -- pods and allocation ------------------------------------------------------------------------
 
-    def allocated_ids(self, resource: str) -> set[str]:
-        """Devices held by pods in the checkpoint, including finished pods not yet released."""
-        return {
-            dev
-            for containers in self._pod_devices.values()
-            for per_res in containers.values()
-            for dev in per_res.get(resource, ())
-        }
+    def allocated_ids(self, resource: str) -> frozenset[str]:
+        """Devices held by pods in the checkpoint, including finished pods not yet released (cached
+        until the pods change: the kubelet asks at every admission)."""
+        cached = self._allocated_cache.get(resource)
+        if cached is None:
+            cached = self._allocated_cache[resource] = frozenset(self._holders.get(resource, ()))
+        return cached
 
     def is_device_plugin_resource(self, resource: str, now: float | None = None) -> bool:
         """``isDevicePluginResource``: registered, or held by some pod in the checkpoint."""
@@ -305,15 +333,43 @@ class DeviceManager:
 
     def release_finished_pods(self) -> list[str]:
         """``UpdateAllocatedDevices``: forget devices of pods that are no longer active."""
+        if not self._finished:
+            return []
         released = sorted(k for k in self._finished if k in self._pod_devices)
+        freed: dict[str, list[str]] = {}
         for key in released:
-            del self._pod_devices[key]
+            for per_res in self._pod_devices.pop(key).values():
+                for resource, ids in per_res.items():
+                    freed.setdefault(resource, []).extend(ids)
+                    self._hold(resource, ids, -1)
         for key in list(self._finished):
             self._pods.pop(key, None)
         if self._finished:
             self._pods_changed()
         self._finished.clear()
+        for resource, ids in freed.items():
+            self._return_free(resource, ids)
         return released
+
+    def _return_free(self, resource: str, ids: Iterable[str]) -> None:
+        """Put released devices back into the sorted free list (if it is kept and they are free)."""
+        free = self._free_sorted.get(resource)
+        if free is None:
+            return
+        healthy, allocated = self._resources[resource].healthy, self.allocated_ids(resource)
+        for device in ids:
+            if device in healthy and device not in allocated:
+                at = bisect_left(free, device)
+                if at == len(free) or free[at] != device:
+                    free.insert(at, device)
+
+    def free_sorted(self, resource: str) -> list[str]:
+        """Healthy devices no pod holds, sorted (do not modify the list)."""
+        free = self._free_sorted.get(resource)
+        if free is None:
+            healthy = self._resources[resource].healthy
+            free = self._free_sorted[resource] = sorted(healthy - self.allocated_ids(resource))
+        return free
 
     def _check_held(self, pod: PodRef, container: str, resource: str, count: int) -> list[str] | None:
         held = self._pod_devices.get(pod.key, {}).get(container, {}).get(resource)
@@ -360,18 +416,23 @@ class DeviceManager:
             return list(held or ())
         if count == 0:
             return []
-        healthy = self._check_health(resource, held, now)
+        self._check_health(resource, held, now)
         if held is not None:
             return list(held)
-        available = healthy - self.allocated_ids(resource)
+        # The free devices, sorted only so that a seed gives the same run in every process (set order
+        # varies); kept sorted from one allocation to the next instead of sorted for each.
+        available = self.free_sorted(resource)
         if len(available) < count:
             raise AllocationError(
                 f"requested number of devices unavailable for {resource}. "
                 f"Requested: {count}, Available: {len(available)}"
             )
-        chosen = [i for i in dict.fromkeys(preferred or ()) if i in available][:count]
-        # Sorted first only so that a seed gives the same run in every process (set order varies).
-        rest = sorted(available.difference(chosen))
+        if not preferred:
+            return self.rng.sample(available, count)
+        free = set(available)
+        chosen = [i for i in dict.fromkeys(preferred) if i in free][:count]
+        taken = set(chosen)
+        rest = [i for i in available if i not in taken]
         return chosen + self.rng.sample(rest, count - len(chosen))
 
     def record_allocation(self, pod: PodRef, container: str, resource: str, device_ids: Iterable[str]) -> None:
@@ -379,8 +440,22 @@ class DeviceManager:
         self._pods[pod.key] = pod
         self._finished.discard(pod.key)
         ids = list(device_ids)
-        self._pod_devices.setdefault(pod.key, {}).setdefault(container, {})[resource] = ids
+        per_container = self._pod_devices.setdefault(pod.key, {}).setdefault(container, {})
+        replaced = per_container.get(resource)
+        per_container[resource] = ids
+        if replaced is not None:
+            self._hold(resource, replaced, -1)
+        self._hold(resource, ids, 1)
         self._pods_changed()
+        free = self._free_sorted.get(resource)
+        if free is not None:
+            if replaced is not None:
+                del self._free_sorted[resource]  # what the container held before may be free again
+                return
+            for device in ids:
+                at = bisect_left(free, device)
+                if at < len(free) and free[at] == device:
+                    del free[at]
 
     def allocate(
         self,

@@ -20,8 +20,10 @@ Unhealthy must know them at once.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -230,8 +232,15 @@ class PluginServer:
         """True when the same kubelet cancelled our ListAndWatch stream: register again, same socket."""
         return self.service.stream_lost.is_set() and sockets.socket_identity(self.kubelet_socket) is not None
 
-    def keep_registered(self, stop: threading.Event, watch_interval: float = 0.05) -> None:
-        """Loop until ``stop``: re-serve and re-register whenever the kubelet asks for it."""
+    def attention_needed(self) -> bool:
+        """Whether :meth:`keep_registered` has something to do now (a few µs: two ``stat`` calls)."""
+        return self.needs_registration() or self.stream_dropped()
+
+    def keep_registered(
+        self, stop: threading.Event, watch_interval: float = 0.05, wake: threading.Event | None = None
+    ) -> None:
+        """Loop until ``stop``: re-serve and re-register whenever the kubelet asks for it. Checks every
+        ``watch_interval`` seconds, and at once when ``wake`` is set (by a thread that noticed)."""
         while not stop.is_set():
             try:
                 if self.needs_registration():
@@ -248,7 +257,11 @@ class PluginServer:
             except (grpc.RpcError, OSError) as exc:
                 log.warning("registration with %s failed, will retry: %s", self.kubelet_socket, exc)
                 self._kubelet_identity = None
-            stop.wait(watch_interval)
+            if wake is None:
+                stop.wait(watch_interval)
+            else:
+                wake.wait(watch_interval)
+                wake.clear()
 
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -260,32 +273,96 @@ def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between misc cgroup reads")
     parser.add_argument("--watch-interval", type=float, default=0.05, help="seconds between kubelet.sock checks")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--stats-file",
+        help="write the process's CPU time and poll counters as JSON to this file on SIGUSR1 and at exit",
+    )
+
+
+def process_stats(counters: dict[str, int] | None = None) -> dict[str, float | int]:
+    """This process's CPU time (every thread: ``getrusage(RUSAGE_SELF)``), the monotonic clock it was
+    read at, and the plugin's counters."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "pid": os.getpid(),
+        "monotonic": time.monotonic(),
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "user_s": usage.ru_utime,
+        "system_s": usage.ru_stime,
+        "threads": threading.active_count(),
+        **(counters or {}),
+    }
+
+
+def write_stats(path: str, counters: Callable[[], dict[str, int]] | None) -> None:
+    """Replace ``path`` with the current stats (write and rename: a reader never sees half a file)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(process_stats(counters() if counters else None), handle)
+    os.replace(tmp, path)
+
+
+# A stopping plugin notices within this long; sleeping in slices costs nothing at short intervals.
+_SLEEP_SLICE = 1.0
+
+
+def poll_loop(poll: Callable[[], None], interval: float, stop: threading.Event) -> None:
+    """``poll()`` every ``interval`` seconds on a fixed grid (a slow poll does not shift the later
+    ones; one that overruns a whole interval starts the grid again from now).
+
+    It sleeps with ``time.sleep``: a wake-up costs about half of an ``Event.wait`` with a timeout,
+    and at 20 polls a second the wake-ups are most of the plugin's CPU time."""
+    next_at = time.monotonic()
+    while not stop.is_set():
+        poll()
+        next_at += interval
+        now = time.monotonic()
+        if next_at < now:
+            next_at = now
+        while now < next_at and not stop.is_set():
+            time.sleep(min(next_at - now, _SLEEP_SLICE))
+            now = time.monotonic()
 
 
 def run_plugin(
     args: argparse.Namespace,
     service: DevicePluginService,
     poll: Callable[[], None] | None,
+    stats: Callable[[], dict[str, int]] | None = None,
 ) -> int:
     """Serve ``service`` until SIGTERM/SIGINT; ``poll`` runs every ``--poll-interval`` seconds."""
     kubelet_dir = Path(args.kubelet_dir or sockets.kubelet_dir(args.host_root))
     server = PluginServer(service, kubelet_dir, args.socket_name or f"teesim-{args.misc_resource}.sock")
     stop = threading.Event()
+    # With a poll loop, the poll thread also looks at the kubelet's socket (after each poll) and wakes
+    # the main thread when it must register again: one thread waking up instead of two.
+    wake = threading.Event() if poll is not None else None
+
+    def stop_now(*_: object) -> None:
+        stop.set()
+        if wake is not None:
+            wake.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stop_now)
+    stats_file = getattr(args, "stats_file", None)
+    if stats_file:
+        signal.signal(signal.SIGUSR1, lambda *_: write_stats(stats_file, stats))
     poller = None
-    if poll is not None:
+    if poll is not None and wake is not None:
 
-        def loop() -> None:
-            while not stop.is_set():
-                started = time.monotonic()
-                poll()
-                stop.wait(max(args.poll_interval - (time.monotonic() - started), 0.0))
+        def poll_and_watch() -> None:
+            poll()
+            if server.attention_needed():
+                wake.set()
 
-        poller = threading.Thread(target=loop, name="poll", daemon=True)
+        poller = threading.Thread(
+            target=poll_loop, args=(poll_and_watch, args.poll_interval, stop), name="poll", daemon=True
+        )
         poller.start()
+    watch_interval = args.watch_interval if wake is None else max(args.watch_interval, _SLEEP_SLICE)
     try:
-        server.keep_registered(stop, args.watch_interval)
+        server.keep_registered(stop, watch_interval, wake)
     except RegistrationRejected as exc:
         return fail(str(exc))
     finally:
@@ -295,6 +372,8 @@ def run_plugin(
             os.unlink(server.socket)
         if poller is not None:
             poller.join(timeout=5)
+        if stats_file:
+            write_stats(stats_file, stats)
     return 0
 
 

@@ -15,6 +15,14 @@ saying so, with the count. When ``misc.current`` cannot be read it keeps the pre
 the kubelet cannot be asked at all (it is restarting) it skips the poll, because without its own
 allocations every key would look foreign.
 
+A poll is cheap when nothing changed, which is almost always: the kernel never notifies a change of
+``misc.current`` (polling is the only way), but reading it from a file descriptor held open costs
+about 2 µs, so a poll reads those bytes first and stops there when they are the bytes of the last
+published decision, no ``Allocate`` came in since and the last ``List`` is younger than
+``--list-refresh`` (default 1 s: what a pod that ends without ever charging a key frees is seen
+within that). Only a change reads the misc files through the collection's parser, asks the kubelet
+and publishes. Old kernels without a root ``misc.current`` take the full path every poll.
+
     python -m teesim.plugins.reconciling --host-root DIR --resource-name devices.kubevirt.io/tdx \\
         --misc-resource tdx --poll-interval 0.1
 """
@@ -43,6 +51,7 @@ from teesim.plugins.reconcile import capacity_from_misc, device_ids, next_unheal
 log = logging.getLogger(__name__)
 LIST_TIMEOUT = 2.0
 DEFAULT_MIN_LIST_INTERVAL = 0.1
+DEFAULT_LIST_REFRESH = 1.0
 # An Allocate the kubelet made is trusted until a List shows it, or for this long: the kubelet records
 # the devices right after the plugin answers, and a pod whose admission failed after its Allocate
 # frees them again.
@@ -61,8 +70,40 @@ def own_allocated_ids(response: pr.ListPodResourcesResponse, resource_name: str)
     }
 
 
+class HeldFile:
+    """A file read again and again through one open descriptor (``pread`` at offset 0: on cgroupfs a
+    fresh rendering every time). The descriptor is reopened when the path names another file (a
+    node tree written by atomic rename, as the simulator's is) or a read fails."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+
+    def read(self) -> bytes | None:
+        """The file's bytes, or None when it cannot be read now."""
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+            if self._fd is None or (st.st_dev, st.st_ino) != self._identity:
+                self.close()
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                self._identity = (st.st_dev, st.st_ino)
+            return os.pread(self._fd, 65536, 0)
+        except OSError:
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class Reconciler:
-    """One poll = read the kernel, know the own allocations, publish the device list."""
+    """One poll = read the kernel, know the own allocations, publish the device list; a poll that
+    finds the kernel's bytes unchanged (and nothing else due) ends after that read."""
 
     def __init__(
         self,
@@ -73,14 +114,21 @@ class Reconciler:
         *,
         min_list_interval: float = DEFAULT_MIN_LIST_INTERVAL,
         reserve: int = 0,
+        list_refresh: float = DEFAULT_LIST_REFRESH,
     ):
         self.service = service
         self.host_root = host_root
         self.misc_resource = misc_resource
         self.pod_resources_socket = sockets.pod_resources_socket(kubelet_dir)
         self.min_list_interval = min_list_interval
+        self.list_refresh = list_refresh
         self.reserve = reserve
+        # The root misc.current (found by the first full read); its bytes at the last publish.
+        self._current_file = HeldFile()
+        self._published_bytes: bytes | None = None
+        self._allocated_since = False
         self._channel: grpc.Channel | None = None
+        self._stub: pr_grpc.PodResourcesListerStub | None = None
         self._unhealthy: frozenset[str] = frozenset()
         self._ids: tuple[str, ...] = ()
         self._current: int | None = None
@@ -91,6 +139,8 @@ class Reconciler:
         self._pending: dict[str, float] = {}
         self._lock = threading.Lock()
         self.polls = 0
+        self.quiet_polls = 0
+        self.publishes = 0
         self.skipped = 0
         self.throttled = 0
         self.lists = 0
@@ -101,10 +151,9 @@ class Reconciler:
     def _list(self) -> pr.ListPodResourcesResponse:
         if self._channel is None:
             self._channel = sockets.channel(self.pod_resources_socket)
+            self._stub = pr_grpc.PodResourcesListerStub(self._channel)
         try:
-            return pr_grpc.PodResourcesListerStub(self._channel).List(
-                pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=LIST_TIMEOUT
-            )
+            return self._stub.List(pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=LIST_TIMEOUT)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 # A restarted kubelet is a new socket: dial again next time.
@@ -117,6 +166,11 @@ class Reconciler:
         state = read_misc_state(self.host_root)
         if not state.layout.present:
             return None, None
+        # Held for the quiet polls; None on kernels without a root misc.current (they sum children).
+        root_current = os.path.join(state.layout.directory, "misc.current") if state.layout.directory else None
+        if root_current != self._current_file.path:
+            self._current_file.close()
+            self._current_file = HeldFile(root_current if root_current and os.path.exists(root_current) else None)
         resource = state.resource(self.misc_resource)
         if resource is None:
             return capacity_from_misc({}, self.misc_resource), 0
@@ -176,28 +230,52 @@ class Reconciler:
             accounted_elsewhere=self.accounted_elsewhere(),
             reserve=self.reserve,
         )
-        self.service.set_devices([Device(i, UNHEALTHY if i in self._unhealthy else HEALTHY) for i in self._ids])
+        if self.service.set_devices([Device(i, UNHEALTHY if i in self._unhealthy else HEALTHY) for i in self._ids]):
+            self.publishes += 1
 
     def poll(self) -> None:
         with self._lock:
             self.polls += 1
-            capacity, current = self.read_kernel()
-            if capacity is not None:
-                self._ids = device_ids(self.misc_resource, capacity)
-            self._current = current
+            before = self._current_file.read()
+            same_kernel = before is not None and before == self._published_bytes
+            if same_kernel and not self._allocated_since and time.monotonic() - self._listed_at < self.list_refresh:
+                self.quiet_polls += 1
+                return
+            if not same_kernel:
+                # The kernel changed (or cannot be read cheaply): read it the way the collection does.
+                capacity, current = self.read_kernel()
+                if capacity is not None:
+                    self._ids = device_ids(self.misc_resource, capacity)
+                self._current = current
+            self._published_bytes = None
             if not self._refresh_own():
                 return
+            self._allocated_since = False
             self._publish()
+            # What was decided from: a change after ``before`` was read differs from it next poll.
+            self._published_bytes = before if self._current is not None else None
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "polls": self.polls,
+            "quiet_polls": self.quiet_polls,
+            "lists": self.lists,
+            "publishes": self.publishes,
+            "throttled": self.throttled,
+            "skipped": self.skipped,
+        }
 
     def on_allocate(self, ids: list[str]) -> None:
         """The kubelet gave ``ids`` to a container: they are ours from now on, republish if needed."""
         with self._lock:
             now = time.monotonic()
             self._pending.update(dict.fromkeys(ids, now))
+            self._allocated_since = True
             if self._listed is not None and self._unhealthy & set(ids):
                 self._publish()
 
     def close(self) -> None:
+        self._current_file.close()
         if self._channel is not None:
             self._channel.close()
 
@@ -209,6 +287,12 @@ def add_reconciler_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_MIN_LIST_INTERVAL,
         help="seconds between pod-resources List calls (the kubelet allows 100 per second per node)",
+    )
+    parser.add_argument(
+        "--list-refresh",
+        type=float,
+        default=DEFAULT_LIST_REFRESH,
+        help="while misc.current does not change, List again after this many seconds (default: %(default)s)",
     )
 
 
@@ -224,13 +308,14 @@ def serve_reconciler(args: argparse.Namespace, make: type[Reconciler], **extra) 
         args.misc_resource,
         kubelet_dir,
         min_list_interval=args.min_list_interval,
+        list_refresh=args.list_refresh,
         **extra,
     )
     # Publish the kernel's view before the first registration, so the first ListAndWatch answer is real.
     capacity, _ = reconciler.read_kernel()
     service.set_devices([Device(i) for i in device_ids(args.misc_resource, capacity or 0)])
     try:
-        return run_plugin(args, service, poll=reconciler.poll)
+        return run_plugin(args, service, poll=reconciler.poll, stats=reconciler.stats)
     finally:
         reconciler.close()
 

@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from teesim.report.engines import ENGINES, make_engine
 from teesim.report.render import deterministic_json, format_table, write_json, write_timelines
 from teesim.report.runner import progress_bar, run_scenario
 from teesim.report.scenario import bundled_scenarios, load_scenario
+from teesim.report.sweep import format_sweep, make_tasks, parse_seeds, sweep
 from teesim.strategies.base import STRATEGIES
 
 
@@ -32,6 +34,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         write_json(report, out / "report.json")
         pngs = [] if args.no_png else write_timelines(report, out)
         print(f"wrote {out / 'report.json'}" + "".join(f", {p.name}" for p in pngs), file=sys.stderr)
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    tasks = make_tasks(args.scenario, parse_seeds(args.seeds), args.strategy or None)
+    engine, workers = make_engine(args.engine, args.workers, args.address)
+    if not args.quiet:
+        print(f"{len(tasks)} runs on {args.engine} ({workers} workers)...", file=sys.stderr)
+    report = sweep(tasks, engine, args.engine, workers)
+    sys.stdout.write(deterministic_json(report) if args.json else format_sweep(report))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(report, out / "sweep.json")
+        (out / "sweep.txt").write_text(format_sweep(report), encoding="utf-8")
+        print(f"wrote {out / 'sweep.json'}, {out / 'sweep.txt'}", file=sys.stderr)
     return 0
 
 
@@ -54,5 +72,27 @@ def register(subparsers: Any) -> None:
     run.add_argument("--no-png", action="store_true", help="with --out, skip the PNG timelines")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=_cmd_run)
+    _register_sweep(subparsers)
     scenarios = subparsers.add_parser("scenarios", help="list the bundled scenarios")
     scenarios.set_defaults(func=_cmd_list)
+
+
+def _register_sweep(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run scenarios x seeds x strategies in parallel; means and 95% confidence intervals over seeds",
+    )
+    parser.add_argument("scenario", nargs="+", help="scenario YAML paths or bundled names")
+    parser.add_argument("--seeds", default="1-10", help="seeds: 1-10, 3,5,8 or 1-3,9 (default: %(default)s)")
+    parser.add_argument(
+        "--strategy", action="append", choices=sorted(STRATEGIES), help="only these strategies (repeatable)"
+    )
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="process", help="where the runs go (default: %(default)s, this machine)"
+    )
+    parser.add_argument("--workers", type=int, help="processes or CPUs to use (default: the CPUs available here)")
+    parser.add_argument("--address", help="dask: the scheduler to use, tcp://host:8786 (default: start a local one)")
+    parser.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    parser.add_argument("--out", help="directory for sweep.json and sweep.txt")
+    parser.add_argument("--quiet", action="store_true", help="nothing on stderr")
+    parser.set_defaults(func=_cmd_sweep)

@@ -41,16 +41,23 @@ def progress_bar(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
 
 
 def run_scenario(
-    scenario: Scenario, strategies: Sequence[str] | None = None, progress: Progress | None = None
+    scenario: Scenario,
+    strategies: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    *,
+    incremental: bool = True,
 ) -> dict[str, Any]:
-    """Simulate ``scenario`` under each strategy; returns the report."""
+    """Simulate ``scenario`` under each strategy; returns the report.
+
+    ``incremental=False`` runs the reference engine (see :class:`Simulation`): same report, slower.
+    """
     names = list(strategies or STRATEGIES)
     results: dict[str, Any] = {}
     total_events = 0
     started = time.perf_counter()
     for name in names:
         strategy = get_strategy(name)
-        sim = Simulation(scenario.world, strategy)
+        sim = Simulation(scenario.world, strategy, incremental=incremental)
         recorder = MetricsRecorder()
         sim.run(recorder, None if progress is None else partial(progress, name))
         summary = recorder.summary(sim)

@@ -16,9 +16,10 @@ from teesim.cluster.pods import Consumer
 from teesim.strategies.base import KUBEVIRT_KEYS, SEV_DEVICE, Strategy
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ResourceSnapshot:
-    """One node's view of one misc resource at one instant."""
+    """One node's view of one misc resource at one instant (read-only by convention: the report builds
+    one per changed node and resource, and a frozen dataclass costs twice as much to build)."""
 
     node: str
     resource: str
@@ -63,28 +64,38 @@ def vmi_resource(strategy: Strategy, misc_resource: str) -> str:
     return strategy.vmi_key_name(misc_resource) if misc_resource in KUBEVIRT_KEYS else SEV_DEVICE
 
 
-def _pool_numbers(node: SimNode, name: str, now: float) -> tuple[int, int, int]:
+# (member, value) of each consumer, looked up once: Enum.value is a property, slow in a hot loop.
+_CONSUMERS: tuple[tuple[Consumer, str], ...] = tuple((c, c.value) for c in Consumer)
+
+
+def _pool_numbers(
+    node: SimNode, name: str, now: float, status: Mapping[str, int], requested: Mapping[str, int]
+) -> tuple[int, int, int]:
     """(advertised, published, requested) of an extended resource on a node."""
     pool = node.dra.get(name)
     if pool is not None:
         return len(pool.devices), len(pool.devices), len(pool.allocated)
     advertised = node.allocatable(now).get(name, 0)
-    return advertised, node.status_allocatable().get(name, 0), node.requested().get(name, 0)
+    return advertised, status.get(name, 0), requested.get(name, 0)
 
 
-def _kata_schedulable(strategy: Strategy, node: SimNode, misc_resource: str) -> int | None:
+def _kata_schedulable(
+    strategy: Strategy, node: SimNode, misc_resource: str, status: Mapping[str, int], requested: Mapping[str, int]
+) -> int | None:
     name = strategy.kata_key_name(misc_resource) if misc_resource in NFD_RESOURCES else None
     if name is None:
         return None
     pool = node.dra.get(name)
     if pool is not None:
         return pool.free() if strategy.dra_overhead_served else 0
-    return max(node.status_allocatable().get(name, 0) - node.requested().get(name, 0), 0)
+    return max(status.get(name, 0) - requested.get(name, 0), 0)
 
 
 def snapshot(strategy: Strategy, node: SimNode, misc_resource: str, now: float, reserve: int = 0) -> ResourceSnapshot:
     vmi = vmi_resource(strategy, misc_resource)
-    advertised, published, requested = _pool_numbers(node, vmi, now)
+    # The node status and the bound pods' requests are computed once, for both pools.
+    status, requested_by_pods = node.status_allocatable(), node.requested()
+    advertised, published, requested = _pool_numbers(node, vmi, now, status, requested_by_pods)
     nfd_name = NFD_RESOURCES.get(misc_resource)
     return ResourceSnapshot(
         node=node.name,
@@ -97,7 +108,7 @@ def snapshot(strategy: Strategy, node: SimNode, misc_resource: str, now: float, 
         requested=requested,
         claims=node.claims[misc_resource],
         nfd_advertised=node.nfd.get(nfd_name, 0) if nfd_name else 0,
-        charged={c.value: node.charged[(c, misc_resource)] for c in Consumer},
-        kata_schedulable=_kata_schedulable(strategy, node, misc_resource),
+        charged={value: node.charged[(c, misc_resource)] for c, value in _CONSUMERS},
+        kata_schedulable=_kata_schedulable(strategy, node, misc_resource, status, requested_by_pods),
         reserve=reserve,
     )

@@ -24,6 +24,11 @@ the real processes.
 
 Simplifications: gRPC latency is zero; a plugin restart takes ``restart_delay`` seconds; a crashed
 DRA driver leaves its last ResourceSlice published.
+
+Cost: a poll parses ``misc.current`` again only when the host files changed
+(:meth:`SimNode.files_revision`) and decides again only when what it decides from changed; both are
+pure functions of those inputs, so the result is what a full poll gives (``skip_unchanged = False``
+does the full poll every time: the reference engine).
 """
 
 from __future__ import annotations
@@ -39,6 +44,24 @@ from teesim.plugins.reconcile import capacity_from_misc, device_ids, next_unheal
 CAPACITY_FILE = "sys/fs/cgroup/misc.capacity"
 CURRENT_FILE = "sys/fs/cgroup/misc.current"
 PENDING_ALLOCATION_TTL = 5.0
+_NONE: frozenset[str] = frozenset()
+
+
+class CurrentReader:
+    """:func:`read_current` for one node and resource, parsed again only when the files changed."""
+
+    def __init__(self, node: SimNode, misc_resource: str):
+        self.node = node
+        self.misc_resource = misc_resource
+        self._read: tuple[object, int | None] | None = None
+
+    def __call__(self, skip_unchanged: bool = True) -> int | None:
+        revision = self.node.files_revision()
+        if skip_unchanged and self._read is not None and self._read[0] == revision:
+            return self._read[1]
+        value = read_current(self.node, self.misc_resource)
+        self._read = (revision, value)
+        return value
 
 
 def read_capacity(node: SimNode, misc_resource: str) -> int | None:
@@ -87,6 +110,8 @@ class InProcessPlugin:
         self.running = False
         self._sent_state: object = None
         self.registrations = 0
+        # False: read and decide at every poll, as the process does (the reference engine).
+        self.skip_unchanged = True
 
     def capacity(self) -> int | None:
         return read_capacity(self.node, self.misc_resource)
@@ -185,6 +210,9 @@ class ReconcilingPlugin(InProcessPlugin):
         self._listed_at = float("-inf")  # when the last List was tried (answered or refused)
         self._pending: dict[str, float] = {}
         self._current: int | None = None
+        self._read_current = CurrentReader(node, misc_resource)
+        # (inputs, result) of the last next_unhealthy: the same inputs give the same set.
+        self._decided: tuple[tuple, frozenset[str]] | None = None
 
     # -- inputs --------------------------------------------------------------------------------------
     def _list(self) -> bool:
@@ -203,12 +231,17 @@ class ReconcilingPlugin(InProcessPlugin):
         self.node.devices.release_finished_pods()  # List runs UpdateAllocatedDevices first
         listed = self.node.devices.active_device_ids(self.resource_name)
         self._listed = listed
-        self._pending = {i: t for i, t in self._pending.items() if i not in listed and now - t < PENDING_ALLOCATION_TTL}
+        if self._pending:
+            self._pending = {
+                i: t for i, t in self._pending.items() if i not in listed and now - t < PENDING_ALLOCATION_TTL
+            }
         return True
 
     def own_allocated(self) -> frozenset[str]:
         """Own devices: the last ``List`` answer plus the ``Allocate`` calls not yet in one."""
-        return (self._listed or frozenset()) | frozenset(self._pending)
+        if not self._pending:
+            return self._listed or _NONE
+        return (self._listed or _NONE) | frozenset(self._pending)
 
     def accounted_elsewhere(self) -> int:
         return 0
@@ -221,7 +254,7 @@ class ReconcilingPlugin(InProcessPlugin):
         if not self.running or not self.node.kubelet_up:
             return
         self.polls += 1
-        self._current = read_current(self.node, self.misc_resource)
+        self._current = self._read_current(self.skip_unchanged)
         if not self._list():
             return
         if self.list_latency > 0:
@@ -230,14 +263,17 @@ class ReconcilingPlugin(InProcessPlugin):
             self._publish()
 
     def _decide(self) -> None:
+        own, accounted, reserve = self.own_allocated(), self.accounted_elsewhere(), self.reserve()
+        inputs = (self.ids, own, self._current, accounted, reserve)
+        decided = self._decided
+        # next_unhealthy(x, next_unhealthy(x, p)) == next_unhealthy(x, p): with the same inputs and our
+        # own last answer as the previous set, the answer is that set again.
+        if self.skip_unchanged and decided is not None and decided[1] is self.unhealthy and decided[0] == inputs:
+            return
         self.unhealthy = next_unhealthy(
-            self.ids,
-            self.own_allocated(),
-            self._current,
-            self.unhealthy,
-            accounted_elsewhere=self.accounted_elsewhere(),
-            reserve=self.reserve(),
+            self.ids, own, self._current, self.unhealthy, accounted_elsewhere=accounted, reserve=reserve
         )
+        self._decided = (inputs, self.unhealthy)
 
     def _publish(self) -> None:
         if not self.running or self._listed is None:
@@ -260,7 +296,7 @@ class ReconcilingPlugin(InProcessPlugin):
 
     def register(self) -> None:
         if self.running and self.node.kubelet_up:
-            self._current = read_current(self.node, self.misc_resource)
+            self._current = self._read_current(self.skip_unchanged)
             self._listed_at = float("-inf")
             if self._list():
                 self._decide()
@@ -304,6 +340,10 @@ class DRADriver:
         self.running = False
         self.polls = 0
         self.registrations = 0
+        self.skip_unchanged = True
+        self._read_current = CurrentReader(node, misc_resource)
+        # What the last slice was decided from: the host files, the claims, the bound pods.
+        self._decided_on: tuple[object, ...] | None = None
 
     @property
     def resource_name(self) -> str:
@@ -319,11 +359,25 @@ class DRADriver:
         if not self.running:
             return
         self.polls += 1
-        current = read_current(self.node, self.misc_resource)
+        current = self._read_current(self.skip_unchanged)
+        node = self.node
+        inputs = (node.files_revision(), self.pool.claims_revision, node.bound.generation, self.ids, self.hidden)
+        if self.skip_unchanged and inputs == self._decided_on:
+            # Same kernel reading, claims and pods: the same slice (next_unhealthy is idempotent).
+            if current is not None:
+                node.usage_published_at[self.misc_resource] = self.clock.now
+            return
         self.hidden = next_unhealthy(
             self.ids, self.pool.claimed(), current, self.hidden, reserve=self.reserve, own_charged=self.charged_claims()
         )
         self.pool.publish(i for i in self.ids if i not in self.hidden)
+        self._decided_on = (
+            node.files_revision(),
+            self.pool.claims_revision,
+            node.bound.generation,
+            self.ids,
+            self.hidden,
+        )
         if current is not None:
             self.node.usage_published_at[self.misc_resource] = self.clock.now
 

@@ -21,6 +21,8 @@ Faults: kubelet restart (device manager state lost except the checkpoint, pods w
 re-register), plugin crash (stream broken, restart later), unreadable ``misc`` file.
 
 An :class:`Observer` sees every event; :mod:`teesim.report.metrics` turns that into the metrics.
+After every event :attr:`Simulation.changed` lists the nodes whose state may differ from the last
+event's, so that observing a fleet costs what changed, not what exists.
 Simplifications: no CPU/memory, no network or API-server latency, VMIs are not re-created.
 """
 
@@ -29,16 +31,16 @@ from __future__ import annotations
 import errno
 import random
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
-from teesim.cluster.clock import VirtualClock
+from teesim.cluster.clock import HeapClock, VirtualClock
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
-from teesim.cluster.scheduler import choose_node
+from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, NodeSpec
@@ -110,14 +112,28 @@ class Observer(Protocol):
     def on_failure(self, sim: Simulation, failure: Failure) -> None: ...
 
 
-class Simulation:
-    """Runs one :class:`World` under one :class:`Strategy`."""
+def _node_name(node: SimNode) -> str:
+    return node.name
 
-    def __init__(self, world: World, strategy: Strategy):
+
+class Simulation:
+    """Runs one :class:`World` under one :class:`Strategy`.
+
+    ``incremental=False`` is the reference engine: every node counts as changed after every event,
+    the scheduler tries every pending pod on every node, plugins and NFD parse their files at every
+    read, and the clock is one plain heap (:class:`HeapClock`). It gives the same report, slower;
+    the tests and the benchmark compare the two.
+    """
+
+    def __init__(self, world: World, strategy: Strategy, *, incremental: bool = True):
         self.world = world
         self.strategy = strategy
         self.settings = world.settings
-        self.clock = VirtualClock()
+        self.incremental = incremental
+        self.clock = VirtualClock() if incremental else HeapClock()
+        self._touched: list[SimNode] = []
+        # (node, misc resource) whose usage an advertiser published since the observer last looked.
+        self.published: list[tuple[str, str]] = []
         self.retry_rng = random.Random(f"{world.seed}/kubelet-retries")
         roles = node_roles(strategy, [s.name for s in world.nodes], self.settings.kata_nodes)
         self.nodes: dict[str, SimNode] = {}
@@ -127,12 +143,23 @@ class Simulation:
                     f"node {spec.name}: kernel profile {spec.profile.name!r} has no misc controller, so no "
                     "strategy can count keys there; use it with `teesim node build` to test detection"
                 )
-            node = SimNode(spec, random.Random(f"{world.seed}/{spec.name}/devices"), roles[spec.name].value)
+            node = SimNode(
+                spec, random.Random(f"{world.seed}/{spec.name}/devices"), roles[spec.name].value, self._node_changed
+            )
+            node.usage_published_at.on_publish = partial(self._usage_published, spec.name)
             node.pod_resources = TokenBucket(background_qps=self.settings.pod_resources_background_qps)
             self.nodes[spec.name] = node
+        self.queue = SchedulingQueue(self.nodes, self.scheduler_need, incremental)
+        # Every node counts as changed by the first event, so the observer starts from a full picture.
+        for node in self.nodes.values():
+            node.changed = True
+            self._touched.append(node)
+        self.changed: list[SimNode] = list(self.nodes.values())
+        # Nodes with a stopped plugin endpoint inside the kubelet's grace period.
+        self._expiring: set[SimNode] = set()
+        self._nfd_read: dict[str, object] = {}
         self.wiring: dict[str, NodeWiring] = {}
         self.plugins: dict[str, list] = defaultdict(list)
-        self.pending: list[Pod] = []
         self.waiting: dict[str, list[Pod]] = defaultdict(list)
         self.pods: list[Pod] = []
         self.failures: list[Failure] = []
@@ -142,6 +169,37 @@ class Simulation:
         self._external_seq = 0
         self._dra_names = strategy.dra_names()
         self.observer: Observer | None = None
+
+    @property
+    def pending(self) -> list[Pod]:
+        """Pods not bound yet, in creation order."""
+        return self.queue.pending
+
+    def _usage_published(self, node: str, resource: str) -> None:
+        self.published.append((node, resource))
+
+    def _node_changed(self, node: SimNode) -> None:
+        self._touched.append(node)
+        self.queue.node_changed(node)
+
+    def _collect_changed(self, now: float) -> None:
+        """Set :attr:`changed` for the event that just ran and start listening afresh."""
+        touched = self._touched
+        if not self.incremental:
+            self.changed = list(self.nodes.values())
+        elif not touched and not self._expiring:
+            self.changed = []
+            return
+        else:
+            # Touched nodes in the order they changed, then the rest of the expiring ones by name:
+            # a deterministic order, so that the report is the same on every run.
+            changed = touched + sorted((n for n in self._expiring if not n.changed), key=_node_name)
+            self.changed = changed
+            # Only a change of the device manager can start a grace period.
+            self._expiring = {n for n in changed if (n.devices_touched or n in self._expiring) and n.expiring(now)}
+        for node in touched:
+            node.changed = node.devices_touched = False
+        touched.clear()
 
     # -- set-up ------------------------------------------------------------------------------------
     def resources(self, node: SimNode) -> list[str]:
@@ -156,8 +214,11 @@ class Simulation:
         options = self._plugin_options()
         for node in self.nodes.values():
             wiring = wire_node(self.strategy, node, clock, self.resources(node), options)
+            node.watch_dra()
             self.wiring[node.name] = wiring
             self.plugins[node.name] = wiring.plugins
+            for plugin in wiring.plugins:
+                plugin.skip_unchanged = self.incremental
             clock.every(settings.nfd_sleep_interval, partial(self._nfd, node), start=0.0, until=until)
             for plugin in wiring.plugins:
                 clock.at(0.0, plugin.start)
@@ -176,6 +237,12 @@ class Simulation:
         node.sync_status(self.clock.now)
 
     def _nfd(self, node: SimNode) -> None:
+        if self.incremental:
+            # Discovery depends on the host files alone: unchanged files, unchanged resources.
+            revision = node.files_revision()
+            if self._nfd_read.get(node.name) == revision:
+                return
+            self._nfd_read[node.name] = revision
         wiring = self.wiring[node.name]
         reserved = self.settings.reserved if wiring.nfd_reserved else None
         names = nfd_names(wiring.nfd_misc)
@@ -195,7 +262,7 @@ class Simulation:
             requests = self.strategy.vmi_requests(guest)
             pod = vmi_pod(uid, guest, requests, now, arrival.launch_delay, arrival.duration)
         self.pods.append(pod)
-        self.pending.append(pod)
+        self.queue.add(pod)
 
     def _start_external(self, arrival: Arrival, uid: str) -> None:
         node = self.nodes.get(arrival.node or "") if arrival.node else next(iter(self.nodes.values()))
@@ -233,25 +300,7 @@ class Simulation:
         return need
 
     def _schedule(self) -> None:
-        if not self.pending:
-            return
-        still: list[Pod] = []
-        views = {name: node.view() for name, node in self.nodes.items()}
-        # Needs that fit nowhere in this pass: identical pods behind them need not be tried again
-        # until a binding changes the views.
-        unfit: set[tuple[tuple[str, int], ...]] = set()
-        for pod in self.pending:
-            need = self.scheduler_need(pod)
-            signature = tuple(sorted(need.items()))
-            choice = None if signature in unfit else choose_node(need, list(views.values()))
-            if choice is None:
-                unfit.add(signature)
-                still.append(pod)
-                continue
-            self._bind(self.nodes[choice], pod, need)
-            views[choice] = self.nodes[choice].view()
-            unfit.clear()
-        self.pending = still
+        self.queue.run_pass(self._bind)
 
     def _bind(self, node: SimNode, pod: Pod, need: dict[str, int]) -> None:
         pod.phase, pod.node, pod.bound_at = Phase.BOUND, node.name, self.clock.now
@@ -453,8 +502,10 @@ class Simulation:
     def snapshot(self, node: SimNode, resource: str) -> ResourceSnapshot:
         return snapshot(self.strategy, node, resource, self.clock.now, self.reserve(resource))
 
-    def snapshots(self) -> list[ResourceSnapshot]:
-        return [self.snapshot(node, r) for node in self.nodes.values() for r in self.resources(node)]
+    def snapshots(self, nodes: Iterable[SimNode] | None = None) -> list[ResourceSnapshot]:
+        """Snapshots of every misc resource of ``nodes`` (default: every node)."""
+        nodes = self.nodes.values() if nodes is None else nodes
+        return [self.snapshot(node, r) for node in nodes for r in self.resources(node)]
 
     def run(self, observer: Observer | None = None, progress: Callable[[float], None] | None = None) -> None:
         self.observer = observer
@@ -463,10 +514,19 @@ class Simulation:
         step = max(duration / 100.0, 1e-9)
         next_report = [0.0]
 
+        pending = self.queue.pending
+
         def after(now: float) -> None:
-            self._schedule()
+            if pending:
+                self.queue.run_pass(self._bind)
+            if self._touched or self._expiring or not self.incremental:
+                self._collect_changed(now)
+            elif self.changed:
+                self.changed = []
             if observer is not None:
                 observer.after_event(self, now)
+            elif self.published:
+                self.published.clear()
             if progress is not None and now >= next_report[0]:
                 progress(min(now / duration, 1.0))
                 next_report[0] = now + step

@@ -3,6 +3,8 @@ files, the real-socket kubelet allocates, external VMs take keys."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from teesim.grpc_run import PODS_SLICE, GrpcNode, unhealthy_count
 from teesim.kubelet.devicemanager import PodRef
@@ -117,10 +119,34 @@ def test_the_plugin_stays_within_the_pod_resources_rate_limit(node, processes):
     processes.append(proc)
     assert node.kubelet.wait_for(lambda k: k.device_manager.capacity().get(RES, 0) == 8, WAIT)
     before = limiter.allowed + limiter.rejected
-    node.kubelet.wait_for(lambda k: False, 2.0)
+    # The kernel changes all the time (a guest every 10 ms): every poll wants a List.
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        node.stop_guest(node.start_guest())
+        time.sleep(0.01)
     calls = limiter.allowed + limiter.rejected - before
     assert 5 <= calls <= 25, f"{calls} List calls in 2 s: the plugin must keep to --min-list-interval 0.1"
     assert limiter.rejected == 0
+
+
+def test_a_quiet_node_costs_a_read_per_poll_and_a_list_per_refresh(node, processes):
+    """Nothing changes: the plugin reads misc.current and stops there, asking the kubelet only every
+    --list-refresh (what ends without ever charging a key is seen within that)."""
+    limiter = node.kubelet.pod_resources_limiter
+    proc = node.plugin("reconciling", poll_interval=0.02, extra=["--list-refresh", "1"])
+    processes.append(proc)
+    assert node.kubelet.wait_for(lambda k: k.device_manager.capacity().get(RES, 0) == 8, WAIT)
+    first, before = proc.stats(), limiter.allowed + limiter.rejected
+    node.kubelet.wait_for(lambda k: False, 3.0)
+    second, calls = proc.stats(), limiter.allowed + limiter.rejected - before
+    polls = second["polls"] - first["polls"]
+    quiet = second["quiet_polls"] - first["quiet_polls"]
+    assert 1 <= calls <= 5 and second["lists"] - first["lists"] == calls, calls
+    assert polls > 20 and quiet >= polls - calls, (polls, quiet)
+    assert second["cpu_s"] >= first["cpu_s"] > 0 and second["pid"] == proc.process.pid
+    # A change is still seen at the next poll, with a List.
+    node.start_guest()
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 1, WAIT)
 
 
 def test_the_plugin_says_so_when_the_kubelet_throttles_it(node, processes):
