@@ -63,10 +63,13 @@ class BoundPods:
         self.claims: Counter[str] = Counter()
         self.generation = 0
         self._overhead_cache: dict[tuple[str, bool], tuple[int, int]] = {}
+        # What requested() answers until the next change (the report and the kubelet ask per event).
+        self._requested_view: dict[str, int] | None = None
         self.on_change: Callable[[], None] | None = None
 
     def _changed(self) -> None:
         self.generation += 1
+        self._requested_view = None
         if self.on_change is not None:
             self.on_change()
 
@@ -103,7 +106,11 @@ class BoundPods:
         return True
 
     def requested(self) -> dict[str, int]:
-        return {k: v for k, v in self._requested.items() if v}
+        """What the scheduler counts for the bound pods, per resource (do not modify the result)."""
+        view = self._requested_view
+        if view is None:
+            view = self._requested_view = {k: v for k, v in self._requested.items() if v}
+        return view
 
     def requested_recount(self) -> dict[str, int]:
         """The same as :meth:`requested`, recomputed from the pods (a consistency check for tests)."""
@@ -157,6 +164,10 @@ class SimNode:
         # stopped endpoint is inside its grace period it depends on the time too, and is not kept.
         self._device_allocatable: dict[str, int] | None = None
         self.devices_touched = False
+        # status_allocatable() and allocatable() as last merged, kept until a part changes (None: merge
+        # again); the report asks for them for every changed node after every event.
+        self._status: dict[str, int] | None = None
+        self._allocatable: dict[str, int] | None = None
         self._nfd: dict[str, int] = {}
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
         self.status_devices: dict[str, int] = {}
@@ -191,7 +202,7 @@ class SimNode:
         self._touch()
 
     def _devices_changed(self) -> None:
-        self._device_allocatable = None
+        self._device_allocatable = self._allocatable = None
         self.devices_touched = True
         self._touch()
 
@@ -209,6 +220,7 @@ class SimNode:
     def nfd(self, values: dict[str, int]) -> None:
         if values != self._nfd:
             self._nfd = values
+            self._status = self._allocatable = None
             self._view_changed()
 
     def expiring(self, now: float) -> bool:
@@ -295,9 +307,14 @@ class SimNode:
 
     # -- scheduling view ---------------------------------------------------------------------------
     def allocatable(self, now: float | None = None) -> dict[str, int]:
-        """The kubelet's current allocatable: device plugins' healthy devices plus NFD's resources."""
-        merged = dict(self.device_allocatable(now))
-        merged.update(self._nfd)
+        """The kubelet's current allocatable: device plugins' healthy devices plus NFD's resources
+        (do not modify the result)."""
+        merged = self._allocatable
+        if merged is None:
+            merged = dict(self.device_allocatable(now))
+            merged.update(self._nfd)
+            if self._device_allocatable is not None:  # not time-dependent (no grace period running)
+                self._allocatable = merged
         return merged
 
     def sync_status(self, now: float) -> None:
@@ -306,12 +323,16 @@ class SimNode:
             status = self.device_allocatable(now)
             if status != self.status_devices:
                 self.status_devices = dict(status)
+                self._status = None
                 self._view_changed()
 
     def status_allocatable(self) -> dict[str, int]:
-        """What the scheduler sees: the last synced device counts plus NFD's (patched directly)."""
-        merged = dict(self.status_devices)
-        merged.update(self._nfd)
+        """What the scheduler sees: the last synced device counts plus NFD's (patched directly); do
+        not modify the result."""
+        merged = self._status
+        if merged is None:
+            merged = self._status = dict(self.status_devices)
+            merged.update(self._nfd)
         return merged
 
     def dynamic(self) -> dict[str, int]:

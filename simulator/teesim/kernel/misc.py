@@ -115,6 +115,8 @@ class MiscController:
 
     def ensure_cgroup(self, path: str) -> str:
         """``mkdir -p`` under the controller root; returns the normalised path."""
+        if path in self._cgroups:
+            return path  # already there, and the key of an existing cgroup is normalised
         path = _norm(path)
         node = self._root
         built = []
@@ -152,7 +154,7 @@ class MiscController:
         return out
 
     def has_cgroup(self, path: str) -> bool:
-        return _norm(path) in self._cgroups
+        return path in self._cgroups or _norm(path) in self._cgroups
 
     def set_max(self, path: str, resource: str, value: int | None) -> None:
         """Write ``<res> <value>`` (``None`` = ``max``) to a child's ``misc.max``."""

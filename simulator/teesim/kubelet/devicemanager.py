@@ -224,13 +224,20 @@ class DeviceManager:
             return False
         state = self._resources.setdefault(resource, _Resource())
         held = self.active_device_ids(resource)
-        state.healthy, state.unhealthy, state.listed = set(), set(), []
+        healthy: set[str] = set()
+        unhealthy: set[str] = set()
+        listed: list[str] = []
         for item in devices:
             dev = item if isinstance(item, Device) else Device(*item)
-            if dev.id in state.healthy or dev.id in state.unhealthy:
+            device_id = dev.id
+            if device_id in healthy or device_id in unhealthy:
                 continue
-            state.listed.append(dev.id)
-            (state.healthy if dev.healthy else state.unhealthy).add(dev.id)
+            listed.append(device_id)
+            if dev.health == HEALTHY:
+                healthy.add(device_id)
+            else:
+                unhealthy.add(device_id)
+        state.healthy, state.unhealthy, state.listed = healthy, unhealthy, listed
         self.allocated_marked_unhealthy += len(held & state.unhealthy)
         self._changed()
         return True

@@ -112,6 +112,9 @@ class InProcessPlugin:
         self.registrations = 0
         # False: read and decide at every poll, as the process does (the reference engine).
         self.skip_unchanged = True
+        # (ids, id -> Healthy device, id -> Unhealthy device): a Device is immutable, so a list sent
+        # again reuses them instead of building hundreds of dataclasses (1,000 /dev/sev slots).
+        self._device_objects: tuple[tuple[str, ...], dict[str, Device], dict[str, Device]] | None = None
 
     def capacity(self) -> int | None:
         return read_capacity(self.node, self.misc_resource)
@@ -130,8 +133,17 @@ class InProcessPlugin:
         self._sent_state = None
         self.refresh()
 
+    def device_objects(self) -> tuple[dict[str, Device], dict[str, Device]]:
+        """Each ID's Healthy and Unhealthy :class:`Device`, built once per list of IDs."""
+        cached = self._device_objects
+        if cached is None or cached[0] is not self.ids:
+            healthy = {i: Device(i, HEALTHY) for i in self.ids}
+            cached = self._device_objects = (self.ids, healthy, {i: Device(i, UNHEALTHY) for i in self.ids})
+        return cached[1], cached[2]
+
     def devices(self) -> list[Device]:
-        return [Device(i, HEALTHY) for i in self.ids]
+        healthy = self.device_objects()[0]
+        return [healthy[i] for i in self.ids]
 
     def refresh(self) -> None:
         """Send a ListAndWatch response when the list changed."""
@@ -303,7 +315,9 @@ class ReconcilingPlugin(InProcessPlugin):
         super().register()
 
     def devices(self) -> list[Device]:
-        return [Device(i, UNHEALTHY if i in self.unhealthy else HEALTHY) for i in self.ids]
+        healthy, unhealthy = self.device_objects()
+        hidden = self.unhealthy
+        return [unhealthy[i] if i in hidden else healthy[i] for i in self.ids]
 
     def state(self) -> object:
         return (self.ids, self.unhealthy)
