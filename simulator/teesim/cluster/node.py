@@ -62,7 +62,11 @@ class BoundPods:
         # Pods bound here whose guest is not charged yet, per misc resource.
         self.claims: Counter[str] = Counter()
         self.generation = 0
-        self._overhead_cache: dict[tuple[str, bool], tuple[int, int]] = {}
+        # Keys taken through spec.overhead by every bound pod, and by those whose guest started,
+        # kept with every change (the unified plugin asks at every poll that follows one).
+        self._overhead: Counter[str] = Counter()
+        self._overhead_started: Counter[str] = Counter()
+        self._started: set[str] = set()
         # What requested() answers until the next change (the report and the kubelet ask per event).
         self._requested_view: dict[str, int] | None = None
         self.on_change: Callable[[], None] | None = None
@@ -87,12 +91,16 @@ class BoundPods:
         self._pods[pod.uid] = pod
         pod.scheduled_need = dict(need)
         self._requested.update(need)
+        self._overhead.update(pod.overhead)
         self.claims[pod.misc_resource] += 1
         self._changed()
 
     def started(self, pod: Pod) -> None:
         """The pod's guest is charged: its claim became kernel usage."""
         self.claims[pod.misc_resource] -= 1
+        if pod.started_at is not None and pod.uid not in self._started:
+            self._started.add(pod.uid)
+            self._overhead_started.update(pod.overhead)
         self._changed()
 
     def release(self, pod: Pod, was_running: bool) -> bool:
@@ -100,6 +108,10 @@ class BoundPods:
         if self._pods.pop(pod.uid, None) is None:
             return False
         self._requested.subtract(pod.scheduled_need)
+        self._overhead.subtract(pod.overhead)
+        if pod.uid in self._started:
+            self._started.discard(pod.uid)
+            self._overhead_started.subtract(pod.overhead)
         if not was_running:
             self.claims[pod.misc_resource] -= 1
         self._changed()
@@ -123,16 +135,8 @@ class BoundPods:
         """Keys of ``resource`` that bound pods take through ``spec.overhead``, what an informer sees
         (every pod here is Pending or Running; terminated ones are released). ``started_only``: only
         pods whose guest runs (a Kata pod's sandbox exists, ``PodReadyToStartContainers``), i.e.
-        whose key the kernel charges. Cached on ``generation``."""
-        key = (resource, started_only)
-        cached = self._overhead_cache.get(key)
-        if cached is not None and cached[0] == self.generation:
-            return cached[1]
-        total = sum(
-            p.overhead.get(resource, 0) for p in self._pods.values() if not started_only or p.started_at is not None
-        )
-        self._overhead_cache[key] = (self.generation, total)
-        return total
+        whose key the kernel charges (as :meth:`started` was told). Kept with every change."""
+        return (self._overhead_started if started_only else self._overhead)[resource]
 
 
 class SimNode:

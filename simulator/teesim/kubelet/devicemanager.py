@@ -513,13 +513,17 @@ class DeviceManager:
         cached = self._active_cache.get(resource)
         if cached is not None and cached[0] == self.pod_generation:
             return cached[1]
-        ids = frozenset(
-            dev
-            for key in self._pods
-            if key not in self._finished
-            for per_res in self._pod_devices.get(key, {}).values()
-            for dev in per_res.get(resource, ())
-        )
+        ids = self.allocated_ids(resource)
+        if self._finished:
+            # Every checkpointed holder is in _pods; a device is active unless all of its holders
+            # are finished pods. Counting those costs the finished pods, not every pod.
+            inactive: Counter[str] = Counter()
+            for key in self._finished:
+                for per_res in self._pod_devices.get(key, {}).values():
+                    inactive.update(per_res.get(resource, ()))
+            if inactive:
+                holders = self._holders.get(resource, Counter())
+                ids = frozenset(d for d in ids if inactive[d] < holders[d])
         self._active_cache[resource] = (self.pod_generation, ids)
         return ids
 

@@ -358,6 +358,9 @@ class DRADriver:
         self._read_current = CurrentReader(node, misc_resource)
         # What the last slice was decided from: the host files, the claims, the bound pods.
         self._decided_on: tuple[object, ...] | None = None
+        # ((claims revision, bound pods' generation), charged_claims()): a kernel charge alone moves
+        # the files, not the claims.
+        self._charged_claims: tuple[tuple[int, int], int] | None = None
 
     @property
     def resource_name(self) -> str:
@@ -398,11 +401,15 @@ class DRADriver:
     def charged_claims(self) -> int:
         """Allocated devices whose key the kernel charges, as far as the driver can tell from the
         claims' pods: a VMI's (assumed, like the device plugins do) and a started Kata pod's."""
+        key = (self.pool.claims_revision, self.node.bound.generation)
+        if self._charged_claims is not None and self._charged_claims[0] == key:
+            return self._charged_claims[1]
         count = 0
         for uid in self.pool.allocated.values():
             pod = self.node.bound.get(uid)
             if pod is not None and (pod.consumer is Consumer.KUBEVIRT or pod.started_at is not None):
                 count += 1
+        self._charged_claims = (key, count)
         return count
 
     def crash(self) -> None:
