@@ -253,6 +253,15 @@ class SimNode:
         misc = self.kernel.misc
         return (misc.revision if misc is not None else -1, frozenset(self.unreadable) if self.unreadable else _NONE)
 
+    def capacity_revision(self) -> tuple[int, frozenset[str]]:
+        """Like :meth:`files_revision` for ``misc.capacity`` alone: a reader of that file only (NFD)
+        need not parse it again after a guest's charge."""
+        misc = self.kernel.misc
+        return (
+            misc.capacity_revision if misc is not None else -1,
+            frozenset(self.unreadable) if self.unreadable else _NONE,
+        )
+
     def read(self, relpath: str) -> str:
         """Read a host file as a plugin would; raises ``OSError`` like the real read would."""
         if relpath in self.unreadable:

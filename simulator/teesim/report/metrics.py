@@ -92,13 +92,18 @@ class MetricsRecorder:
         self._changes: dict[tuple[str, str], list[float]] = defaultdict(list)
         self._waiting: set[tuple[str, str]] = set()  # keys with changes not detected yet
         self._queued_now: set[tuple[str, str]] = set()  # keys that got a change in this event
+        # misc resource -> consumers the VMI resource accounts for (the strategy's answer never changes).
+        self._accounted: dict[str, frozenset[str]] = {}
         self.latencies: list[float] = []
         self.failures: list[Failure] = []
         self.timelines: dict[tuple[str, str], _Series] = defaultdict(_Series)
 
     # -- Observer ------------------------------------------------------------------------------------
     def on_kernel_change(self, sim: Simulation, node: str, resource: str, consumer: str, now: float) -> None:
-        if consumer not in sim.strategy.accounted(resource):
+        accounted = self._accounted.get(resource)
+        if accounted is None:
+            accounted = self._accounted[resource] = sim.strategy.accounted(resource)
+        if consumer not in accounted:
             self._changes[(node, resource)].append(now)
             self._waiting.add((node, resource))
             self._queued_now.add((node, resource))

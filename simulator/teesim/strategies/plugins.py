@@ -358,6 +358,8 @@ class DRADriver:
         self._read_current = CurrentReader(node, misc_resource)
         # What the last slice was decided from: the host files, the claims, the bound pods.
         self._decided_on: tuple[object, ...] | None = None
+        # (IDs, hidden devices) of the slice last published: the same pair publishes the same slice.
+        self._published: tuple[tuple[str, ...], frozenset[str]] | None = None
         # ((claims revision, bound pods' generation), charged_claims()): a kernel charge alone moves
         # the files, not the claims.
         self._charged_claims: tuple[tuple[int, int], int] | None = None
@@ -387,7 +389,10 @@ class DRADriver:
         self.hidden = next_unhealthy(
             self.ids, self.pool.claimed(), current, self.hidden, reserve=self.reserve, own_charged=self.charged_claims()
         )
-        self.pool.publish(i for i in self.ids if i not in self.hidden)
+        if self._published != (self.ids, self.hidden):
+            hidden = self.hidden
+            self.pool.publish([i for i in self.ids if i not in hidden])
+            self._published = (self.ids, hidden)
         self._decided_on = (
             node.files_revision(),
             self.pool.claims_revision,

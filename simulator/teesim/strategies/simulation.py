@@ -238,8 +238,9 @@ class Simulation:
 
     def _nfd(self, node: SimNode) -> None:
         if self.incremental:
-            # Discovery depends on the host files alone: unchanged files, unchanged resources.
-            revision = node.files_revision()
+            # Discovery reads misc.capacity alone: the same capacities (and the same unreadable
+            # files), the same resources, however many guests were charged since.
+            revision = node.capacity_revision()
             if self._nfd_read.get(node.name) == revision:
                 return
             self._nfd_read[node.name] = revision
