@@ -506,6 +506,12 @@ class DeviceManager:
         key = pod.key if isinstance(pod, PodRef) else pod
         return {c: dict(r) for c, r in self._pod_devices.get(key, {}).items()}
 
+    def holds_devices(self, pod: PodRef | str) -> bool:
+        """Whether some container of the pod has devices in the checkpoint (``pod_devices`` is not
+        empty), without copying them."""
+        key = pod.key if isinstance(pod, PodRef) else pod
+        return any(self._pod_devices.get(key, {}).values())
+
     def active_device_ids(self, resource: str) -> frozenset[str]:
         """What pod-resources ``List`` reports for ``resource``: devices of active pods only
         (``List`` calls ``UpdateAllocatedDevices`` first, so finished pods are freed before it answers).
