@@ -62,11 +62,18 @@ class BoundPods:
         # Pods bound here whose guest is not charged yet, per misc resource.
         self.claims: Counter[str] = Counter()
         self.generation = 0
-        self._overhead_cache: dict[tuple[str, bool], tuple[int, int]] = {}
+        # Keys taken through spec.overhead by every bound pod, and by those whose guest started,
+        # kept with every change (the unified plugin asks at every poll that follows one).
+        self._overhead: Counter[str] = Counter()
+        self._overhead_started: Counter[str] = Counter()
+        self._started: set[str] = set()
+        # What requested() answers until the next change (the report and the kubelet ask per event).
+        self._requested_view: dict[str, int] | None = None
         self.on_change: Callable[[], None] | None = None
 
     def _changed(self) -> None:
         self.generation += 1
+        self._requested_view = None
         if self.on_change is not None:
             self.on_change()
 
@@ -84,12 +91,16 @@ class BoundPods:
         self._pods[pod.uid] = pod
         pod.scheduled_need = dict(need)
         self._requested.update(need)
+        self._overhead.update(pod.overhead)
         self.claims[pod.misc_resource] += 1
         self._changed()
 
     def started(self, pod: Pod) -> None:
         """The pod's guest is charged: its claim became kernel usage."""
         self.claims[pod.misc_resource] -= 1
+        if pod.started_at is not None and pod.uid not in self._started:
+            self._started.add(pod.uid)
+            self._overhead_started.update(pod.overhead)
         self._changed()
 
     def release(self, pod: Pod, was_running: bool) -> bool:
@@ -97,13 +108,21 @@ class BoundPods:
         if self._pods.pop(pod.uid, None) is None:
             return False
         self._requested.subtract(pod.scheduled_need)
+        self._overhead.subtract(pod.overhead)
+        if pod.uid in self._started:
+            self._started.discard(pod.uid)
+            self._overhead_started.subtract(pod.overhead)
         if not was_running:
             self.claims[pod.misc_resource] -= 1
         self._changed()
         return True
 
     def requested(self) -> dict[str, int]:
-        return {k: v for k, v in self._requested.items() if v}
+        """What the scheduler counts for the bound pods, per resource (do not modify the result)."""
+        view = self._requested_view
+        if view is None:
+            view = self._requested_view = {k: v for k, v in self._requested.items() if v}
+        return view
 
     def requested_recount(self) -> dict[str, int]:
         """The same as :meth:`requested`, recomputed from the pods (a consistency check for tests)."""
@@ -116,16 +135,8 @@ class BoundPods:
         """Keys of ``resource`` that bound pods take through ``spec.overhead``, what an informer sees
         (every pod here is Pending or Running; terminated ones are released). ``started_only``: only
         pods whose guest runs (a Kata pod's sandbox exists, ``PodReadyToStartContainers``), i.e.
-        whose key the kernel charges. Cached on ``generation``."""
-        key = (resource, started_only)
-        cached = self._overhead_cache.get(key)
-        if cached is not None and cached[0] == self.generation:
-            return cached[1]
-        total = sum(
-            p.overhead.get(resource, 0) for p in self._pods.values() if not started_only or p.started_at is not None
-        )
-        self._overhead_cache[key] = (self.generation, total)
-        return total
+        whose key the kernel charges (as :meth:`started` was told). Kept with every change."""
+        return (self._overhead_started if started_only else self._overhead)[resource]
 
 
 class SimNode:
@@ -157,6 +168,10 @@ class SimNode:
         # stopped endpoint is inside its grace period it depends on the time too, and is not kept.
         self._device_allocatable: dict[str, int] | None = None
         self.devices_touched = False
+        # status_allocatable() and allocatable() as last merged, kept until a part changes (None: merge
+        # again); the report asks for them for every changed node after every event.
+        self._status: dict[str, int] | None = None
+        self._allocatable: dict[str, int] | None = None
         self._nfd: dict[str, int] = {}
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
         self.status_devices: dict[str, int] = {}
@@ -191,7 +206,7 @@ class SimNode:
         self._touch()
 
     def _devices_changed(self) -> None:
-        self._device_allocatable = None
+        self._device_allocatable = self._allocatable = None
         self.devices_touched = True
         self._touch()
 
@@ -209,6 +224,7 @@ class SimNode:
     def nfd(self, values: dict[str, int]) -> None:
         if values != self._nfd:
             self._nfd = values
+            self._status = self._allocatable = None
             self._view_changed()
 
     def expiring(self, now: float) -> bool:
@@ -236,6 +252,15 @@ class SimNode:
         poll (plugins every second, NFD every minute) parse again only then."""
         misc = self.kernel.misc
         return (misc.revision if misc is not None else -1, frozenset(self.unreadable) if self.unreadable else _NONE)
+
+    def capacity_revision(self) -> tuple[int, frozenset[str]]:
+        """Like :meth:`files_revision` for ``misc.capacity`` alone: a reader of that file only (NFD)
+        need not parse it again after a guest's charge."""
+        misc = self.kernel.misc
+        return (
+            misc.capacity_revision if misc is not None else -1,
+            frozenset(self.unreadable) if self.unreadable else _NONE,
+        )
 
     def read(self, relpath: str) -> str:
         """Read a host file as a plugin would; raises ``OSError`` like the real read would."""
@@ -295,9 +320,14 @@ class SimNode:
 
     # -- scheduling view ---------------------------------------------------------------------------
     def allocatable(self, now: float | None = None) -> dict[str, int]:
-        """The kubelet's current allocatable: device plugins' healthy devices plus NFD's resources."""
-        merged = dict(self.device_allocatable(now))
-        merged.update(self._nfd)
+        """The kubelet's current allocatable: device plugins' healthy devices plus NFD's resources
+        (do not modify the result)."""
+        merged = self._allocatable
+        if merged is None:
+            merged = dict(self.device_allocatable(now))
+            merged.update(self._nfd)
+            if self._device_allocatable is not None:  # not time-dependent (no grace period running)
+                self._allocatable = merged
         return merged
 
     def sync_status(self, now: float) -> None:
@@ -306,12 +336,16 @@ class SimNode:
             status = self.device_allocatable(now)
             if status != self.status_devices:
                 self.status_devices = dict(status)
+                self._status = None
                 self._view_changed()
 
     def status_allocatable(self) -> dict[str, int]:
-        """What the scheduler sees: the last synced device counts plus NFD's (patched directly)."""
-        merged = dict(self.status_devices)
-        merged.update(self._nfd)
+        """What the scheduler sees: the last synced device counts plus NFD's (patched directly); do
+        not modify the result."""
+        merged = self._status
+        if merged is None:
+            merged = self._status = dict(self.status_devices)
+            merged.update(self._nfd)
         return merged
 
     def dynamic(self) -> dict[str, int]:

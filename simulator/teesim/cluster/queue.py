@@ -8,16 +8,18 @@ event.
 
 Doing it naively costs a view of every node per event and a scan of every node per pending pod,
 which on a fleet of 1,000 nodes is almost all of the run. The queue gets the same bindings cheaply
-from two facts:
+from these facts:
 
 * a view only changes when its node changes, and :class:`~teesim.cluster.node.SimNode` says when
   (:meth:`SchedulingQueue.node_changed`); views are cached and refreshed only then;
 * a pod left pending by a pass fitted no node at the end of it (a bind only lowers a node's free
   count), so at the next pass it can only fit a node whose view has changed since (most changes of a
   node, a key charged or a device list sent, leave its view as it was): it is tried against those
-  nodes alone, and not at all when none has. Pods with the same need that found no node in a pass
-  need not be tried again in it until a binding. Only pods new since the last pass are tried
-  against every node;
+  nodes alone, and not at all when none has. Only pods new since the last pass are tried against
+  every node;
+* pods with the same need get the same answer until the next binding, so pending pods are kept in
+  groups by need and a pass asks each group once (for its first old and first new pod) rather than
+  each pod: a pass that binds nothing costs the number of distinct needs, not the queue's length;
 * for a new pod needing one resource (most pods: one key), "every node" is a lookup: a heap per
   (resource, amount) holds the nodes that fit, ordered as ``choose_node`` orders them (its score,
   then fewest pods, then name), and a node whose view changed gets a fresh entry (old ones are
@@ -29,6 +31,7 @@ node): the reference the tests and the benchmark compare the incremental pass wi
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from heapq import heapify, heappop, heappush
 
@@ -78,6 +81,19 @@ class LeastAllocatedIndex:
         return None
 
 
+class _NeedGroup:
+    """The pending pods that need the same thing, in creation order (``seqs``: their places in the
+    queue). The first ``old`` of them were left pending by the last pass."""
+
+    __slots__ = ("need", "old", "pods", "seqs")
+
+    def __init__(self, need: dict[str, int]):
+        self.need = need
+        self.pods: list[Pod] = []
+        self.seqs: list[int] = []
+        self.old = 0
+
+
 class SchedulingQueue:
     """Pending pods of one cluster. New pods enter at the end of :attr:`pending`."""
 
@@ -93,21 +109,38 @@ class SchedulingQueue:
         # Each node's view_revision when its cached view was built.
         self._built_at: dict[str, int] = {name: node.view_revision for name, node in nodes.items()}
         self._indexes: dict[tuple[str, int], LeastAllocatedIndex] = {}
-        # Pods the last pass left pending (by identity): they fit no node whose view is unchanged.
-        self._unfit: set[int] = set()
-        # What the scheduler counts for each pending pod (by identity), as a dict and as a signature.
-        self._needs: dict[int, tuple[dict[str, int], tuple[tuple[str, int], ...]]] = {}
+        # The pending pods grouped by what the scheduler counts for them (a sorted tuple of the need):
+        # a pass asks once per group, not once per pod. _added: pods added since the last pass.
+        self._groups: dict[tuple[tuple[str, int], ...], _NeedGroup] = {}
+        self._seq = 0
+        self._added = 0
         self.passes = 0
 
     def add(self, pod: Pod) -> None:
         self.pending.append(pod)
+        if not self.incremental:
+            return
+        need = self.need_of(pod)
+        signature = tuple(sorted(need.items()))
+        group = self._groups.get(signature)
+        if group is None:
+            group = self._groups[signature] = _NeedGroup(need)
+        self._seq += 1
+        group.pods.append(pod)
+        group.seqs.append(self._seq)
+        self._added += 1
 
     def node_changed(self, node: SimNode) -> None:
         """``node``'s view may have changed (its allocatable, status or bound pods)."""
         self._stale.add(node.name)
 
     def run_pass(self, bind: Bind) -> None:
-        """Try every pending pod once, in creation order; ``bind(node, pod, need)`` those that fit."""
+        """Try every pending pod once, in creation order; ``bind(node, pod, need)`` those that fit.
+
+        Between two bindings the views stay as they are, so every pod of a group gets the same
+        answer (its old pods only on the changed nodes): the pass asks each group for its first old
+        and first new pod after the last binding, and binds the earliest pod whose answer is a node.
+        """
         pending = self.pending
         if not pending:
             return
@@ -115,40 +148,47 @@ class SchedulingQueue:
             self._full_pass(bind)
             return
         changed = self._refresh_stale()
-        unfit = self._unfit
-        if not changed and id(pending[-1]) in unfit:
+        if not changed and not self._added:
             return  # nothing new, no view changed: the last pass's answer stands
         views, nodes = self._views, self.nodes
         candidates = [views[name] for name in changed]
-        # Needs already tried in this pass without a fit since the last binding: ("all", need) on
-        # every node, ("changed", need) on the changed nodes (where an old pod can still fit).
-        nowhere: set[tuple[str, tuple[tuple[str, int], ...]]] = set()
-        still: list[Pod] = []
-        for pod in pending:
-            need, signature = self._need(pod)
-            old = id(pod) in unfit
-            scope = "changed" if old else "all"
-            if ("all", signature) in nowhere or (scope, signature) in nowhere:
-                choice = None
-            elif len(need) == 1:
-                # The index answers for every node; for an old pod the nodes whose view did not
-                # change cannot fit, so its answer is the one among the changed nodes too.
-                choice = self._choose_anywhere(need)
-            elif old:
-                choice = choose_node(need, candidates) if candidates else None
-            else:
-                choice = self._choose_anywhere(need)
-            if choice is None:
-                nowhere.add((scope, signature))
-                still.append(pod)
-                continue
+        position, bound = 0, set()
+        while (found := self._first_fit(position, candidates)) is not None:
+            group, at, choice = found
+            pod, position = group.pods.pop(at), group.seqs.pop(at)
+            if at < group.old:
+                group.old -= 1
+            bound.add(id(pod))
             node = nodes[choice]
-            bind(node, pod, need)
+            bind(node, pod, group.need)
             self._built_at[choice] = node.view_revision
             self._set_view(node.view())
             candidates = [views[name] for name in changed]
-            nowhere.clear()
-        self._finish(still)
+        self._finish(bound)
+
+    def _first_fit(self, position: int, candidates: list[NodeView]) -> tuple[_NeedGroup, int, str] | None:
+        """The first pod after ``position`` (in creation order) that some node takes: its group, its
+        index there and the node. Within a group old pods come first, so offers are in that order."""
+        offers = []
+        for group in self._groups.values():
+            at = bisect_right(group.seqs, position)
+            if at < group.old:
+                offers.append((group.seqs[at], True, group, at))
+            at = max(at, group.old)
+            if at < len(group.seqs):
+                offers.append((group.seqs[at], False, group, at))
+        offers.sort(key=_first)
+        for _, old, group, at in offers:
+            need = group.need
+            if len(need) == 1 or not old:
+                # The index answers for every node; for an old pod the nodes whose view did not
+                # change cannot fit, so its answer is the one among the changed nodes too.
+                choice = self._choose_anywhere(need)
+            else:
+                choice = choose_node(need, candidates) if candidates else None
+            if choice is not None:
+                return group, at, choice
+        return None
 
     def _refresh_stale(self) -> list[str]:
         """Refresh the views of the nodes that said they changed; the names of those whose view did."""
@@ -165,13 +205,6 @@ class SchedulingQueue:
                 changed.append(name)
         self._stale.clear()
         return changed
-
-    def _need(self, pod: Pod) -> tuple[dict[str, int], tuple[tuple[str, int], ...]]:
-        cached = self._needs.get(id(pod))
-        if cached is None:
-            need = self.need_of(pod)
-            cached = self._needs[id(pod)] = (need, tuple(sorted(need.items())))
-        return cached
 
     def _set_view(self, view: NodeView) -> None:
         self._views[view.name] = view
@@ -201,12 +234,21 @@ class SchedulingQueue:
             node = self.nodes[choice]
             bind(node, pod, need)
             views[choice] = node.view()
-        self._finish(still)
-
-    def _finish(self, still: list[Pod]) -> None:
         self.passes += 1
         # The list object stays the same so that callers holding it see the new contents.
         self.pending[:] = still
-        self._unfit = {id(pod) for pod in still}
-        if len(self._needs) > len(still):
-            self._needs = {key: value for key, value in self._needs.items() if key in self._unfit}
+
+    def _finish(self, bound: set[int]) -> None:
+        self.passes += 1
+        self._added = 0
+        for signature, group in list(self._groups.items()):
+            group.old = len(group.pods)
+            if not group.pods:
+                del self._groups[signature]
+        if bound:
+            # The list object stays the same so that callers holding it see the new contents.
+            self.pending[:] = [pod for pod in self.pending if id(pod) not in bound]
+
+
+def _first(offer: tuple) -> int:
+    return offer[0]

@@ -94,6 +94,8 @@ class MiscController:
         # Bumped by every change to what the files say, so a reader can tell "unchanged" without
         # rendering (a simulated plugin polls every second on every node; the text rarely changes).
         self.revision = 0
+        # The same for misc.capacity alone (NFD reads nothing else; guests never change it).
+        self.capacity_revision = 0
         for resource, value in (capacity or {}).items():
             self.set_capacity(resource, value)
 
@@ -105,6 +107,7 @@ class MiscController:
             raise ValueError(f"{name}: capacity {capacity} outside 0..U64_MAX")
         self._capacity[name] = capacity
         self.revision += 1
+        self.capacity_revision += 1
 
     def capacity(self, resource: str) -> int:
         return self._capacity[self._name(resource)]
@@ -115,6 +118,8 @@ class MiscController:
 
     def ensure_cgroup(self, path: str) -> str:
         """``mkdir -p`` under the controller root; returns the normalised path."""
+        if path in self._cgroups:
+            return path  # already there, and the key of an existing cgroup is normalised
         path = _norm(path)
         node = self._root
         built = []
@@ -152,7 +157,7 @@ class MiscController:
         return out
 
     def has_cgroup(self, path: str) -> bool:
-        return _norm(path) in self._cgroups
+        return path in self._cgroups or _norm(path) in self._cgroups
 
     def set_max(self, path: str, resource: str, value: int | None) -> None:
         """Write ``<res> <value>`` (``None`` = ``max``) to a child's ``misc.max``."""
@@ -183,7 +188,8 @@ class MiscController:
         # Success raises usage and maybe watermarks, failure counts events: the files change either way.
         self.revision += 1
         charged: list[_Counter] = []
-        for level in node.lineage():
+        level: _Cgroup | None = node
+        while level is not None:
             counter = level.res[name]
             counter.usage += amount
             charged.append(counter)
@@ -193,7 +199,9 @@ class MiscController:
                 for undo in charged:
                     undo.usage -= amount
                 raise ChargeError(errno.EBUSY, node.path, name, amount, level.path, why)
-            counter.watermark = max(counter.watermark, counter.usage)
+            if counter.usage > counter.watermark:
+                counter.watermark = counter.usage
+            level = level.parent
 
     def uncharge(self, path: str, resource: str, amount: int = 1) -> None:
         """``misc_cg_uncharge``; going below zero is a model bug (the kernel WARNs)."""

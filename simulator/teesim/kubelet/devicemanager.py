@@ -224,13 +224,20 @@ class DeviceManager:
             return False
         state = self._resources.setdefault(resource, _Resource())
         held = self.active_device_ids(resource)
-        state.healthy, state.unhealthy, state.listed = set(), set(), []
+        healthy: set[str] = set()
+        unhealthy: set[str] = set()
+        listed: list[str] = []
         for item in devices:
             dev = item if isinstance(item, Device) else Device(*item)
-            if dev.id in state.healthy or dev.id in state.unhealthy:
+            device_id = dev.id
+            if device_id in healthy or device_id in unhealthy:
                 continue
-            state.listed.append(dev.id)
-            (state.healthy if dev.healthy else state.unhealthy).add(dev.id)
+            listed.append(device_id)
+            if dev.health == HEALTHY:
+                healthy.add(device_id)
+            else:
+                unhealthy.add(device_id)
+        state.healthy, state.unhealthy, state.listed = healthy, unhealthy, listed
         self.allocated_marked_unhealthy += len(held & state.unhealthy)
         self._changed()
         return True
@@ -499,6 +506,12 @@ class DeviceManager:
         key = pod.key if isinstance(pod, PodRef) else pod
         return {c: dict(r) for c, r in self._pod_devices.get(key, {}).items()}
 
+    def holds_devices(self, pod: PodRef | str) -> bool:
+        """Whether some container of the pod has devices in the checkpoint (``pod_devices`` is not
+        empty), without copying them."""
+        key = pod.key if isinstance(pod, PodRef) else pod
+        return any(self._pod_devices.get(key, {}).values())
+
     def active_device_ids(self, resource: str) -> frozenset[str]:
         """What pod-resources ``List`` reports for ``resource``: devices of active pods only
         (``List`` calls ``UpdateAllocatedDevices`` first, so finished pods are freed before it answers).
@@ -506,13 +519,17 @@ class DeviceManager:
         cached = self._active_cache.get(resource)
         if cached is not None and cached[0] == self.pod_generation:
             return cached[1]
-        ids = frozenset(
-            dev
-            for key in self._pods
-            if key not in self._finished
-            for per_res in self._pod_devices.get(key, {}).values()
-            for dev in per_res.get(resource, ())
-        )
+        ids = self.allocated_ids(resource)
+        if self._finished:
+            # Every checkpointed holder is in _pods; a device is active unless all of its holders
+            # are finished pods. Counting those costs the finished pods, not every pod.
+            inactive: Counter[str] = Counter()
+            for key in self._finished:
+                for per_res in self._pod_devices.get(key, {}).values():
+                    inactive.update(per_res.get(resource, ()))
+            if inactive:
+                holders = self._holders.get(resource, Counter())
+                ids = frozenset(d for d in ids if inactive[d] < holders[d])
         self._active_cache[resource] = (self.pod_generation, ids)
         return ids
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from teesim.kubelet.devicemanager import natural_key
 
@@ -72,12 +73,12 @@ def reconcile(
     ``own_charged``: how many of the own allocations the kernel already charges, when the advertiser
     can tell (the DRA driver, from its claims' pods); by default all of them are assumed charged.
     """
-    known = set(all_ids)
+    order, known = _natural_order(all_ids) if isinstance(all_ids, tuple) else _sort_ids(all_ids)
     own = {i for i in own_allocated_ids if i in known}
     charged = len(own) if own_charged is None else max(own_charged, 0)
     others = max(kernel_current - charged - max(accounted_elsewhere, 0), 0)
     want = max(others, max(reserve, 0))
-    free = sorted((i for i in known if i not in own), key=natural_key)
+    free = [i for i in order if i not in own] if own else list(order)
     free_set = set(free)
     kept = sorted((i for i in previous if i in free_set), key=natural_key)
     chosen = kept[len(kept) - min(want, len(kept)) :] if want else []
@@ -89,6 +90,16 @@ def reconcile(
             chosen.append(device)
             chosen_set.add(device)
     return Decision(unhealthy=frozenset(chosen), others=others, overflow=want - len(chosen))
+
+
+def _sort_ids(all_ids: Iterable[str]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The distinct IDs in natural order, and as a set."""
+    known = frozenset(all_ids)
+    return tuple(sorted(known, key=natural_key)), known
+
+
+# A plugin passes the same tuple of IDs at every poll: sort it once, not once per decision.
+_natural_order = lru_cache(maxsize=256)(_sort_ids)
 
 
 def unhealthy_devices(all_ids: Sequence[str], own_allocated_ids: Iterable[str], kernel_current: int) -> frozenset[str]:

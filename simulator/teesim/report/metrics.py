@@ -38,6 +38,8 @@ from teesim.strategies.base import KUBEVIRT_KEYS
 from teesim.strategies.simulation import Failure, ResourceSnapshot, Simulation
 
 KEY_POOLS = frozenset(KUBEVIRT_KEYS)
+# Enum.value is a property, slow in a hot loop: the consumers' values looked up once.
+_KATA, _KUBEVIRT, _EXTERNAL = Consumer.KATA.value, Consumer.KUBEVIRT.value, Consumer.EXTERNAL.value
 TIMELINE_COLUMNS = ("t", "capacity", "current", "advertised", "nfd", "kata", "kubevirt", "external")
 
 
@@ -90,13 +92,18 @@ class MetricsRecorder:
         self._changes: dict[tuple[str, str], list[float]] = defaultdict(list)
         self._waiting: set[tuple[str, str]] = set()  # keys with changes not detected yet
         self._queued_now: set[tuple[str, str]] = set()  # keys that got a change in this event
+        # misc resource -> consumers the VMI resource accounts for (the strategy's answer never changes).
+        self._accounted: dict[str, frozenset[str]] = {}
         self.latencies: list[float] = []
         self.failures: list[Failure] = []
         self.timelines: dict[tuple[str, str], _Series] = defaultdict(_Series)
 
     # -- Observer ------------------------------------------------------------------------------------
     def on_kernel_change(self, sim: Simulation, node: str, resource: str, consumer: str, now: float) -> None:
-        if consumer not in sim.strategy.accounted(resource):
+        accounted = self._accounted.get(resource)
+        if accounted is None:
+            accounted = self._accounted[resource] = sim.strategy.accounted(resource)
+        if consumer not in accounted:
             self._changes[(node, resource)].append(now)
             self._waiting.add((node, resource))
             self._queued_now.add((node, resource))
@@ -150,9 +157,9 @@ class MetricsRecorder:
             snap.current,
             snap.advertised,
             snap.nfd_advertised,
-            snap.charged[Consumer.KATA.value],
-            snap.charged[Consumer.KUBEVIRT.value],
-            snap.charged[Consumer.EXTERNAL.value],
+            snap.charged[_KATA],
+            snap.charged[_KUBEVIRT],
+            snap.charged[_EXTERNAL],
         )
         series = self.timelines[key].rows
         if series and series[-1][0] == now:

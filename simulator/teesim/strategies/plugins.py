@@ -112,6 +112,9 @@ class InProcessPlugin:
         self.registrations = 0
         # False: read and decide at every poll, as the process does (the reference engine).
         self.skip_unchanged = True
+        # (ids, id -> Healthy device, id -> Unhealthy device): a Device is immutable, so a list sent
+        # again reuses them instead of building hundreds of dataclasses (1,000 /dev/sev slots).
+        self._device_objects: tuple[tuple[str, ...], dict[str, Device], dict[str, Device]] | None = None
 
     def capacity(self) -> int | None:
         return read_capacity(self.node, self.misc_resource)
@@ -130,8 +133,17 @@ class InProcessPlugin:
         self._sent_state = None
         self.refresh()
 
+    def device_objects(self) -> tuple[dict[str, Device], dict[str, Device]]:
+        """Each ID's Healthy and Unhealthy :class:`Device`, built once per list of IDs."""
+        cached = self._device_objects
+        if cached is None or cached[0] is not self.ids:
+            healthy = {i: Device(i, HEALTHY) for i in self.ids}
+            cached = self._device_objects = (self.ids, healthy, {i: Device(i, UNHEALTHY) for i in self.ids})
+        return cached[1], cached[2]
+
     def devices(self) -> list[Device]:
-        return [Device(i, HEALTHY) for i in self.ids]
+        healthy = self.device_objects()[0]
+        return [healthy[i] for i in self.ids]
 
     def refresh(self) -> None:
         """Send a ListAndWatch response when the list changed."""
@@ -303,7 +315,9 @@ class ReconcilingPlugin(InProcessPlugin):
         super().register()
 
     def devices(self) -> list[Device]:
-        return [Device(i, UNHEALTHY if i in self.unhealthy else HEALTHY) for i in self.ids]
+        healthy, unhealthy = self.device_objects()
+        hidden = self.unhealthy
+        return [unhealthy[i] if i in hidden else healthy[i] for i in self.ids]
 
     def state(self) -> object:
         return (self.ids, self.unhealthy)
@@ -344,6 +358,11 @@ class DRADriver:
         self._read_current = CurrentReader(node, misc_resource)
         # What the last slice was decided from: the host files, the claims, the bound pods.
         self._decided_on: tuple[object, ...] | None = None
+        # (IDs, hidden devices) of the slice last published: the same pair publishes the same slice.
+        self._published: tuple[tuple[str, ...], frozenset[str]] | None = None
+        # ((claims revision, bound pods' generation), charged_claims()): a kernel charge alone moves
+        # the files, not the claims.
+        self._charged_claims: tuple[tuple[int, int], int] | None = None
 
     @property
     def resource_name(self) -> str:
@@ -370,7 +389,10 @@ class DRADriver:
         self.hidden = next_unhealthy(
             self.ids, self.pool.claimed(), current, self.hidden, reserve=self.reserve, own_charged=self.charged_claims()
         )
-        self.pool.publish(i for i in self.ids if i not in self.hidden)
+        if self._published != (self.ids, self.hidden):
+            hidden = self.hidden
+            self.pool.publish([i for i in self.ids if i not in hidden])
+            self._published = (self.ids, hidden)
         self._decided_on = (
             node.files_revision(),
             self.pool.claims_revision,
@@ -384,11 +406,15 @@ class DRADriver:
     def charged_claims(self) -> int:
         """Allocated devices whose key the kernel charges, as far as the driver can tell from the
         claims' pods: a VMI's (assumed, like the device plugins do) and a started Kata pod's."""
+        key = (self.pool.claims_revision, self.node.bound.generation)
+        if self._charged_claims is not None and self._charged_claims[0] == key:
+            return self._charged_claims[1]
         count = 0
         for uid in self.pool.allocated.values():
             pod = self.node.bound.get(uid)
             if pod is not None and (pod.consumer is Consumer.KUBEVIRT or pod.started_at is not None):
                 count += 1
+        self._charged_claims = (key, count)
         return count
 
     def crash(self) -> None:

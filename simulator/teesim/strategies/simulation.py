@@ -238,8 +238,9 @@ class Simulation:
 
     def _nfd(self, node: SimNode) -> None:
         if self.incremental:
-            # Discovery depends on the host files alone: unchanged files, unchanged resources.
-            revision = node.files_revision()
+            # Discovery reads misc.capacity alone: the same capacities (and the same unreadable
+            # files), the same resources, however many guests were charged since.
+            revision = node.capacity_revision()
             if self._nfd_read.get(node.name) == revision:
                 return
             self._nfd_read[node.name] = revision
@@ -343,9 +344,9 @@ class Simulation:
     def _predicate(self, node: SimNode, pod: Pod) -> AdmissionRejection | None:
         """The kubelet's resource predicate against the node object it last published."""
         held = {r: len(node.devices.allocated_ids(r)) for r in pod.requests}
-        holds = any(node.devices.pod_devices(self._ref(pod)).values())
+        holds = node.devices.holds_devices(self._ref(pod))
         allocatable = sanitize_allocatable(node.status_allocatable(), held, holds)
-        overhead = dict(pod.overhead)
+        overhead: Mapping[str, int] = pod.overhead  # read, never written
         if self.strategy.dra_overhead_served:
             overhead = {r: n for r, n in overhead.items() if r not in self._dra_names}
         need = admission_need(pod.requests, overhead, allocatable)
