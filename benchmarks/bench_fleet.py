@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -30,25 +28,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "simulator"))
 
+from playbook_timer import time_playbook  # noqa: E402
 from teesim.cluster.fleet import build_fleet  # noqa: E402
 
 KINDS = 5  # teesim's mixed fleet without the GPU capture
-
-
-def run(directory: Path, inventory: Path, playbook: Path, forks: int, extra: list[str]) -> float:
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".build" / "collections"),
-        ANSIBLE_FORKS=str(forks),
-    )
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook), *extra]
-    start = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=directory)
-    elapsed = time.perf_counter() - start
-    if completed.returncode != 0:
-        sys.exit(f"{playbook.name} failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
-    return elapsed
 
 
 def main() -> None:
@@ -101,7 +84,7 @@ def main() -> None:
         samples: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.repeat):
             for name, (playbook, extra) in variants.items():
-                samples[name].append(run(directory, inventory, playbook, args.forks, extra))
+                samples[name].append(time_playbook(inventory, playbook, args.forks, extra, cwd=directory))
         medians = {name: statistics.median(values) for name, values in samples.items()}
     hosts = len(summary["nodes"])
     print(f"{hosts} simulated hosts, forks={args.forks}, median of {args.repeat} runs, {os.cpu_count()} CPUs")

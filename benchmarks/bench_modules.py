@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -29,6 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "simulator"))
 
+from playbook_timer import time_playbook  # noqa: E402
 from teesim.kernel.cli import build_node_tree  # noqa: E402
 
 ROOT = "{{ tee_host_root }}"
@@ -88,23 +87,7 @@ def time_variant(directory: Path, inventory: Path, name: str, forks: int) -> flo
     playbook.write_text(
         yaml.safe_dump([{"name": name, "hosts": "tee_nodes", "gather_facts": False, "tasks": VARIANTS[name]}])
     )
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".build" / "collections"),
-        ANSIBLE_FORKS=str(forks),
-    )
-    start = time.perf_counter()
-    completed = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    elapsed = time.perf_counter() - start
-    if completed.returncode != 0:
-        sys.exit(f"{name} failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}")
-    return elapsed
+    return time_playbook(inventory, playbook, forks)
 
 
 def main() -> None:

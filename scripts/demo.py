@@ -10,22 +10,10 @@
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-
-
-def step(title: str) -> None:
-    print(f"\n=== {title} ===", flush=True)
-
-
-def run(command: list[str], **kwargs) -> None:
-    print("$ " + " ".join(str(part) for part in command), flush=True)
-    subprocess.run(command, check=True, cwd=REPO, **kwargs)
+from steps import BIN, REPO, ansible_env, exit_with, run, step
 
 
 def write_inventory(path: Path, node_root: Path) -> None:
@@ -53,10 +41,7 @@ def main() -> int:
     out = args.out.resolve()
     node_root = out / "sim-tdx-node"
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".build" / "collections"))
-    env.setdefault("ANSIBLE_FORCE_COLOR", "0")
+    env = ansible_env()
 
     step("1/3 simulated TDX node")
     run(
@@ -88,8 +73,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except subprocess.CalledProcessError as error:
-        print(f"demo: step failed with exit code {error.returncode}: {error.cmd}", file=sys.stderr)
-        sys.exit(error.returncode or 1)
+    exit_with(main, "demo")

@@ -12,18 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-
-
-def run(command: list[object], env: dict[str, str] | None = None) -> None:
-    print("$ " + " ".join(str(part) for part in command), flush=True)
-    subprocess.run([str(part) for part in command], check=True, cwd=REPO, env=env)
+from steps import BIN, REPO, ansible_env, exit_with, run, step
 
 
 def main() -> int:
@@ -32,14 +23,11 @@ def main() -> int:
     parser.add_argument("--reference", type=Path, help="../shared/reference (default: found beside the checkout)")
     args = parser.parse_args()
     out = args.out.resolve()
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".build" / "collections"))
-    env.setdefault("ANSIBLE_FORCE_COLOR", "0")
+    env = ansible_env()
 
-    print("\n=== 1/2 simulated mixed fleet (teesim fleet build) ===", flush=True)
+    step("1/2 simulated mixed fleet (teesim fleet build)")
     run([BIN / "teesim", "fleet", "build", "--out", out, *(["--reference", args.reference] if args.reference else [])])
-    print("\n=== 2/2 preflight, capacity and drift (ansible-playbook playbooks/fleet_report.yml) ===", flush=True)
+    step("2/2 preflight, capacity and drift (ansible-playbook playbooks/fleet_report.yml)")
     run(
         [
             *(BIN / "ansible-playbook", "-i", out / "inventory.yml", "playbooks/fleet_report.yml"),
@@ -49,7 +37,7 @@ def main() -> int:
     )
     report = json.loads((out / "report" / "report.json").read_text())
     summary = report["summary"]
-    print("\n=== done ===")
+    step("done")
     print(f"{summary['nodes']} nodes, {summary['ready']} ready; not ready: {', '.join(summary['not_ready']) or 'none'}")
     print(f"{summary['findings']} drift findings ({summary['critical']} critical): {summary['findings_by_id']}")
     for name in ("report.html", "report.md", "report.json", "tee-fleet.prom"):
@@ -59,8 +47,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except subprocess.CalledProcessError as error:
-        print(f"fleet-report: step failed with exit code {error.returncode}: {error.cmd}", file=sys.stderr)
-        sys.exit(error.returncode or 1)
+    exit_with(main, "fleet-report")
