@@ -255,7 +255,7 @@ def double_pool(node, resource, kernel, pools) -> list[dict]:
     return [_finding(node, resource, "double_pool", CRITICAL, "double pool", numbers, detail, fix)]
 
 
-def external_usage(node, resource, kernel, pools, pods_sev_device=0) -> list[dict]:
+def external_usage(node, resource, kernel, pools) -> list[dict]:
     """Keys the kernel has handed out that no running pod accounts for: guests outside Kubernetes."""
     if kernel["in_use"] is None or not _active(pools):
         return []

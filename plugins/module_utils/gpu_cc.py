@@ -40,8 +40,6 @@ KUBELET_GATES = {
 }
 CC_MODES = ("on", "off", "ppcie")
 CC_MODE_LABEL = "nvidia.com/cc.mode"
-CC_MODE_STATE_LABEL = "nvidia.com/cc.mode.state"
-WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
 GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+\Z")
 CONTAINERD_CONFIG_VERSION = 3
 

@@ -29,10 +29,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.process import cl
 
 GRUB_MAIN = "/etc/default/grub"
 GRUB_DIR = "/etc/default/grub.d"
-VARIABLES = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
 SHELL = "/bin/sh"
 EVALUATION_TIMEOUT = 20
-MAX_GRUB_FILE = 1024 * 1024
 
 # grub-mkconfig's own sourcing loop (set -e, sysconfdir, the .cfg glob), then the two values behind a
 # random marker so that anything the files print themselves is ignored.

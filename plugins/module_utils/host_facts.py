@@ -77,11 +77,9 @@ WATCHED_MODULES = (
     "nvidia_uvm",
     "nouveau",
 )
-PCI_ATTRIBUTES = ("vendor", "device", "class")
 
 CPU_FLAGS = ("tdx_host_platform", "sev", "sev_es", "sev_snp", "sgx", "sgx_lc", "hypervisor", "tdx_guest")
 KVM_AMD_PARAMS = ("sev", "sev_es", "sev_snp")
-IOMMU_GROUP_TYPES = ("identity", "DMA", "DMA-FQ", "unmanaged", "blocked")
 
 _KERNEL_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 _PROC_VERSION_RE = re.compile(r"^\s*Linux version (\S+)")

@@ -28,7 +28,6 @@ _QUANTITY_RE = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)([A-Za-z]*|[eE][+-]?\d+
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 TERMINATED_PHASES = ("Succeeded", "Failed")
-NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
 
 def parse_quantity(value) -> tuple[Fraction | None, str | None]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from ansible_collections.confidential.tee.plugins.module_utils.key_pools import KeyPoolError
 
 API_GROUPS = {"kubernetes": "nfd.k8s-sigs.io/v1alpha1", "openshift": "nfd.openshift.io/v1alpha1"}
-LEGACY_RULES = ("amd64-tee-keys",)
 MANAGED_BY = "confidential.tee"
 
 

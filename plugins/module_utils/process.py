@@ -33,9 +33,6 @@ class Completed:
     timed_out: bool = False
     truncated: bool = False
 
-    def as_tuple(self) -> tuple[int, bytes, bytes]:
-        return self.rc, self.stdout, self.stderr
-
 
 def clean_environment(**extra: str) -> dict[str, str]:
     """The environment of a program that must not see the caller's: PATH and the C locale only."""

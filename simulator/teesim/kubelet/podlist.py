@@ -27,7 +27,6 @@ from teesim.kubelet.devicemanager import PodRef
 
 RUNNING = "Running"
 SUCCEEDED = "Succeeded"
-ACTIVE_PHASES = frozenset({"Pending", RUNNING})
 
 
 @dataclass

@@ -300,9 +300,6 @@ class Simulation:
                         del need[name]
         return need
 
-    def _schedule(self) -> None:
-        self.queue.run_pass(self._bind)
-
     def _bind(self, node: SimNode, pod: Pod, need: dict[str, int]) -> None:
         pod.phase, pod.node, pod.bound_at = Phase.BOUND, node.name, self.clock.now
         for name in sorted(set(need) & set(node.dra)):
