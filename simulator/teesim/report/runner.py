@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from teesim.report.metrics import MetricsRecorder
 from teesim.report.scenario import Scenario
 from teesim.strategies.base import STRATEGIES, get_strategy
-from teesim.strategies.simulation import Simulation
+from teesim.strategies.simulation import Simulation, World
 
 Progress = Callable[[str, float], None]
 
@@ -40,6 +40,16 @@ def progress_bar(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
     return show
 
 
+def simulate(
+    world: World, strategy: str, progress: Callable[[float], None] | None = None, *, incremental: bool = True
+) -> tuple[Simulation, MetricsRecorder]:
+    """One run of ``world`` under one strategy, recorded: what ``teesim run`` and a sweep task both do."""
+    sim = Simulation(world, get_strategy(strategy), incremental=incremental)
+    recorder = MetricsRecorder()
+    sim.run(recorder, progress)
+    return sim, recorder
+
+
 def run_scenario(
     scenario: Scenario,
     strategies: Sequence[str] | None = None,
@@ -56,14 +66,13 @@ def run_scenario(
     total_events = 0
     started = time.perf_counter()
     for name in names:
-        strategy = get_strategy(name)
-        sim = Simulation(scenario.world, strategy, incremental=incremental)
-        recorder = MetricsRecorder()
-        sim.run(recorder, None if progress is None else partial(progress, name))
+        sim, recorder = simulate(
+            scenario.world, name, None if progress is None else partial(progress, name), incremental=incremental
+        )
         summary = recorder.summary(sim)
         total_events += summary["events"]
         results[name] = {
-            "summary": strategy.summary,
+            "summary": sim.strategy.summary,
             "metrics": summary,
             "failures": recorder.failure_data(),
             "timeline": recorder.timeline_data(),

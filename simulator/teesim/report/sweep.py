@@ -28,10 +28,9 @@ from typing import Any
 
 import yaml
 
-from teesim.report.metrics import MetricsRecorder
+from teesim.report.runner import simulate
 from teesim.report.scenario import parse_scenario, resolve
 from teesim.strategies.base import STRATEGIES, get_strategy
-from teesim.strategies.simulation import Simulation
 
 # Two-sided 95 % Student-t critical values by degrees of freedom; between rows the smaller df's
 # (larger) value is used, so an interval is never narrower than it should be.
@@ -62,9 +61,7 @@ class SweepTask:
 def run_task(task: SweepTask) -> dict[str, Any]:
     """Run one task (in whatever process the engine chose); returns its metrics, JSON-ready."""
     scenario = parse_scenario(dict(task.data), task.source, task.seed)
-    sim = Simulation(scenario.world, get_strategy(task.strategy))
-    recorder = MetricsRecorder()
-    sim.run(recorder)
+    sim, recorder = simulate(scenario.world, task.strategy)
     return {"scenario": task.scenario, "seed": task.seed, "strategy": task.strategy, "metrics": recorder.summary(sim)}
 
 
