@@ -20,7 +20,7 @@ def build_node(tmp_path, teesim_node):
 
 @pytest.fixture
 def verify(ansible_playbook_cli):
-    def run(node: Path):
+    def run(node: Path, **extra_vars):
         return ansible_playbook_cli(
             REPO / "playbooks" / "verify_node.yml",
             extra_vars={
@@ -28,6 +28,7 @@ def verify(ansible_playbook_cli):
                 "ansible_connection": "local",
                 "ansible_python_interpreter": sys.executable,
                 "tee_host_root": node,
+                **extra_vars,
             },
         )
 
@@ -89,21 +90,11 @@ def test_cpu_vendor_that_is_neither_is_refused(build_node, verify):
 
 
 @pytest.mark.slow
-def test_intel_node_checks_the_attestation_chain_when_asked(build_node, ansible_playbook_cli, tmp_path):
+def test_intel_node_checks_the_attestation_chain_when_asked(build_node, verify):
     node = build_node("intel")
     (node / "etc").mkdir(exist_ok=True)
     (node / "etc/qgs.conf").write_text("port = 0\n")
-    proc = ansible_playbook_cli(
-        REPO / "playbooks" / "verify_node.yml",
-        extra_vars={
-            "tee_node_hosts": "localhost",
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "tee_host_root": node,
-            "tee_attestation_check": "true",
-            "tdx_attestation_dcap_version": "1.26",
-        },
-    )
+    proc = verify(node, tee_attestation_check="true", tdx_attestation_dcap_version="1.26")
     assert proc.returncode != 0
     assert "PASS dcap_version: DCAP 1.26 (given)" in proc.flat
     assert "FAIL qgs_config: consumers need the Unix socket" in proc.flat and "vsock port 0" in proc.flat
