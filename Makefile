@@ -53,7 +53,7 @@ lint: collection
 sanity: collection
 	scripts/ansible-test.sh sanity
 
-# Two workers, whole files per worker (a file's real sockets and playbooks stay in one process): 1,242 tests in 5 to 7 min on 2 cores.
+# Two workers, whole files per worker (a file's real sockets and playbooks stay in one process): about 1,240 tests in 5 to 7 min on 2 cores.
 pytest: collection
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
