@@ -338,6 +338,10 @@ class DeviceManager:
         """``isDevicePluginResource``: registered, or held by some pod in the checkpoint."""
         return self.registered(resource, now) or bool(self.allocated_ids(resource))
 
+    def has_finished_pods(self) -> bool:
+        """Whether a terminated pod still holds its devices (the next ``List`` or allocation frees them)."""
+        return bool(self._finished)
+
     def release_finished_pods(self) -> list[str]:
         """``UpdateAllocatedDevices``: forget devices of pods that are no longer active."""
         if not self._finished:

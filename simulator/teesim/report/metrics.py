@@ -150,7 +150,7 @@ class MetricsRecorder:
     def _observe(self, snap: ResourceSnapshot, now: float) -> None:
         key = (snap.node, snap.resource)
         if snap.resource in KEY_POOLS:  # plain SEV has no key pool in any strategy
-            self._set_stranded(key, snap.stranded, snap.stranded_for_all, now)
+            self._set_stranded(key, *snap.stranded_pair(), now)
         row = (
             now,
             snap.capacity,

@@ -50,13 +50,39 @@ class ResourceSnapshot:
     @property
     def stranded(self) -> int:
         """Free in the kernel but not schedulable for a VMI."""
-        return max(self.truly_free - self.schedulable, 0)
+        return self.stranded_pair()[0]
 
     @property
     def stranded_for_all(self) -> int:
         """Free in the kernel but schedulable for no consumer (neither a VMI nor a Kata pod)."""
-        kata = self.truly_free if self.kata_schedulable is None else self.kata_schedulable
-        return max(self.truly_free - max(self.schedulable, kata), 0)
+        return self.stranded_pair()[1]
+
+    def stranded_pair(self) -> tuple[int, int]:
+        """(:attr:`stranded`, :attr:`stranded_for_all`), the free and schedulable counts worked out once
+        (the report asks for both after every change)."""
+        free = max(self.capacity - self.current - self.claims, 0)
+        schedulable = max(self.published - self.requested, 0)
+        kata = free if self.kata_schedulable is None else self.kata_schedulable
+        return max(free - schedulable, 0), max(free - max(schedulable, kata), 0)
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """What a snapshot of one misc resource needs from the strategy, worked out once per run: the
+    resource a VMI requests for it, NFD's and Kata's names for it, the keys kept for VMs outside."""
+
+    misc_resource: str
+    vmi_resource: str
+    nfd_name: str | None
+    kata_name: str | None
+    reserve: int
+
+    @classmethod
+    def of(cls, strategy: Strategy, misc_resource: str, reserve: int = 0) -> ResourcePlan:
+        kata_name = strategy.kata_key_name(misc_resource) if misc_resource in NFD_RESOURCES else None
+        return cls(
+            misc_resource, vmi_resource(strategy, misc_resource), NFD_RESOURCES.get(misc_resource), kata_name, reserve
+        )
 
 
 def vmi_resource(strategy: Strategy, misc_resource: str) -> str:
@@ -80,9 +106,8 @@ def _pool_numbers(
 
 
 def _kata_schedulable(
-    strategy: Strategy, node: SimNode, misc_resource: str, status: Mapping[str, int], requested: Mapping[str, int]
+    strategy: Strategy, node: SimNode, name: str | None, status: Mapping[str, int], requested: Mapping[str, int]
 ) -> int | None:
-    name = strategy.kata_key_name(misc_resource) if misc_resource in NFD_RESOURCES else None
     if name is None:
         return None
     pool = node.dra.get(name)
@@ -92,23 +117,28 @@ def _kata_schedulable(
 
 
 def snapshot(strategy: Strategy, node: SimNode, misc_resource: str, now: float, reserve: int = 0) -> ResourceSnapshot:
-    vmi = vmi_resource(strategy, misc_resource)
+    return planned_snapshot(strategy, node, ResourcePlan.of(strategy, misc_resource, reserve), now)
+
+
+def planned_snapshot(strategy: Strategy, node: SimNode, plan: ResourcePlan, now: float) -> ResourceSnapshot:
+    """:func:`snapshot` with the strategy's answers for the resource worked out beforehand."""
+    misc_resource = plan.misc_resource
     # The node status and the bound pods' requests are computed once, for both pools.
     status, requested_by_pods = node.status_allocatable(), node.requested()
-    advertised, published, requested = _pool_numbers(node, vmi, now, status, requested_by_pods)
-    nfd_name = NFD_RESOURCES.get(misc_resource)
+    advertised, published, requested = _pool_numbers(node, plan.vmi_resource, now, status, requested_by_pods)
+    charged = node.charged
     return ResourceSnapshot(
-        node=node.name,
-        resource=misc_resource,
-        capacity=node.capacity(misc_resource),
-        current=node.usage(misc_resource),
-        vmi_resource=vmi,
-        advertised=advertised,
-        published=published,
-        requested=requested,
-        claims=node.claims[misc_resource],
-        nfd_advertised=node.nfd.get(nfd_name, 0) if nfd_name else 0,
-        charged={value: node.charged[(c, misc_resource)] for c, value in _CONSUMERS},
-        kata_schedulable=_kata_schedulable(strategy, node, misc_resource, status, requested_by_pods),
-        reserve=reserve,
+        node.name,
+        misc_resource,
+        node.capacity(misc_resource),
+        node.usage(misc_resource),
+        plan.vmi_resource,
+        advertised,
+        published,
+        requested,
+        node.claims[misc_resource],
+        node.nfd.get(plan.nfd_name, 0) if plan.nfd_name else 0,
+        {value: charged[(c, misc_resource)] for c, value in _CONSUMERS},
+        _kata_schedulable(strategy, node, plan.kata_name, status, requested_by_pods),
+        plan.reserve,
     )

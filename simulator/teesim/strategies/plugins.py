@@ -225,6 +225,8 @@ class ReconcilingPlugin(InProcessPlugin):
         self._read_current = CurrentReader(node, misc_resource)
         # (inputs, result) of the last next_unhealthy: the same inputs give the same set.
         self._decided: tuple[tuple, frozenset[str]] | None = None
+        # _quiet_key() after the last publish, when the next poll may skip the work if it is unchanged.
+        self._quiet: tuple | None = None
 
     # -- inputs --------------------------------------------------------------------------------------
     def _list(self) -> bool:
@@ -266,6 +268,9 @@ class ReconcilingPlugin(InProcessPlugin):
         if not self.running or not self.node.kubelet_up:
             return
         self.polls += 1
+        if self._quiet is not None and self._quiet == self._quiet_key():
+            self._quiet_poll()
+            return
         self._current = self._read_current(self.skip_unchanged)
         if not self._list():
             return
@@ -273,6 +278,36 @@ class ReconcilingPlugin(InProcessPlugin):
             self.clock.after(self.list_latency, self._publish)
         else:
             self._publish()
+
+    def _quiet_key(self) -> tuple:
+        """Everything a poll reads, as cheap revisions: the host files, the kubelet's pods, the bound
+        pods (the unified plugin's overhead), the stream, the device list and the set last decided."""
+        node = self.node
+        return (
+            node.files_revision(),
+            node.devices.pod_generation,
+            node.bound.generation,
+            self.generation,
+            self.ids,
+            self.unhealthy,
+        )
+
+    def _quiet_poll(self) -> None:
+        """A poll whose inputs are those of the last publish: the same reading, the same ``List``
+        answer, the same decision and no new device list. Only the ``List`` call itself (the rate
+        limiter's token) and the publish time are new: what :meth:`poll` would do, without the work."""
+        now = self.clock.now
+        if now - self._listed_at < self.min_list_interval:
+            return self._after_list()
+        self._listed_at = now
+        if not self.node.pod_resources.allow(now):
+            self.throttled += 1
+            return None
+        return self._after_list()
+
+    def _after_list(self) -> None:
+        if self._current is not None:
+            self.node.usage_published_at[self.misc_resource] = self.clock.now
 
     def _decide(self) -> None:
         own, accounted, reserve = self.own_allocated(), self.accounted_elsewhere(), self.reserve()
@@ -294,6 +329,17 @@ class ReconcilingPlugin(InProcessPlugin):
         self.refresh()
         if self._current is not None and self.generation is not None:
             self.node.usage_published_at[self.misc_resource] = self.clock.now
+        # The next poll may take the quiet path if nothing it reads has moved by then (polls that
+        # publish at once, with no Allocate waiting for a List and no finished pod to release).
+        quiet = (
+            self.skip_unchanged
+            and self.list_latency <= 0
+            and not self._pending
+            and not self.node.devices.has_finished_pods()
+            and self.generation is not None
+            and self._sent_state is not None
+        )
+        self._quiet = self._quiet_key() if quiet else None
 
     def allocate(self, ids: list[str]) -> None:
         if not self.track_allocate:

@@ -49,7 +49,7 @@ from teesim.kubelet.devicemanager import AllocationError, PodRef
 from teesim.kubelet.podworkers import sandbox_retry_at
 from teesim.kubelet.ratelimit import TokenBucket
 from teesim.strategies.base import Advertiser, Strategy
-from teesim.strategies.observe import ResourceSnapshot, snapshot
+from teesim.strategies.observe import ResourcePlan, ResourceSnapshot, planned_snapshot
 from teesim.strategies.wiring import NodeWiring, PluginOptions, nfd_names, node_roles, wire_node
 
 __all__ = ["Failure", "Observer", "ResourceSnapshot", "Settings", "Simulation", "World"]
@@ -168,6 +168,7 @@ class Simulation:
         self._charge_times: dict[tuple[str, str], deque[float]] = defaultdict(lambda: deque(maxlen=64))
         self._external_seq = 0
         self._dra_names = strategy.dra_names()
+        self._plans: dict[str, ResourcePlan] = {}  # misc resource -> what its snapshots need
         self.observer: Observer | None = None
 
     @property
@@ -498,7 +499,10 @@ class Simulation:
         return 0
 
     def snapshot(self, node: SimNode, resource: str) -> ResourceSnapshot:
-        return snapshot(self.strategy, node, resource, self.clock.now, self.reserve(resource))
+        plan = self._plans.get(resource)
+        if plan is None:
+            plan = self._plans[resource] = ResourcePlan.of(self.strategy, resource, self.reserve(resource))
+        return planned_snapshot(self.strategy, node, plan, self.clock.now)
 
     def snapshots(self, nodes: Iterable[SimNode] | None = None) -> list[ResourceSnapshot]:
         """Snapshots of every misc resource of ``nodes`` (default: every node)."""
