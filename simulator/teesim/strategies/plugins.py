@@ -375,8 +375,27 @@ class UnifiedPlugin(ReconcilingPlugin):
     after EBUSY) is counted by the scheduler but charges nothing: counting it here too would hide
     too little for as long as it retries."""
 
-    def __init__(self, *args, reserve: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        node: SimNode,
+        clock: VirtualClock,
+        resource_name: str,
+        misc_resource: str,
+        *,
+        reserve: int = 0,
+        min_list_interval: float = 0.1,
+        list_latency: float = 0.0,
+        track_allocate: bool = True,
+    ):
+        super().__init__(
+            node,
+            clock,
+            resource_name,
+            misc_resource,
+            min_list_interval=min_list_interval,
+            list_latency=list_latency,
+            track_allocate=track_allocate,
+        )
         self._reserve = reserve
 
     def accounted_elsewhere(self) -> int:

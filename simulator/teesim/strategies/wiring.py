@@ -27,6 +27,7 @@ from teesim.strategies.plugins import (
 )
 
 Advertising = InProcessPlugin | DRADriver
+Poller = ReconcilingPlugin | DRADriver  # advertisers that read misc.current every poll_interval
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class NodeWiring:
     """What runs on one node."""
 
     plugins: list[Advertising] = field(default_factory=list)
-    pollers: list[Advertising] = field(default_factory=list)
+    pollers: list[Poller] = field(default_factory=list)
     nfd_misc: list[str] = field(default_factory=list)  # misc resources NFD's rule advertises here
     nfd_reserved: bool = False
 
@@ -69,14 +70,26 @@ def _key_plugin(
     if kind is Advertiser.DRA:
         pool = node.dra.setdefault(name, DRAPool(DRA_DRIVER, name))
         return DRADriver(node, clock, pool, misc, reserve=options.external_reserve.get(misc, 0))
-    common = {
-        "min_list_interval": options.min_list_interval,
-        "list_latency": options.list_latency,
-        "track_allocate": options.track_allocate,
-    }
     if kind is Advertiser.UNIFIED:
-        return UnifiedPlugin(node, clock, name, misc, reserve=options.external_reserve.get(misc, 0), **common)
-    return ReconcilingPlugin(node, clock, name, misc, **common)
+        return UnifiedPlugin(
+            node,
+            clock,
+            name,
+            misc,
+            reserve=options.external_reserve.get(misc, 0),
+            min_list_interval=options.min_list_interval,
+            list_latency=options.list_latency,
+            track_allocate=options.track_allocate,
+        )
+    return ReconcilingPlugin(
+        node,
+        clock,
+        name,
+        misc,
+        min_list_interval=options.min_list_interval,
+        list_latency=options.list_latency,
+        track_allocate=options.track_allocate,
+    )
 
 
 def wire_node(
@@ -96,7 +109,7 @@ def wire_node(
             continue
         plugin = _key_plugin(layout.plugin, node, clock, strategy.vmi_key_name(misc), misc, options)
         wiring.plugins.append(plugin)
-        if layout.plugin is not Advertiser.STATIC:
+        if isinstance(plugin, ReconcilingPlugin | DRADriver):
             wiring.pollers.append(plugin)
     if sev_device:
         wiring.plugins.append(GenericPlugin(node, clock, SEV_DEVICE, "sev", SEV_DEVICE_SLOTS))
