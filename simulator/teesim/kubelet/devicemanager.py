@@ -179,10 +179,32 @@ class DeviceManager:
                 del holders[device]
         self._allocated_cache.pop(resource, None)
 
-    def _changed(self) -> None:
-        self._free_sorted.clear()
+    def _changed(self, *, keep_free_lists: bool = False) -> None:
+        if not keep_free_lists:
+            self._free_sorted.clear()
         if self.on_change is not None:
             self.on_change()
+
+    def _patch_free(self, resource: str, old_healthy: set[str], new_healthy: set[str]) -> None:
+        """Bring the kept free list of ``resource`` from ``old_healthy`` to ``new_healthy`` (a reconciling
+        plugin's new list moves one or two devices: patched, not sorted again; many: dropped)."""
+        free = self._free_sorted.get(resource)
+        if free is None:
+            return
+        gone, came = old_healthy - new_healthy, new_healthy - old_healthy
+        if len(gone) + len(came) > 64:
+            del self._free_sorted[resource]
+            return
+        for device in gone:
+            at = bisect_left(free, device)
+            if at < len(free) and free[at] == device:
+                del free[at]
+        allocated = self.allocated_ids(resource)
+        for device in came:
+            if device not in allocated:
+                at = bisect_left(free, device)
+                if at == len(free) or free[at] != device:
+                    free.insert(at, device)
 
     # -- registration and ListAndWatch -------------------------------------------------------------
 
@@ -237,9 +259,10 @@ class DeviceManager:
                 healthy.add(device_id)
             else:
                 unhealthy.add(device_id)
+        self._patch_free(resource, state.healthy, healthy)
         state.healthy, state.unhealthy, state.listed = healthy, unhealthy, listed
         self.allocated_marked_unhealthy += len(held & state.unhealthy)
-        self._changed()
+        self._changed(keep_free_lists=True)  # other resources' lists are untouched, this one patched
         return True
 
     def stream_broken(self, resource: str, generation: int | None = None, now: float = 0.0) -> bool:
