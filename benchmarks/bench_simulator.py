@@ -1,6 +1,6 @@
 """Throughput of the teesim model, side by side with the reference engine, plus the fleet run.
 
-Prints figures, asserts nothing (``make benchmark``). Three parts:
+Prints figures, asserts nothing (``make benchmark``). Four parts:
 
 1. the kernel model's charge/uncharge and render rates;
 2. every bundled scenario under every strategy, run by the engine ``teesim run`` uses and by the
@@ -9,7 +9,9 @@ Prints figures, asserts nothing (``make benchmark``). Three parts:
    the simulator's data structures before they learnt which nodes changed). Both give the same
    report (tests/simulator/strategies/test_incremental.py), so the ratio is the data structures alone,
    on today's model, measured in this run;
-3. the fleet: ``benchmarks/scenarios/fleet-1000.yaml`` (1,000 nodes, 1,000 guest lifecycles) per
+3. where that time goes: the same pairs with the event loop alone (as many no-op events), the model
+   without the report and the model with it, so that a target can be set against the part it needs;
+4. the fleet: ``benchmarks/scenarios/fleet-1000.yaml`` (1,000 nodes, 1,000 guest lifecycles) per
    strategy. The reference engine costs O(nodes) per event there (about 70 events/s), so it runs for
    ``--baseline-budget`` CPU seconds and its full-run time is projected from the rate it reached.
 
@@ -42,6 +44,7 @@ from teesim.kernel.misc import MiscController
 from teesim.report.metrics import MetricsRecorder
 from teesim.report.scenario import bundled_scenarios, load_scenario
 from teesim.strategies import STRATEGIES
+from teesim.cluster.clock import VirtualClock
 from teesim.strategies.simulation import Simulation, World
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +167,52 @@ def bench_fleet(path: Path, budget: float) -> None:
         )
 
 
+def _noop() -> None:
+    pass
+
+
+def _clock_alone(events: int) -> float:
+    """CPU seconds the calendar takes to run ``events`` callbacks that do nothing (one per instant,
+    each followed by an ``after_each`` that does nothing): the event loop's own cost."""
+    clock = VirtualClock()
+    for i in range(events):
+        clock.at(i * 1e-3, _noop)
+    start = time.process_time()
+    clock.run(float(events), lambda now: None)
+    return time.process_time() - start
+
+
+def bench_breakdown(names: list[str], repeat: int) -> None:
+    """Where a run's time goes, every pair: the event loop alone, the model without the report
+    (``Simulation.run(None)``) and the model with it (what ``teesim run`` does)."""
+    events = 0
+    loop = bare = full = 0.0
+    for name in names:
+        world = load_scenario(name).world
+        for strategy in STRATEGIES.values():
+            best_bare = best_full = float("inf")
+            for _ in range(repeat):
+                sim = Simulation(world, strategy)
+                start = time.process_time()
+                sim.run(None)
+                best_bare = min(best_bare, time.process_time() - start)
+                sim = Simulation(world, strategy)
+                start = time.process_time()
+                sim.run(MetricsRecorder())
+                best_full = min(best_full, time.process_time() - start)
+            events += sim.clock.events_run
+            bare, full = bare + best_bare, full + best_full
+            loop += min(_clock_alone(sim.clock.events_run) for _ in range(repeat))
+    print(f"
+where the time goes, every pair ({events} events):")
+    for label, cpu in (
+        ("event loop alone (no-op callbacks)", loop),
+        ("model without the report", bare),
+        ("model with the report (teesim run)", full),
+    ):
+        print(f"  {label:<38} {cpu:>7.3f} cpu s {events / max(cpu, 1e-9):>12,.0f} events/s {cpu / full:>6.0%}")
+
+
 # Run inside the exported tree: only APIs the simulator has had since its first version.
 _GIT_BASELINE_SCRIPT = """
 import json, sys, time
@@ -241,6 +290,7 @@ def main() -> int:
     names = args.scenarios or sorted(bundled_scenarios())
     bench_kernel()
     bench_scenarios(names, max(args.repeat, 1))
+    bench_breakdown(names, max(args.repeat, 1))
     if not args.no_fleet:
         bench_fleet(args.fleet, args.baseline_budget)
     if args.git_baseline:
