@@ -203,8 +203,7 @@ def bench_breakdown(names: list[str], repeat: int) -> None:
             events += sim.clock.events_run
             bare, full = bare + best_bare, full + best_full
             loop += min(_clock_alone(sim.clock.events_run) for _ in range(repeat))
-    print(f"
-where the time goes, every pair ({events} events):")
+    print(f"\nwhere the time goes, every pair ({events} events):")
     for label, cpu in (
         ("event loop alone (no-op callbacks)", loop),
         ("model without the report", bare),

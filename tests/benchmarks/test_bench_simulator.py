@@ -1,0 +1,40 @@
+"""benchmarks/bench_simulator.py runs end to end on the smallest scenario and prints its figures
+(it asserts nothing itself, so a broken benchmark would otherwise go unnoticed until someone needs it)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_simulator.py"
+
+
+@pytest.mark.slow
+def test_prints_every_strategy_and_where_the_time_goes():
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--repeat", "1", "--no-fleet", "quick"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    sys.path.insert(0, str(SCRIPT.parents[1] / "simulator"))
+    from teesim.strategies import STRATEGIES
+
+    rows = [line.split() for line in out.splitlines() if line.startswith("quick ")]
+    assert [row[1] for row in rows] == list(STRATEGIES)
+    total = sum(int(row[2]) for row in rows)
+    # The breakdown covers the same events, and its three parts are ordered as they must be: the loop
+    # alone is cheaper than the model, which is cheaper without the report than with it.
+    assert f"where the time goes, every pair ({total} events)" in out
+    cpu = {
+        label: float(seconds)
+        for label, seconds in re.findall(
+            r"^  (event loop alone|model without|model with the report)\D*?([\d.]+) cpu s", out, re.M
+        )
+    }
+    assert cpu["event loop alone"] < cpu["model without"] <= cpu["model with the report"] * 1.5
