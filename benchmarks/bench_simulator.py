@@ -40,11 +40,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulator"))
 
+from teesim.cluster.clock import VirtualClock
 from teesim.kernel.misc import MiscController
 from teesim.report.metrics import MetricsRecorder
 from teesim.report.scenario import bundled_scenarios, load_scenario
 from teesim.strategies import STRATEGIES
-from teesim.cluster.clock import VirtualClock
 from teesim.strategies.simulation import Simulation, World
 
 ROOT = Path(__file__).resolve().parents[1]
