@@ -147,8 +147,6 @@ class SchedulingQueue:
         if not self.incremental:
             self._full_pass(bind)
             return
-        if not self._stale and not self._added:
-            return  # no node said it changed and no pod came: the last pass's answer stands
         changed = self._refresh_stale()
         if not changed and not self._added:
             return  # nothing new, no view changed: the last pass's answer stands
@@ -194,6 +192,8 @@ class SchedulingQueue:
 
     def _refresh_stale(self) -> list[str]:
         """Refresh the views of the nodes that said they changed; the names of those whose view did."""
+        if not self._stale:
+            return []
         changed = []
         views, nodes, built_at = self._views, self.nodes, self._built_at
         for name in sorted(self._stale):

@@ -60,8 +60,7 @@ class ResourceSnapshot:
     def stranded_pair(self) -> tuple[int, int]:
         """(:attr:`stranded`, :attr:`stranded_for_all`), the free and schedulable counts worked out once
         (the report asks for both after every change)."""
-        free = max(self.capacity - self.current - self.claims, 0)
-        schedulable = max(self.published - self.requested, 0)
+        free, schedulable = self.truly_free, self.schedulable
         kata = free if self.kata_schedulable is None else self.kata_schedulable
         return max(free - schedulable, 0), max(free - max(schedulable, kata), 0)
 

@@ -269,7 +269,10 @@ class ReconcilingPlugin(InProcessPlugin):
             return
         self.polls += 1
         if self._quiet is not None and self._quiet == self._quiet_key():
-            self._quiet_poll()
+            # The inputs of the last publish: the same reading, List answer and decision, no new
+            # device list. Only the List call (its rate-limit token) and the publish time are new.
+            if self._list():
+                self._record_publish()
             return
         self._current = self._read_current(self.skip_unchanged)
         if not self._list():
@@ -292,23 +295,6 @@ class ReconcilingPlugin(InProcessPlugin):
             self.unhealthy,
         )
 
-    def _quiet_poll(self) -> None:
-        """A poll whose inputs are those of the last publish: the same reading, the same ``List``
-        answer, the same decision and no new device list. Only the ``List`` call itself (the rate
-        limiter's token) and the publish time are new: what :meth:`poll` would do, without the work."""
-        now = self.clock.now
-        if now - self._listed_at < self.min_list_interval:
-            return self._after_list()
-        self._listed_at = now
-        if not self.node.pod_resources.allow(now):
-            self.throttled += 1
-            return None
-        return self._after_list()
-
-    def _after_list(self) -> None:
-        if self._current is not None:
-            self.node.usage_published_at[self.misc_resource] = self.clock.now
-
     def _decide(self) -> None:
         own, accounted, reserve = self.own_allocated(), self.accounted_elsewhere(), self.reserve()
         inputs = (self.ids, own, self._current, accounted, reserve)
@@ -327,8 +313,7 @@ class ReconcilingPlugin(InProcessPlugin):
             return
         self._decide()
         self.refresh()
-        if self._current is not None and self.generation is not None:
-            self.node.usage_published_at[self.misc_resource] = self.clock.now
+        self._record_publish()
         # The next poll may take the quiet path if nothing it reads has moved by then (polls that
         # publish at once, with no Allocate waiting for a List and no finished pod to release).
         quiet = (
@@ -340,6 +325,11 @@ class ReconcilingPlugin(InProcessPlugin):
             and self._sent_state is not None
         )
         self._quiet = self._quiet_key() if quiet else None
+
+    def _record_publish(self) -> None:
+        """The count just sent was computed from a ``misc.current`` reading (what detection waits for)."""
+        if self._current is not None and self.generation is not None:
+            self.node.usage_published_at[self.misc_resource] = self.clock.now
 
     def allocate(self, ids: list[str]) -> None:
         if not self.track_allocate:
@@ -375,27 +365,8 @@ class UnifiedPlugin(ReconcilingPlugin):
     after EBUSY) is counted by the scheduler but charges nothing: counting it here too would hide
     too little for as long as it retries."""
 
-    def __init__(
-        self,
-        node: SimNode,
-        clock: VirtualClock,
-        resource_name: str,
-        misc_resource: str,
-        *,
-        reserve: int = 0,
-        min_list_interval: float = 0.1,
-        list_latency: float = 0.0,
-        track_allocate: bool = True,
-    ):
-        super().__init__(
-            node,
-            clock,
-            resource_name,
-            misc_resource,
-            min_list_interval=min_list_interval,
-            list_latency=list_latency,
-            track_allocate=track_allocate,
-        )
+    def __init__(self, *args, reserve: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
         self._reserve = reserve
 
     def accounted_elsewhere(self) -> int:

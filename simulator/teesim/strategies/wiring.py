@@ -70,26 +70,14 @@ def _key_plugin(
     if kind is Advertiser.DRA:
         pool = node.dra.setdefault(name, DRAPool(DRA_DRIVER, name))
         return DRADriver(node, clock, pool, misc, reserve=options.external_reserve.get(misc, 0))
+    common = {
+        "min_list_interval": options.min_list_interval,
+        "list_latency": options.list_latency,
+        "track_allocate": options.track_allocate,
+    }
     if kind is Advertiser.UNIFIED:
-        return UnifiedPlugin(
-            node,
-            clock,
-            name,
-            misc,
-            reserve=options.external_reserve.get(misc, 0),
-            min_list_interval=options.min_list_interval,
-            list_latency=options.list_latency,
-            track_allocate=options.track_allocate,
-        )
-    return ReconcilingPlugin(
-        node,
-        clock,
-        name,
-        misc,
-        min_list_interval=options.min_list_interval,
-        list_latency=options.list_latency,
-        track_allocate=options.track_allocate,
-    )
+        return UnifiedPlugin(node, clock, name, misc, reserve=options.external_reserve.get(misc, 0), **common)
+    return ReconcilingPlugin(node, clock, name, misc, **common)
 
 
 def wire_node(
