@@ -23,7 +23,7 @@ if ! command -v python3 >/dev/null 2>&1; then
     echo "gpu_probe: python3 not found on PATH" >&2
     exit 3
 fi
-if [[ ! -f "$repo/plugins/module_utils/host_facts.py" || ! -f "$repo/simulator/teesim/_collection.py" ]]; then
+if [[ ! -f "$repo/plugins/module_utils/host/host_facts.py" || ! -f "$repo/simulator/teesim/_collection.py" ]]; then
     echo "gpu_probe: $repo is not a confidential.tee checkout (plugins/module_utils, simulator/teesim)" >&2
     exit 3
 fi
@@ -41,8 +41,8 @@ repo, nvidia_smi, timeout, host_root, raw_dir = sys.argv[1:6]
 sys.path.insert(0, os.path.join(repo, "simulator"))
 from teesim._collection import collection_module  # noqa: E402
 
-hf = collection_module("plugins.module_utils.host_facts")
-gf = collection_module("plugins.module_utils.gpu_facts")
+hf = collection_module("plugins.module_utils.host.host_facts")
+gf = collection_module("plugins.module_utils.host.gpu_facts")
 bounded = gf.bounded_runner(dict(os.environ, LC_ALL="C"))
 raw = {}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.module_utils.attestation_k8s import ManifestError, render
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_k8s import ManifestError, render
 
 
 def attestation_manifests(request):

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.module_utils.readiness import describe_cmdline
-from ansible_collections.confidential.tee.plugins.module_utils.validation import list_of_strings_problem
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import list_of_strings_problem
+from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import describe_cmdline
 
 
 def cmdline_facts(arguments):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import fleet_host_entries
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import fleet_host_entries
 
 
 def fleet_hosts(names, hostvars, result_var, node_var="tee_node_name"):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.module_utils.machineconfig import MachineConfigError, render
+from ansible_collections.confidential.tee.plugins.module_utils.boot.machineconfig import MachineConfigError, render
 
 
 def machineconfig(kernel_arguments, name, role="worker", files=None, labels=None):

@@ -145,11 +145,14 @@ backups:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.attestation_args import chain_arguments
-from ansible_collections.confidential.tee.plugins.module_utils.dcap_files import PLANNERS, ComponentError
-from ansible_collections.confidential.tee.plugins.module_utils.file_writer import FileWriter, WriteError
-from ansible_collections.confidential.tee.plugins.module_utils.host_reader import HostReader
-from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text, list_of_strings_problem
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_args import chain_arguments
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_files import PLANNERS, ComponentError
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import FileWriter, WriteError
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
+    display_text,
+    list_of_strings_problem,
+)
 
 
 def argument_spec():

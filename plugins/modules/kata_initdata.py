@@ -145,7 +145,7 @@ pcr8_reason:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.initdata import InitdataError, build
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.initdata import InitdataError, build
 
 
 def main() -> None:

@@ -162,7 +162,7 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.kernel_cmdline import (
+from ansible_collections.confidential.tee.plugins.module_utils.boot.kernel_cmdline import (
     CmdlineError,
     Executor,
     managed_running,
@@ -171,8 +171,11 @@ from ansible_collections.confidential.tee.plugins.module_utils.kernel_cmdline im
     running_cmdline,
     verify,
 )
-from ansible_collections.confidential.tee.plugins.module_utils.readiness import describe_cmdline
-from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text, list_of_strings_problem
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
+    display_text,
+    list_of_strings_problem,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import describe_cmdline
 
 
 def _diffs(result_plan, host_root):

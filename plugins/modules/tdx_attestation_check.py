@@ -140,14 +140,17 @@ remediation:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.attestation_args import chain_arguments
-from ansible_collections.confidential.tee.plugins.module_utils.attestation_check import (
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_args import chain_arguments
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_check import (
     ChainRequest,
     check_chain,
     report_lines,
     summarize,
 )
-from ansible_collections.confidential.tee.plugins.module_utils.validation import display_text, list_of_strings_problem
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
+    display_text,
+    list_of_strings_problem,
+)
 
 _CLIENT_KEYS = {"name", "uid", "gid", "groups"}
 

@@ -104,8 +104,8 @@ checks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.capacity_check import evaluate
-from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import read_misc_state
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
+from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import read_misc_state
 
 
 def main() -> None:

@@ -174,8 +174,8 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
-from ansible_collections.confidential.tee.plugins.module_utils.misc_cgroup import KNOWN_RESOURCES
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import KNOWN_RESOURCES
 
 
 def main() -> None:

@@ -169,14 +169,14 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.file_writer import atomic_write
-from ansible_collections.confidential.tee.plugins.module_utils.fleet_render import render_html, render_markdown
-from ansible_collections.confidential.tee.plugins.module_utils.fleet_report import (
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import atomic_write
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import (
     all_findings,
     build_report,
     compact_result,
 )
-from ansible_collections.confidential.tee.plugins.module_utils.prometheus import render_metrics
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
 
 KUBE_FILES = (
     ("nodes", "nodes.json"),

@@ -436,10 +436,14 @@ host:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
-from ansible_collections.confidential.tee.plugins.module_utils.gpu_facts import bounded_runner, empty_gpu, probe_gpu
-from ansible_collections.confidential.tee.plugins.module_utils.host_facts import HostRootError, gather_host_facts
-from ansible_collections.confidential.tee.plugins.module_utils.preflight import gather_preflight
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import (
+    bounded_runner,
+    empty_gpu,
+    probe_gpu,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import HostRootError, gather_host_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
 
 
 def _gpu_facts(module, host_root):

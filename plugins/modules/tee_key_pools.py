@@ -128,7 +128,7 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.key_pools import KeyPoolError, plan
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError, plan
 
 
 def main() -> None:

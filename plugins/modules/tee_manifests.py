@@ -89,8 +89,8 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.file_writer import atomic_write
-from ansible_collections.confidential.tee.plugins.module_utils.manifests import ManifestError, plan_directory
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import atomic_write
+from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import ManifestError, plan_directory
 
 
 def _read_directory(dest):

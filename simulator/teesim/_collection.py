@@ -39,7 +39,7 @@ def _register_checkout() -> None:
 
 
 def collection_module(name: str) -> ModuleType:
-    """``collection_module("plugins.module_utils.misc_cgroup")``: installed collection first, else this checkout."""
+    """``collection_module("plugins.module_utils.host.misc_cgroup")``: the installed collection, else this checkout."""
     full = f"{PACKAGE}.{name}"
     try:
         return importlib.import_module(full)
@@ -48,7 +48,7 @@ def collection_module(name: str) -> ModuleType:
         return importlib.import_module(full)
 
 
-misc_cgroup: ModuleType = collection_module("plugins.module_utils.misc_cgroup")
+misc_cgroup: ModuleType = collection_module("plugins.module_utils.host.misc_cgroup")
 
 KNOWN_RESOURCES: tuple[str, ...] = misc_cgroup.KNOWN_RESOURCES
 U64_MAX: int = misc_cgroup.U64_MAX

@@ -1,7 +1,7 @@
 """gpu_cc_node on a host-shaped tree through the real ansible-playbook: drop-ins written, refusals before any
 write (misspelled gate, loaded NVIDIA driver, old containerd, a config that does not import the drop-in),
 idempotence and check mode. Version refusals (containerd, kubelet) are the same filters, covered in
-tests/unit/plugins/module_utils/test_gpu_cc.py."""
+tests/unit/plugins/module_utils/cluster/test_gpu_cc.py."""
 
 from __future__ import annotations
 

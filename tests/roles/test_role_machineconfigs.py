@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.confidential.tee.plugins.module_utils import machineconfig as mc
+from ansible_collections.confidential.tee.plugins.module_utils.boot import machineconfig as mc
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -13,7 +13,7 @@ SIMULATOR = Path(__file__).resolve().parents[2] / "simulator"
 PROBE = """
 import json, sys
 import teesim._collection as collection
-reader = collection.collection_module("plugins.module_utils.host_reader")
+reader = collection.collection_module("plugins.module_utils.common.host_reader")
 print(json.dumps({
     "file": collection.misc_cgroup.__file__,
     "parsed": collection.parse_misc_text("tdx 3\\n").values,
@@ -24,7 +24,7 @@ print(json.dumps({
 
 
 def test_uses_the_collections_parser_file() -> None:
-    assert collection.misc_cgroup.__file__.endswith("plugins/module_utils/misc_cgroup.py")
+    assert collection.misc_cgroup.__file__.endswith("plugins/module_utils/host/misc_cgroup.py")
     assert collection.parse_misc_text("tdx 3\n").values == {"tdx": 3}
 
 
@@ -45,6 +45,6 @@ def test_falls_back_to_the_checkout_without_the_collection_on_sys_path(tmp_path:
 
     seen = json.loads(done.stdout)
     assert seen["collections_on_path"] == []
-    assert Path(seen["file"]).resolve() == (SIMULATOR.parent / "plugins/module_utils/misc_cgroup.py").resolve()
+    assert Path(seen["file"]).resolve() == (SIMULATOR.parent / "plugins/module_utils/host/misc_cgroup.py").resolve()
     assert seen["parsed"] == {"tdx": 3}
-    assert seen["reader"] == "ansible_collections.confidential.tee.plugins.module_utils.host_reader"
+    assert seen["reader"] == "ansible_collections.confidential.tee.plugins.module_utils.common.host_reader"

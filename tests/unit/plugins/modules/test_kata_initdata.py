@@ -1,4 +1,4 @@
-"""kata_initdata: the module around module_utils.initdata (results, warnings, exclusive options)."""
+"""kata_initdata: the module around module_utils.cluster.initdata (results, warnings, exclusive options)."""
 
 from __future__ import annotations
 

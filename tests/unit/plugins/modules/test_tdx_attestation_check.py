@@ -53,7 +53,7 @@ def test_tokens_are_not_echoed(run_module, tree):
 
 
 def test_result_feeds_tee_host_infos_preflight(run_module, tree):
-    from ansible_collections.confidential.tee.plugins.module_utils.preflight import attestation_section
+    from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import attestation_section
 
     broken = run_module(tdx_attestation_check, {"host_root": str(tree), "dcap_version": "1.26", "timeout": 2})
     section = attestation_section(broken)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.host_facts import gather_host_facts
-from ansible_collections.confidential.tee.plugins.module_utils.preflight import gather_preflight
+from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
 from ansible_collections.confidential.tee.plugins.modules import tee_fleet_report
 from teesim.cluster.fleet import build_fleet
 

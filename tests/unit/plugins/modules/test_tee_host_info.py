@@ -12,7 +12,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.confidential.tee.plugins.doc_fragments import host_root
-from ansible_collections.confidential.tee.plugins.module_utils.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.modules import tee_host_info
 
 

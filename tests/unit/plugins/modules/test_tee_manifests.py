@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.confidential.tee.plugins.module_utils.manifests import marker
+from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import marker
 from ansible_collections.confidential.tee.plugins.modules import tee_manifests
 
 

@@ -1,0 +1,372 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""QGS's configuration as QGS reads it, and the files that make QGS do what a host's consumers need.
+
+:func:`effective_qgs` follows ``server_main.cpp`` of each release line (see :mod:`dcap_version`): every
+whitespace character is removed from a line before anything else (``po rt = 1`` is ``port=1``), lines starting
+with ``#`` and lines without ``=`` are skipped, an empty name is fatal, values are cut at 255 characters and
+read with ``strtoul`` (a sign is accepted, anything after the digits is fatal, so ``4050 # vsock`` stops QGS).
+
+:func:`qgs_plan` turns a transport choice (``unix``, ``vsock``, ``both``) and a consumer list (``kubevirt``,
+``kata``) into the files to write: ``/etc/qgs.conf``, a systemd drop-in for ``qgsd.service`` and, for
+``both``, a second unit ``qgsd-vsock.service`` (one QGS process listens on one transport only).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_version import (
+    ERA_PRE_124,
+    QGS_SOCKET,
+    UINT_MAX,
+    VSOCK_LAST_RESERVED_PORT,
+    QgsBehaviour,
+)
+
+ULONG_MAX = 0xFFFFFFFFFFFFFFFF
+_WHITESPACE = " \t\n\v\f\r"
+TRANSPORTS = ("unix", "vsock", "both")
+CONSUMERS = ("kubevirt", "kata")
+# KubeVirt: virt-launcher runs QEMU as util.NonRootUID (107) with runAsGroup and fsGroup 107
+# (pkg/util/util.go, pkg/virt-controller/services/template.go). Kata runs QEMU as root unless rootless.
+KUBEVIRT_QEMU = {"name": "kubevirt", "uid": 107, "gid": 107, "groups": [107]}
+KATA_QEMU = {"name": "kata", "uid": 0, "gid": 0, "groups": []}
+# Kata's fallback when the socket is missing (src/runtime/pkg/govmm/qemu/qemu.go, runtime-rs utils.rs).
+KATA_FALLBACK_VSOCK_PORT = 4050
+DROPIN_PATH = "/etc/systemd/system/qgsd.service.d/zz-confidential-tee.conf"
+VSOCK_UNIT_PATH = "/etc/systemd/system/qgsd-vsock.service"
+SOCKET_ACCESS_HELPER = "/usr/local/libexec/confidential-tee/qgs-socket-access"
+
+
+class QgsConfigError(ValueError):
+    """A request that no qgs.conf can satisfy on this DCAP release."""
+
+
+@dataclass
+class QgsEffective:
+    """What QGS makes of its file and command line: transport ``None`` means QGS exits at start."""
+
+    transport: str | None
+    port: int | None = None
+    threads: int = 0
+    fatal: str | None = None
+    fatal_line: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def socket(self) -> str | None:
+        return QGS_SOCKET if self.transport == "unix" else None
+
+    def describe(self) -> str:
+        if self.transport is None:
+            where = f" (line {self.fatal_line})" if self.fatal_line else ""
+            return f"QGS exits at start{where}: {self.fatal}"
+        if self.transport == "unix":
+            return f"Unix socket {QGS_SOCKET}"
+        return f"vsock port {self.port}"
+
+
+def strtoul(value: str) -> tuple[int, str, bool]:
+    """glibc ``strtoul(value, &end, 10)`` on a string without whitespace: ``(number, rest, ERANGE)``."""
+    start = 1 if value[:1] in ("+", "-") else 0
+    end = start
+    while end < len(value) and value[end] in "0123456789":
+        end += 1
+    if end == start:
+        return 0, value, False  # no conversion: end points at the start of the string
+    number = int(value[start:end])
+    if number > ULONG_MAX:
+        return ULONG_MAX, value[end:], True
+    if value[:1] == "-":
+        number = (-number) % (ULONG_MAX + 1)
+    return number, value[end:], False
+
+
+def _config_lines(text: str):
+    """``(line number, name, value)`` for each line QGS looks at, exactly as its loop sees them."""
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = "".join(ch for ch in raw if ch not in _WHITESPACE)
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name, _equals, value = line.partition("=")
+        yield number, name, value[:255]
+
+
+def _read_number(value: str, limit: int, empty_fatal: bool) -> int | None:
+    number, rest, erange = strtoul(value)
+    if erange or rest or number > limit or (empty_fatal and not value):
+        return None
+    return number
+
+
+def effective_qgs(text: str | None, behaviour: QgsBehaviour, argv: list[str] | None = None) -> QgsEffective:
+    """What QGS of ``behaviour``'s release does with ``text`` (``None``: file missing) and command line ``argv``."""
+    flags = _parse_flags(argv or [], behaviour)
+    if isinstance(flags, str):
+        return QgsEffective(None, fatal=flags)
+    if behaviour.era == ERA_PRE_124:
+        return _effective_pre_124(text, behaviour, *flags)
+    return _effective_124(text, behaviour, *flags)
+
+
+def _effective_pre_124(text, behaviour, cli_port, cli_threads) -> QgsEffective:
+    # Before 1.24 the command line is read first and the file only fills values that are still 0.
+    port, threads = cli_port or 0, cli_threads or 0
+    effective = QgsEffective("unix")
+    if (port == 0 or threads == 0) and text is None:
+        effective.notes.append("/etc/qgs.conf is missing: QGS logs 'Failed to open config file' and uses defaults")
+    elif port == 0 or threads == 0:
+        for number, name, value in _config_lines(text):
+            if not name:
+                return _fatal("'Wrong config format': a line starts with '='", number)
+            if not port and name == "port":
+                port = _read_number(value, behaviour.max_port, False)
+                if port is None:
+                    return _fatal(f"'Please input valid port number': port = {value!r}", number)
+            elif not threads and name == "number_threads":
+                threads = _read_number(value, 255, False)
+                if threads is None:
+                    return _fatal(f"'Please input valid thread number[0, 255]': number_threads = {value!r}", number)
+    if port:
+        effective.transport, effective.port = "vsock", port
+    effective.threads = threads
+    return effective
+
+
+def _effective_124(text, behaviour, cli_port, cli_threads) -> QgsEffective:
+    # From 1.24 the file is read first (any port line selects vsock, the last one wins), then flags override.
+    port: int | None = None
+    threads = 0
+    effective = QgsEffective("unix")
+    if text is None:
+        effective.notes.append("/etc/qgs.conf is missing: QGS logs 'Failed to open config file' and uses defaults")
+    for number, name, value in _config_lines(text or ""):
+        if not name:
+            return _fatal("'Wrong config format': a line starts with '='", number)
+        if name == "port":
+            port = _read_number(value, behaviour.max_port, True)
+            if port is None:
+                return _fatal(f"'Please input valid port number': port = {value!r} (0..{behaviour.max_port})", number)
+        elif name == "number_threads":
+            parsed = _read_number(value, 255, False)
+            if parsed is None:
+                return _fatal(f"'Please input valid thread number[0, 255]': number_threads = {value!r}", number)
+            threads = parsed
+    if cli_port is not None:
+        port = cli_port
+    if cli_threads is not None:
+        threads = cli_threads
+    if port is not None:
+        effective.transport, effective.port = "vsock", port
+    effective.threads = threads
+    return effective
+
+
+def _fatal(message: str, line: int) -> QgsEffective:
+    return QgsEffective(None, fatal=message, fatal_line=line)
+
+
+def _parse_flags(argv: list[str], behaviour: QgsBehaviour) -> tuple[int | None, int | None] | str:
+    """``(port, threads)`` from QGS's command line, or the usage error QGS would exit with."""
+    port = threads = None
+    for arg in argv:
+        if arg == "--no-daemon" or (arg.startswith("-l=") and behaviour.era != ERA_PRE_124):
+            continue
+        if arg.startswith(("-p=", "-n=")):
+            digits = arg[3:]
+            limit = behaviour.max_port if arg.startswith("-p=") else 255
+            # strspn(digits) == strlen: only ASCII digits, and an empty value reads as 0.
+            if not all(ch in "0123456789" for ch in digits) or int(digits or "0") > limit:
+                return f"invalid command-line flag {arg!r}"
+            if arg.startswith("-p="):
+                port = int(digits or "0")
+            else:
+                threads = int(digits or "0")
+            continue
+        return f"unknown command-line argument {arg!r} (QGS prints its usage and exits)"
+    return port, threads
+
+
+def render_qgs_conf(behaviour: QgsBehaviour, transport: str, vsock_port: int | None, threads: int | None) -> str:
+    """/etc/qgs.conf meaning ``transport`` on ``behaviour``'s release (``both``: the Unix listener's file)."""
+    lines = [
+        "# Managed by confidential.tee.tdx_attestation. QGS reads 'port' and 'number_threads' only.",
+    ]
+    if transport in ("unix", "both"):
+        lines.append(
+            "# No 'port' line: QGS listens on the Unix socket "
+            + QGS_SOCKET
+            + " on every DCAP release"
+            + (" (DCAP 1.24+ reads any port line, even 'port = 0', as vsock)." if behaviour.era != ERA_PRE_124 else ".")
+        )
+    else:
+        lines.append(f"port = {vsock_port}")
+    if threads:
+        lines.append(f"number_threads = {threads}")
+    return "\n".join(lines) + "\n"
+
+
+def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
+    """A vsock port this release accepts as such, or :class:`QgsConfigError` saying why not."""
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise QgsConfigError(f"the vsock port must be an integer, got {port!r}")
+    if port == 0 and behaviour.port_zero_means == "unix":
+        raise QgsConfigError(
+            f"vsock port 0 cannot be configured on DCAP {behaviour.era}: port = 0 selects the Unix socket"
+        )
+    upper = min(behaviour.max_port, UINT_MAX - 1)
+    if not 0 <= port <= upper:
+        raise QgsConfigError(f"vsock port {port} is out of range for DCAP {behaviour.era} (0..{upper})")
+    return port
+
+
+@dataclass
+class QgsPlan:
+    """Files that make QGS serve the consumers, and what the socket must look like afterwards."""
+
+    files: dict[str, str]
+    listeners: list[dict]
+    socket_group: str | None
+    socket_mode: int
+    socket_dir_mode: int
+    clients: list[dict]
+    units: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def default_socket_group(consumers: list[str]) -> str:
+    """The group the QGS socket gets: KubeVirt's QEMU can only be reached through gid 107."""
+    return str(KUBEVIRT_QEMU["gid"]) if "kubevirt" in consumers else "qgsd"
+
+
+def socket_clients(consumers: list[str], extra: list[dict] | None = None) -> list[dict]:
+    """The identities that must be able to connect() to the socket (name, uid, gid, groups)."""
+    clients = []
+    if "kubevirt" in consumers:
+        clients.append(dict(KUBEVIRT_QEMU))
+    if "kata" in consumers:
+        clients.append(dict(KATA_QEMU))
+    clients.extend(dict(client) for client in extra or [])
+    return clients
+
+
+def _check_request(transport: str, consumers: list[str], vsock_port: int) -> list[str]:
+    if transport not in TRANSPORTS:
+        raise QgsConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    unknown = [name for name in consumers if name not in CONSUMERS]
+    if unknown or not consumers:
+        raise QgsConfigError(f"consumers must be a non-empty list of {', '.join(CONSUMERS)}, got {consumers!r}")
+    if "kubevirt" in consumers and transport == "vsock":
+        raise QgsConfigError(
+            "KubeVirt passes only a Unix socket path to QEMU (KubeVirt CR "
+            "spec.configuration.confidentialCompute.tdx.attestation.qgsSocketPath): choose transport unix or both"
+        )
+    warnings = []
+    if "kata" in consumers and transport == "vsock" and vsock_port != KATA_FALLBACK_VSOCK_PORT:
+        warnings.append(
+            f"Kata falls back to vsock port {KATA_FALLBACK_VSOCK_PORT} when the socket is missing; "
+            f"with port {vsock_port} set tdx_quote_generation_service_socket_port = {vsock_port} "
+            "in Kata's configuration-qemu-tdx.toml"
+        )
+    if "kata" in consumers and transport != "unix":
+        warnings.append(
+            "Kata's QEMU reaches a host vsock listener through CID 2, which needs the vsock_loopback module "
+            "(role confidential.tee.vsock)"
+        )
+    return warnings
+
+
+def qgs_plan(
+    behaviour: QgsBehaviour,
+    transport: str,
+    consumers: list[str],
+    vsock_port: int = KATA_FALLBACK_VSOCK_PORT,
+    threads: int | None = None,
+    socket_group: str | None = None,
+    qgs_dir: str = "/opt/intel/tdx-qgs",
+    extra_clients: list[dict] | None = None,
+) -> QgsPlan:
+    """What to write so that QGS of ``behaviour``'s release listens on ``transport`` for ``consumers``."""
+    warnings = _check_request(transport, consumers, vsock_port)
+    if transport != "unix":
+        check_vsock_port(behaviour, vsock_port)
+    if threads is not None and not (isinstance(threads, int) and 0 <= threads <= 255):
+        raise QgsConfigError(f"number_threads must be an integer 0..255, got {threads!r}")
+    group = socket_group or default_socket_group(consumers)
+    files = {
+        "/etc/qgs.conf": render_qgs_conf(behaviour, transport, vsock_port, threads),
+        DROPIN_PATH: _render_dropin(transport, vsock_port, group),
+    }
+    listeners = []
+    units = ["qgsd.service"]
+    if transport in ("unix", "both"):
+        listeners.append({"unit": "qgsd.service", "transport": "unix", "path": QGS_SOCKET})
+    else:
+        listeners.append({"unit": "qgsd.service", "transport": "vsock", "port": vsock_port})
+    if transport == "both":
+        files[VSOCK_UNIT_PATH] = _render_vsock_unit(qgs_dir, vsock_port, threads)
+        listeners.append({"unit": "qgsd-vsock.service", "transport": "vsock", "port": vsock_port})
+        units.append("qgsd-vsock.service")
+    return QgsPlan(
+        files=files,
+        listeners=listeners,
+        socket_group=group if transport != "vsock" else None,
+        socket_mode=0o660,
+        socket_dir_mode=0o755,
+        clients=socket_clients(consumers, extra_clients) if transport != "vsock" else [],
+        units=units,
+        warnings=warnings,
+    )
+
+
+def _render_dropin(transport: str, vsock_port: int, group: str) -> str:
+    # Named zz-*: drop-ins apply in lexical order and the package's own socket.conf (DCAP 1.26: UMask=0117) must
+    # not override this file's UMask.
+    lines = [
+        "# Managed by confidential.tee.tdx_attestation.",
+        "[Service]",
+        "# The socket directory exists before QGS starts and is searchable by every client (DCAP < 1.24 never",
+        "# creates it; 1.24-1.25 create it 0700, which no client but qgsd can traverse).",
+        "RuntimeDirectory=tdx-qgs",
+        "RuntimeDirectoryMode=0755",
+        "# 0077 keeps the QCNL cache (~qgsd/.dcap-qcnl) private and usable: 1.26's UMask=0117 makes its directory",
+        "# drw-rw----, which qgsd itself cannot enter.",
+        "UMask=0077",
+    ]
+    if transport != "unix" and transport != "both" and vsock_port <= VSOCK_LAST_RESERVED_PORT:
+        lines.append("# vsock ports up to 1023 need CAP_NET_BIND_SERVICE (af_vsock.c LAST_RESERVED_PORT).")
+        lines.append("AmbientCapabilities=CAP_NET_BIND_SERVICE")
+    if transport in ("unix", "both"):
+        lines += [
+            f"# Clients connect only with write permission on the socket: give it group {group}, mode 0660.",
+            f"ExecStartPost=+{SOCKET_ACCESS_HELPER} {QGS_SOCKET} {group} 0660 30",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _render_vsock_unit(qgs_dir: str, port: int, threads: int | None) -> str:
+    command = f"{qgs_dir}/qgs --no-daemon -p={port}" + (f" -n={threads}" if threads else "")
+    lines = [
+        "# Managed by confidential.tee.tdx_attestation: a second QGS for vsock clients (one QGS process",
+        "# listens on one transport; qgsd.service serves the Unix socket).",
+        "[Unit]",
+        f"Description=Intel(R) TD Quote Generation Service on vsock port {port}",
+        "After=network.target qgsd.service",
+        "",
+        "[Service]",
+        "Type=simple",
+        "User=qgsd",
+        f"Environment=LD_LIBRARY_PATH={qgs_dir}",
+        f"WorkingDirectory={qgs_dir}",
+        "UMask=0077",
+        f"ExecStart={command}",
+        "Restart=on-failure",
+        "RestartSec=15s",
+    ]
+    if port <= VSOCK_LAST_RESERVED_PORT:
+        lines.append("AmbientCapabilities=CAP_NET_BIND_SERVICE")
+    lines += ["", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"

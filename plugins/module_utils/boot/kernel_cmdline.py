@@ -1,0 +1,814 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""Kernel-argument engine: requests, boot-setup detection, planning, execution and verification.
+
+Pure standard library so that the module, the simulator and tests share one implementation. Arguments
+are split and compared by :mod:`cmdline` (the kernel's own tokenizer and ``parameq``), host files are
+read by :mod:`host_reader`, GRUB's shell files are evaluated by :mod:`grub_config`. Nothing here writes
+or runs anything by itself: :func:`plan` returns :class:`Action` objects, :class:`Executor` is the one
+place where they take effect (and only outside check mode), and :func:`verify` reads the host again
+afterwards so that success is reported only when the boot configuration really says what was asked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import atomic_write, backup_file
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import display_text
+from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import (
+    Arg,
+    kernel_args,
+    parse_arg_text,
+    tokenize,
+)
+
+SETUPS = ("grub", "bls", "kernel_install", "ostree")
+BIN_DIRS = ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin", "sbin", "bin")
+DROPIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+# Characters that would need shell escaping in a GRUB drop-in or are never part of a kernel argument.
+UNSAFE_ARG_RE = re.compile(r"[\s'`$\\;&|<>()\"]")
+MAX_BOOT_FILE = 1024 * 1024
+
+
+class CmdlineError(Exception):
+    """Bad input or an unsupported host layout; the message says what, where and how to fix it."""
+
+
+# ------------------------------------------------------------------------------------------ requests
+
+
+def parse_arg(spec: object, where: str = "argument") -> Arg:
+    """Validate one requested argument (``name`` or ``name=value``)."""
+    if not isinstance(spec, str):
+        raise CmdlineError(f"{where} {spec!r} is a {type(spec).__name__}, expected a string like 'name=value'")
+    if not spec or spec != spec.strip():
+        raise CmdlineError(f"{where} {spec!r} is empty or has surrounding whitespace")
+    if spec == "--":
+        raise CmdlineError(f"{where} '--' separates init arguments and cannot be managed")
+    if UNSAFE_ARG_RE.search(spec):
+        # Requests are written into shell (GRUB drop-ins) and argv lists: keep them to plain tokens.
+        raise CmdlineError(
+            f"{where} {spec!r} contains whitespace, quotes or shell metacharacters; kernel arguments "
+            "managed here must be single plain tokens such as 'kvm_intel.tdx=1'"
+        )
+    arg = parse_arg_text(spec)
+    if not arg.name or arg.name.startswith("="):
+        raise CmdlineError(f"{where} {spec!r} has no name before '='")
+    return arg
+
+
+def conflicts(arg: Arg, present: list[Arg], absent: list[Arg]) -> bool:
+    """Whether an existing argument must go: it is asked absent, or it sets a present name differently."""
+    if any(arg.key == spec.key and spec.value in (None, arg.value) for spec in absent):
+        return True
+    return any(arg.key == spec.key and not arg.same_setting(spec) for spec in present)
+
+
+def satisfied(raws: list[str], present: list[Arg], absent: list[Arg]) -> bool:
+    args = kernel_args([parse_arg_text(raw) for raw in raws])
+    for spec in present:
+        matches = [arg for arg in args if arg.key == spec.key]
+        if not matches or not all(arg.same_setting(spec) for arg in matches):
+            return False
+    return not any(conflicts(arg, [], absent) for arg in args)
+
+
+def unmet(before: list[str], after: list[str], present: list[Arg], absent: list[Arg]) -> list[str]:
+    """Why ``after`` is not a correct result: the request unmet, or an unrelated argument lost."""
+    problems = []
+    after_args = kernel_args([parse_arg_text(raw) for raw in after])
+    for spec in present:
+        matches = [arg for arg in after_args if arg.key == spec.key]
+        if not matches or not all(arg.same_setting(spec) for arg in matches):
+            found = " ".join(arg.raw for arg in matches) or "none"
+            problems.append(f"{spec.raw} is not the only setting of {spec.name} (found: {found})")
+    for spec in absent:
+        left = [arg.raw for arg in after_args if conflicts(arg, [], [spec])]
+        if left:
+            problems.append(f"{' '.join(left)} still present although {spec.raw} was asked absent")
+    kept = Counter(raw for raw in before if not conflicts(parse_arg_text(raw), present, absent))
+    lost = kept - Counter(after)
+    if lost:
+        problems.append(f"unrelated arguments would be lost: {' '.join(sorted(lost))}")
+    return problems
+
+
+@dataclass
+class EditPlan:
+    deletes: set[int] = field(default_factory=set)
+    replaces: dict[int, str] = field(default_factory=dict)
+    inserts: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.deletes or self.replaces or self.inserts)
+
+
+def plan_edits(tokens: list[Arg], present: list[Arg], absent: list[Arg]) -> EditPlan:
+    """Decide per token what to do; ``present`` makes a name single-valued with the requested value."""
+    edit = EditPlan()
+    kernel = kernel_args(tokens)
+    for spec in absent:
+        for idx, tok in enumerate(kernel):
+            if tok.key == spec.key and (spec.value is None or tok.value == spec.value):
+                edit.deletes.add(idx)
+    for spec in present:
+        matches = [i for i, t in enumerate(kernel) if t.key == spec.key and i not in edit.deletes]
+        if matches and all(kernel[i].same_setting(spec) for i in matches):
+            continue
+        equal = [i for i in matches if kernel[i].same_setting(spec)]
+        if equal:
+            edit.deletes.update(i for i in matches if i != equal[0])
+        elif matches:
+            edit.replaces[matches[0]] = spec.raw
+            edit.deletes.update(matches[1:])
+        else:
+            edit.inserts.append(spec.raw)
+    return edit
+
+
+def apply_to_list(tokens: list[Arg], edit: EditPlan) -> list[str]:
+    kernel_len = len(kernel_args(tokens))
+    out = [edit.replaces.get(i, t.raw) for i, t in enumerate(tokens[:kernel_len]) if i not in edit.deletes]
+    return out + edit.inserts + [t.raw for t in tokens[kernel_len:]]
+
+
+def apply_to_text(text: str, tokens: list[Arg], edit: EditPlan) -> str:
+    """Apply an edit to the text the tokens came from, leaving every untouched byte where it was."""
+    if edit.empty:
+        return text
+    ops: list[tuple[int, int, str]] = []  # (start, end, replacement)
+    kept = [i for i in range(len(tokens)) if i not in edit.deletes]
+    first_kept = kept[0] if kept else None
+    for i in sorted(edit.deletes):
+        if first_kept is None:
+            ops.append((tokens[0].start if i == 0 else tokens[i - 1].end, tokens[i].end, ""))
+        elif i < first_kept:
+            ops.append((tokens[i].start, tokens[i + 1].start, ""))
+        else:
+            ops.append((tokens[i - 1].end, tokens[i].end, ""))
+    for i, raw in edit.replaces.items():
+        ops.append((tokens[i].start, tokens[i].end, raw))
+    if edit.inserts:
+        kernel = kernel_args(tokens)
+        added = " ".join(edit.inserts)
+        if kernel:
+            ops.append((kernel[-1].end, kernel[-1].end, " " + added))
+        elif tokens:  # only "--" and init arguments
+            ops.append((tokens[0].start, tokens[0].start, added + " "))
+        else:
+            pos = len(text.rstrip("\r\n"))
+            ops.append((pos, pos, added))
+    for start, end, repl in sorted(ops, key=lambda op: (op[0], op[1]), reverse=True):
+        text = text[:start] + repl + text[end:]
+    return text
+
+
+def edit_cmdline(text: str, present: list[Arg], absent: list[Arg]) -> str:
+    tokens = tokenize(text)
+    return apply_to_text(text, tokens, plan_edits(tokens, present, absent))
+
+
+# ------------------------------------------------------------------------------------------ host files
+
+
+def read_boot_file(reader: HostReader, path: str) -> str | None:
+    """Text of a boot configuration file (bytes preserved), ``None`` when absent; unreadable is an error."""
+    result = reader.read(path, limit=MAX_BOOT_FILE, record=False)
+    if not result.exists:
+        return None
+    if result.problem:
+        raise CmdlineError(
+            f"cannot read {result.path}: {result.problem.problem}; check the file, permissions or host_root"
+        )
+    return grub.decode(result.data or b"")
+
+
+def find_tool(reader: HostReader, *names: str) -> str | None:
+    """Host path (as seen from inside host_root) of the first tool found, or None."""
+    for name in names:
+        for directory in BIN_DIRS:
+            if reader.is_executable(f"/{directory}/{name}"):
+                return f"/{directory}/{name}"
+    return None
+
+
+def list_boot_dir(reader: HostReader, path: str, suffix: str) -> list[str]:
+    names = reader.listdir(path)
+    if names is None:
+        raise CmdlineError(f"cannot list {reader.path(path)}: {reader.problems[-1].problem}")
+    return [f"{path.rstrip('/')}/{n}" for n in names if n.endswith(suffix) and not n.startswith(".")]
+
+
+def detect_setup(reader: HostReader) -> tuple[str | None, list[str]]:
+    """Pick the boot setup from the files present; also return what was looked at, for error messages."""
+    ostree = bool(reader.exists("/run/ostree-booted"))
+    entries = list_boot_dir(reader, "/boot/loader/entries", ".conf")
+    grubby = find_tool(reader, "grubby")
+    grub_default = bool(reader.isfile(grub.GRUB_MAIN))
+    kernel_cmdline = bool(reader.isfile("/etc/kernel/cmdline"))
+    found = [
+        "/run/ostree-booted " + ("present" if ostree else "absent"),
+        f"/boot/loader/entries: {len(entries)} *.conf",
+        "grubby " + (grubby or "not found"),
+        "/etc/default/grub " + ("present" if grub_default else "absent"),
+        "/etc/kernel/cmdline " + ("present" if kernel_cmdline else "absent"),
+    ]
+    if ostree:
+        return "ostree", found
+    if entries and grubby:
+        return "bls", found
+    if grub_default:
+        return "grub", found
+    if kernel_cmdline:
+        return "kernel_install", found
+    return None, found
+
+
+# ------------------------------------------------------------------------------------------ actions
+
+
+@dataclass
+class Action:
+    kind: str  # "write", "remove" or "command"
+    description: str
+    path: str | None = None
+    content: str | None = None
+    mode: int = 0o644
+    argv: list[str] | None = None
+    before: str | None = None
+    backs_up: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """The record returned to the user (text made JSON-safe: file names may hold any bytes)."""
+        out: dict = {"kind": self.kind, "description": display_text(self.description)}
+        if self.path is not None:
+            out["path"] = display_text(self.path)
+        if self.argv is not None:
+            out["argv"] = [display_text(arg) for arg in self.argv]
+        return out
+
+
+@dataclass
+class Plan:
+    setup: str
+    actions: list[Action]
+    before: list[str]
+    configured: list[str]
+    source: str
+    warnings: list[str] = field(default_factory=list)
+    # Read the configuration back after execution: (host_root, run_host_command) -> configured arguments.
+    readback: object = None
+    # True where the planned list is exactly what the files will say; False where a tool (grubby,
+    # rpm-ostree) decides the order itself and only the request and the unrelated arguments are checked.
+    exact: bool = True
+    present: list[Arg] = field(default_factory=list)
+    absent: list[Arg] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions)
+
+
+def write_action(path: str, before: str | None, after: str, what: str) -> Action | None:
+    if before == after:
+        return None
+    verb = "create" if before is None else "update"
+    return Action("write", f"{verb} {path} ({what})", path=path, content=after, before=before)
+
+
+# ------------------------------------------------------------------------------------------ GRUB
+
+
+@dataclass
+class GrubFiles:
+    """``/etc/default/grub`` and the ``grub.d`` drop-ins in sourcing order, as text."""
+
+    order: list[str]
+    texts: dict[str, str]
+    dropin: str
+
+    def present(self, texts: dict[str, str | None] | None = None) -> dict[str, str]:
+        source = self.texts if texts is None else texts
+        return {path: source[path] for path in self.order if source.get(path) is not None}
+
+
+def read_grub_files(reader: HostReader, dropin: str) -> GrubFiles:
+    main = read_boot_file(reader, grub.GRUB_MAIN)
+    if main is None:
+        raise CmdlineError(f"boot setup 'grub' needs {reader.path(grub.GRUB_MAIN)}, which is missing")
+    names = reader.listdir(grub.GRUB_DIR)
+    if names is None:
+        raise CmdlineError(f"cannot list {reader.path(grub.GRUB_DIR)}: {reader.problems[-1].problem}")
+    texts: dict[str, str] = {grub.GRUB_MAIN: main}
+    for name in grub.source_order(names):
+        path = f"{grub.GRUB_DIR}/{name}"
+        result = reader.read(path, limit=MAX_BOOT_FILE, record=False)
+        if not result.exists:
+            continue  # a dangling link: grub-mkconfig's [ -e ] skips it too
+        if result.problem:
+            raise CmdlineError(
+                f"{result.path} {result.problem.problem}; grub-mkconfig sources every *.cfg there and would fail "
+                "or hang on it: remove it or make it a regular file"
+            )
+        texts[path] = grub.decode(result.data or b"")
+    listed = [path.rsplit("/", 1)[1] for path in texts if path != grub.GRUB_MAIN]
+    ordered = grub.source_order(list(dict.fromkeys([*listed, dropin.rsplit("/", 1)[1]])))
+    return GrubFiles([grub.GRUB_MAIN] + [f"{grub.GRUB_DIR}/{name}" for name in ordered], texts, dropin)
+
+
+def _evaluate(files: GrubFiles, texts: dict[str, str | None], runner) -> list[str]:
+    try:
+        return grub.evaluate(files.present(texts), runner).raws()
+    except grub.GrubError as exc:
+        raise CmdlineError(str(exc)) from exc
+
+
+def _remove_one(files: GrubFiles, texts: dict[str, str | None], raw: str, current: list[str], runner) -> bool:
+    """Delete one spelling of ``raw`` from a file other than the drop-in, proven by evaluation."""
+    for path in files.order:
+        text = texts.get(path)
+        if path == files.dropin or text is None:
+            continue
+        for start, end in grub.occurrences(text, raw):
+            candidate = dict(texts, **{path: grub.without_span(text, start, end)})
+            after = _evaluate(files, candidate, runner)
+            if any(current[:i] + current[i + 1 :] == after for i, seen in enumerate(current) if seen == raw):
+                texts[path] = candidate[path]
+                return True
+    return False
+
+
+def _grub_removal_error(files: GrubFiles, raw: str, runner) -> CmdlineError:
+    origin = _origin(files, raw, runner)
+    return CmdlineError(
+        f"cannot remove {raw!r} from the GRUB command line: after evaluating the files the way grub-mkconfig "
+        f"does, it comes from {origin}, where it is produced by shell code this module does not rewrite "
+        "(a variable, a command substitution or an expansion). Remove it there by hand, then run again"
+    )
+
+
+def _origin(files: GrubFiles, raw: str, runner) -> str:
+    """The first file after whose sourcing ``raw`` is on the command line (for messages)."""
+    for count in range(1, len(files.order) + 1):
+        subset = GrubFiles(files.order[:count], files.texts, files.dropin)
+        if raw in _evaluate(subset, subset.texts, runner):
+            return files.order[count - 1]
+    return "the GRUB files"
+
+
+def _own_args(own: list[str], foreign: list[str], present: list[Arg], absent: list[Arg]) -> list[str]:
+    """The drop-in's arguments after the change: its own minus conflicts, plus what nothing else provides."""
+    kept = [raw for raw in own if not conflicts(parse_arg_text(raw), present, absent)]
+    others = [parse_arg_text(raw) for raw in foreign if not conflicts(parse_arg_text(raw), present, absent)]
+    for spec in present:
+        if not any(arg.same_setting(spec) for arg in others) and spec.raw not in kept:
+            kept.append(spec.raw)
+    return kept
+
+
+def plan_grub(reader: HostReader, present: list[Arg], absent: list[Arg], name: str, runner=run_bounded) -> Plan:
+    """Plan the drop-in and the removals, and prove the result by evaluating the planned files."""
+    dropin = f"{grub.GRUB_DIR}/{name}.cfg"
+    files = read_grub_files(reader, dropin)
+    texts: dict[str, str | None] = dict(files.texts)
+    before = _evaluate(files, texts, runner)
+    try:
+        own_before = grub.dropin_args(dropin, texts.get(dropin))
+    except grub.GrubError as exc:
+        raise CmdlineError(str(exc)) from exc
+    foreign = list((Counter(before) - Counter(own_before)).elements())
+    own_after = _own_args(own_before, foreign, present, absent)
+    texts[dropin] = grub.dropin_text(name, own_after) if own_after else None
+    current = _evaluate(files, texts, runner)
+    for raw in [r for r in current if conflicts(parse_arg_text(r), present, absent)]:
+        if raw in current and not _remove_one(files, texts, raw, current, runner):
+            raise _grub_removal_error(files, raw, runner)
+        current = _evaluate(files, texts, runner)
+    problems = unmet(before, current, present, absent)
+    if problems:
+        raise _grub_unmet_error(files, texts, problems)
+    return _grub_plan(reader, files, texts, before, current, runner)
+
+
+def _grub_unmet_error(files: GrubFiles, texts, problems: list[str]) -> CmdlineError:
+    position = files.order.index(files.dropin)
+    later = [path for path in files.order[position + 1 :] if texts.get(path) is not None]
+    hint = (
+        f"a file sourced after {files.dropin} ({', '.join(later)}) may replace GRUB_CMDLINE_LINUX instead of extending "
+        "it: choose a drop-in name that sorts after it, or make it extend the variable"
+        if later
+        else "the files set the variables in a way this module cannot change safely: edit them by hand"
+    )
+    return CmdlineError(
+        "after the planned change the GRUB command line (evaluated the way grub-mkconfig does) would still be "
+        f"wrong: {'; '.join(problems)}. Nothing was written; {hint}"
+    )
+
+
+def _grub_plan(reader: HostReader, files: GrubFiles, texts, before: list[str], after: list[str], runner) -> Plan:
+    actions: list[Action] = []
+    for path in files.order:
+        old, new = files.texts.get(path), texts.get(path)
+        if old == new:
+            continue
+        if new is None:
+            actions.append(Action("remove", f"remove {path} (no managed arguments left)", path=path, before=old))
+        else:
+            actions.append(write_action(path, old, new, "GRUB_CMDLINE_LINUX"))
+    plan = Plan("grub", actions, before, after, "GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT")
+
+    def readback(host_root: str, _run) -> list[str]:
+        written = read_grub_files(HostReader(host_root), files.dropin)
+        return _evaluate(written, written.texts, runner)
+
+    plan.readback = readback
+    special = [raw for raw in after if grub.GRUB_SCRIPT_SPECIAL.search(raw)]
+    if special:
+        plan.warnings.append(
+            f"{' '.join(special)}: GRUB's own script parser treats $, \\, quotes and ; specially when it reads "
+            "grub.cfg, so the kernel may not receive these exactly as configured"
+        )
+    if actions:
+        _add_grub_regeneration(reader, plan)
+    return plan
+
+
+def _add_grub_regeneration(reader: HostReader, plan: Plan) -> None:
+    tool = find_tool(reader, "update-grub")
+    argv = [tool] if tool else None
+    if not tool:
+        mkconfig = find_tool(reader, "grub-mkconfig", "grub2-mkconfig")
+        if mkconfig:
+            out = "/boot/grub2/grub.cfg" if mkconfig.endswith("grub2-mkconfig") else "/boot/grub/grub.cfg"
+            argv = [mkconfig, "-o", out]
+    if argv:
+        plan.actions.append(Action("command", "regenerate the GRUB configuration", argv=argv))
+    else:
+        plan.warnings.append(
+            "neither update-grub nor grub-mkconfig was found under host_root; the new arguments reach "
+            "the boot menu only after the GRUB configuration is regenerated"
+        )
+
+
+# ------------------------------------------------------------------------------------------ BLS
+
+
+def _bls_options(path: str, text: str, grubenv: str | None) -> str:
+    lines = [line.strip()[len("options") :].strip() for line in text.splitlines() if _is_options(line)]
+    if len(lines) > 1:
+        # systemd-boot joins every options line, GRUB's blscfg uses one: the result depends on the loader.
+        raise CmdlineError(
+            f"{path} has {len(lines)} 'options' lines; systemd-boot would join them but GRUB's blscfg reads only "
+            "one, so the effective command line depends on the boot loader. Merge them into one line"
+        )
+    options = lines[0] if lines else ""
+    if "$kernelopts" in options and grubenv:
+        # RHEL 8 keeps the shared arguments in grubenv and references them from each entry.
+        for line in grubenv.splitlines():
+            if line.startswith("kernelopts="):
+                options = options.replace("$kernelopts", line.partition("=")[2].strip())
+    return options
+
+
+def _is_options(line: str) -> bool:
+    key = line.strip().split(None, 1)[0] if line.strip() else ""
+    return key == "options"
+
+
+def bls_entries(reader: HostReader) -> dict[str, list[Arg]]:
+    entries = list_boot_dir(reader, "/boot/loader/entries", ".conf")
+    if not entries:
+        raise CmdlineError(f"boot setup 'bls' needs entries in {reader.path('/boot/loader/entries')}")
+    grubenv = read_boot_file(reader, "/boot/grub2/grubenv")
+    return {p: tokenize(_bls_options(p, read_boot_file(reader, p) or "", grubenv)) for p in entries}
+
+
+def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    per_entry = bls_entries(reader)
+    remove: list[str] = []
+    add: list[str] = []
+    for tokens in per_entry.values():
+        kernel = kernel_args(tokens)
+        # grubby removes arguments as written: name the spelling that is really there (kvm-intel.tdx=0).
+        remove += [arg.raw for arg in kernel if conflicts(arg, present, absent) and arg.raw not in remove]
+        for spec in present:
+            if not any(arg.same_setting(spec) for arg in kernel) and spec.raw not in add:
+                add.append(spec.raw)
+    bad = [raw for raw in remove if UNSAFE_ARG_RE.search(raw)]
+    if bad:
+        raise CmdlineError(
+            f"{' '.join(bad)} must be removed but contains quotes or spaces, which grubby cannot remove reliably: "
+            "edit the entries in /boot/loader/entries by hand"
+        )
+    entries = list(per_entry)
+    newest = entries[-1]  # Fedora/RHEL entry names sort by kernel version
+    tool = find_tool(reader, "grubby") or "/usr/sbin/grubby"
+    actions = []
+    if remove:
+        argv = [tool, "--update-kernel=ALL", f"--remove-args={' '.join(remove)}"]
+        actions.append(Action("command", f"remove {' '.join(remove)} from every boot entry", argv=argv))
+    if add:
+        argv = [tool, "--update-kernel=ALL", f"--args={' '.join(add)}"]
+        actions.append(Action("command", f"add {' '.join(add)} to every boot entry", argv=argv))
+    for action in actions:
+        # grubby rewrites the entries (and on RHEL /etc/default/grub) itself: keep copies first.
+        action.backs_up = [*entries, grub.GRUB_MAIN]
+    tokens = per_entry[newest]
+    after = apply_to_list(tokens, plan_edits(tokens, present, absent))
+    source = f"options of {newest} (grubby updates all {len(entries)} entries)"
+    plan = Plan("bls", actions, [t.raw for t in tokens], after, source)
+    before_all = {path: [t.raw for t in kernel_args(args)] for path, args in per_entry.items()}
+
+    def readback(host_root: str, _run) -> list[str]:
+        again = bls_entries(HostReader(host_root))
+        problems = []
+        for path, args in again.items():
+            raws = [t.raw for t in kernel_args(args)]
+            problems += [f"{path}: {p}" for p in unmet(before_all.get(path, raws), raws, present, absent)]
+        if problems:
+            raise CmdlineError("; ".join(problems))
+        return [t.raw for t in again.get(newest, [])]
+
+    plan.readback = readback
+    plan.exact = False
+    return plan
+
+
+# ------------------------------------------------------------------------------------------ kernel-install
+
+
+def plan_kernel_install(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    path = "/etc/kernel/cmdline"
+    text = read_boot_file(reader, path)
+    if text is None:
+        raise CmdlineError(f"boot setup 'kernel_install' needs {reader.path(path)}, which is missing")
+    new = edit_cmdline(text, present, absent)
+    if new and not new.endswith("\n"):
+        new += "\n" if text.endswith("\n") or not text else ""
+    before = [t.raw for t in tokenize(text)]
+    after = [t.raw for t in tokenize(new)]
+    action = write_action(path, text, new, "kernel-install command line")
+    plan = Plan("kernel_install", [action] if action else [], before, after, path)
+    plan.readback = lambda host_root, _run: [t.raw for t in tokenize(read_boot_file(HostReader(host_root), path) or "")]
+    if action:
+        _add_kernel_install(reader, plan, path)
+    return plan
+
+
+def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
+    release = (reader.read_text("/proc/sys/kernel/osrelease", record=False) or "").strip()
+    tool = find_tool(reader, "kernel-install")
+    image = next(
+        (
+            f"/{d}/{release}/vmlinuz"
+            for d in ("usr/lib/modules", "lib/modules")
+            if release and "/" not in release and reader.isfile(f"/{d}/{release}/vmlinuz")
+        ),
+        None,
+    )
+    if tool and image:
+        plan.actions.append(
+            Action("command", f"regenerate the boot entry of {release}", argv=[tool, "add", release, image])
+        )
+    else:
+        plan.warnings.append(
+            f"{path} is read when a kernel is installed; no kernel-install or vmlinuz for the running "
+            f"kernel {release or '(unknown)'} was found, so run 'kernel-install add' or reinstall the "
+            "kernel for the change to reach the boot entry"
+        )
+
+
+# ------------------------------------------------------------------------------------------ ostree / bootc
+
+
+def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    current: list[Arg] = []
+    best = -1
+    for path in list_boot_dir(reader, "/boot/loader/entries", ".conf"):
+        text = read_boot_file(reader, path) or ""
+        version = re.search(r"^version\s+(\d+)", text, re.M)
+        number = int(version.group(1)) if version else 0
+        if number > best:
+            best, current = number, tokenize(_bls_options(path, text, None))
+    edit = plan_edits(current, present, absent)
+    after = apply_to_list(current, edit)
+    args: list[str] = [f"--delete-if-present={current[i].raw}" for i in sorted(edit.deletes | set(edit.replaces))]
+    args += [f"--append-if-missing={raw}" for raw in [*edit.replaces.values(), *edit.inserts]]
+    plan = Plan("ostree", [], [t.raw for t in current], after, "default ostree deployment")
+    if args:
+        tool = find_tool(reader, "rpm-ostree")
+        if tool is None:
+            bootc = find_tool(reader, "bootc")
+            hint = (
+                "bootc hosts take kernel arguments from the image: add "
+                f"/usr/lib/bootc/kargs.d/50-tee.toml with kargs = {[t.raw for t in present]!r} "
+                "to the image build, or render a MachineConfig instead"
+                if bootc
+                else "install rpm-ostree or manage this host through its image"
+            )
+            raise CmdlineError(f"ostree host without rpm-ostree: {hint}")
+        plan.actions.append(
+            Action("command", "stage kernel arguments for the next deployment", argv=[tool, "kargs", *args])
+        )
+
+        def readback(_host_root: str, run) -> list[str]:
+            rc, out, err = run([tool, "kargs"])
+            if rc != 0:
+                raise CmdlineError(f"'{tool} kargs' failed with exit code {rc}: {(err or out).strip()[:200]}")
+            return [t.raw for t in tokenize(out if isinstance(out, str) else grub.decode(out))]
+
+        plan.readback = readback
+        plan.exact = False
+    return plan
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+
+def parse_request(present: list, absent: list) -> tuple[list[Arg], list[Arg]]:
+    want = [parse_arg(p, "present argument") for p in present]
+    drop = [parse_arg(a, "absent argument") for a in absent]
+    clash = {t.key for t in want} & {t.key for t in drop if t.value is None}
+    if clash:
+        raise CmdlineError(f"{', '.join(sorted(clash))} requested both present and absent")
+    return want, drop
+
+
+def plan(
+    host_root: str,
+    present: list[str],
+    absent: list[str],
+    name: str = "confidential-tee",
+    setup: str = "auto",
+    runner=run_bounded,
+) -> Plan:
+    """Parse the request, detect (or check) the boot setup and plan the actions."""
+    if not DROPIN_NAME_RE.match(name or ""):
+        raise CmdlineError(f"name {name!r} must be a file-name stem (letters, digits, '.', '_', '-')")
+    want, drop = parse_request(present, absent)
+    reader = HostReader(host_root)
+    if setup == "auto":
+        detected, found = detect_setup(reader)
+        if detected is None:
+            raise CmdlineError(
+                f"no supported boot setup under host_root {host_root}: found {'; '.join(found)}. Supported: "
+                "ostree/bootc (/run/ostree-booted), BLS with grubby, Debian/Ubuntu GRUB (/etc/default/grub), "
+                "kernel-install (/etc/kernel/cmdline); set boot_setup explicitly if detection is wrong"
+            )
+        setup = detected
+    planners = {
+        "grub": lambda: plan_grub(reader, want, drop, name, runner),
+        "bls": lambda: plan_bls(reader, want, drop),
+        "kernel_install": lambda: plan_kernel_install(reader, want, drop),
+        "ostree": lambda: plan_ostree(reader, want, drop),
+    }
+    if setup not in planners:
+        raise CmdlineError(f"unknown boot setup {setup!r}; choose one of auto, {', '.join(SETUPS)}")
+    result = planners[setup]()
+    result.present, result.absent = want, drop
+    return result
+
+
+def verify(result: Plan, executor: Executor) -> None:
+    """Read the configuration back after execution; restore the files and fail when it is not as planned."""
+    if executor.check_mode or not result.actions or result.readback is None:
+        return
+    try:
+        after = result.readback(executor.host_root, executor.run_host_command)
+        problems = unmet(result.before, after, result.present, result.absent)
+    except CmdlineError as exc:
+        after, problems = None, [str(exc)]
+    if after is not None and result.exact and after != result.configured:
+        planned = " ".join(result.configured) or "(nothing)"
+        problems.append(f"it reads {' '.join(after) or '(nothing)'} instead of {planned}")
+    if problems:
+        executor.rollback()
+        raise CmdlineError(
+            f"after the change {result.source} is not as planned: {'; '.join(problems)}{executor.restored()}"
+        )
+    result.configured = after
+
+
+def running_cmdline(host_root: str) -> list[str] | None:
+    result = HostReader(host_root).read("/proc/cmdline", record=False)
+    if result.data is None:
+        return None
+    return [t.raw for t in tokenize(result.data.decode("latin-1"))]
+
+
+def reboot_required(running: list[str] | None, present: list[str], absent: list[str]) -> bool:
+    """True when the running kernel does not have what was requested (configured differs from running)."""
+    if running is None:
+        return False
+    return not satisfied(running, [parse_arg(p) for p in present], [parse_arg(a) for a in absent])
+
+
+def managed_running(running: list[str] | None, present: list[str], absent: list[str]) -> list[str] | None:
+    """The running arguments this request is about; the rest of the line may carry credentials."""
+    if running is None:
+        return None
+    keys = {parse_arg(raw).key for raw in [*present, *absent]}
+    return [raw for raw in running if parse_arg_text(raw).key in keys]
+
+
+# ------------------------------------------------------------------------------------------ execution
+
+
+@dataclass
+class Executor:
+    """The one place actions take effect: records every action, performs it only outside check mode.
+
+    Files are written through symbolic links (to the link's target, resolved inside ``host_root``), after
+    a backup, atomically; their previous content is kept in memory so that :meth:`rollback` can put it back
+    when the result cannot be verified.
+    """
+
+    host_root: str
+    check_mode: bool
+    run_command: object  # callable(argv) -> (rc, stdout, stderr)
+    backup: bool = True
+    done: list[dict] = field(default_factory=list)
+    backups: list[str] = field(default_factory=list)
+    backed_up: set[str] = field(default_factory=set)
+    stamp: str = field(default_factory=lambda: time.strftime("%Y-%m-%d@%H:%M:%S"))
+    originals: dict[str, bytes | None] = field(default_factory=dict)
+    restored_paths: list[str] = field(default_factory=list)
+
+    def command_argv(self, argv: list[str]) -> list[str]:
+        # Under a mounted host root the host's own tools must act on the host's files.
+        root = os.path.abspath(self.host_root)
+        return argv if root == "/" else ["chroot", root, *argv]
+
+    def run_host_command(self, argv: list[str]):
+        return self.run_command(self.command_argv(argv))  # type: ignore[operator]
+
+    def real_path(self, path: str) -> str:
+        return HostReader(self.host_root).resolve(path)
+
+    def _remember(self, path: str) -> None:
+        real = self.real_path(path)
+        if real in self.originals:
+            return
+        try:
+            with open(real, "rb") as handle:
+                self.originals[real] = handle.read()
+        except FileNotFoundError:
+            self.originals[real] = None
+        if self.backup and path not in self.backed_up:
+            # One copy per file and run: the state before this task started, not an intermediate one.
+            self.backed_up.add(path)
+            saved = backup_file(real, self.stamp)
+            if saved:
+                self.backups.append(saved)
+
+    def apply(self, action: Action) -> None:
+        record = action.as_dict()
+        argv = None if action.argv is None else self.command_argv(action.argv)
+        if argv is not None:
+            record["argv"] = [display_text(arg) for arg in argv]
+        self.done.append(record)
+        if self.check_mode:
+            return
+        for path in [action.path] if action.path else action.backs_up:
+            self._remember(path)
+        if action.kind == "write":
+            atomic_write(self.real_path(action.path), action.content or "", default_mode=action.mode)
+        elif action.kind == "remove":
+            real = self.real_path(action.path)
+            if os.path.lexists(real):
+                os.unlink(real)
+        elif action.kind == "command":
+            self._command(argv)
+
+    def _command(self, argv: list[str]) -> None:
+        rc, out, err = self.run_command(argv)  # type: ignore[operator]
+        if rc != 0:
+            detail = (err or out or "").strip().splitlines()[-1:] or ["no output"]
+            raise CmdlineError(
+                f"{' '.join(argv)} failed with exit code {rc}: {detail[0]}; the files written "
+                f"before it were kept (backups: {', '.join(self.backups) or 'none'})"
+            )
+
+    def rollback(self) -> None:
+        """Put every file this executor touched back as it was."""
+        for real, data in self.originals.items():
+            if data is None:
+                if os.path.lexists(real):
+                    os.unlink(real)
+            else:
+                atomic_write(real, grub.decode(data))
+            self.restored_paths.append(real)
+
+    def restored(self) -> str:
+        if not self.restored_paths:
+            return ""
+        return f"; the previous content of {', '.join(self.restored_paths)} was restored"

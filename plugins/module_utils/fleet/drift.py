@@ -1,0 +1,557 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""Key drift: where the scheduler's view of TEE keys (Kubernetes objects) disagrees with the kernel's.
+
+Pure functions over the facts ``tee_host_info`` returns with ``preflight: true`` (misc capacity and usage,
+top-level cgroups, hardware key counts, KVM parameters) and the Kubernetes objects of the same node: the
+Node (``status.capacity``/``allocatable``), the pods bound to it (requests and ``spec.overhead``, see
+:mod:`kube_objects`), RuntimeClasses and NFD NodeFeatureRules.
+
+Which extended resource counts which kernel key pool (:data:`KEY_POOLS`, extendable with ``resource_map``):
+
+* ``tdx.intel.com/keys``: NFD, from ``@cpu.security.tdx.total_keys`` (``misc.capacity`` ``tdx``), requested
+  by Kata's RuntimeClass overhead; ``devices.kubevirt.io/tdx``: KubeVirt's TDX device plugin.
+* ``sev-snp.amd.com/esids``: NFD, from ``@cpu.security.sev.encrypted_state_ids`` (``sev_es``);
+  ``devices.kubevirt.io/sev-esids``: a KubeVirt SEV-ES ASID pool.
+* A NodeFeatureRule's ``extendedResources`` name whose value is one of the NFD features above counts that
+  pool, whatever the name. ``devices.kubevirt.io/sev`` is KubeVirt's ``/dev/sev`` device: every SEV,
+  SEV-ES and SNP VM requests one, and it counts no ASID.
+
+NFD's prefix quirk (``source/cpu/security_amd64.go`` in node-feature-discovery): ``getCgroupMiscCapacity``
+returns the first ``misc.capacity`` line that *starts with* the resource name, so when the kernel prints no
+``sev`` line (every ASID given to SEV-ES) the ``sev`` lookup matches ``sev_es N`` and ``sev.asids`` becomes N.
+
+Every finding has ``id``, ``node``, ``resource``, ``severity`` (``critical``: guests will fail to start;
+``warning``: keys stranded or uncounted; ``info``), ``title``, ``numbers``, ``detail`` and ``fix``.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
+    bound_pods,
+    is_extended,
+    is_running,
+    items,
+    labels_of,
+    name_of,
+    pod_requests,
+    resource_list,
+    selector_matches,
+)
+
+MISC_RESOURCES = ("tdx", "sev", "sev_es")
+KEY_POOLS = {
+    "tdx.intel.com/keys": {"misc": "tdx", "advertiser": "NFD (cpu.security.tdx.total_keys)", "kind": "nfd"},
+    "devices.kubevirt.io/tdx": {"misc": "tdx", "advertiser": "KubeVirt TDX device plugin", "kind": "plugin"},
+    "sev-snp.amd.com/esids": {
+        "misc": "sev_es",
+        "advertiser": "NFD (cpu.security.sev.encrypted_state_ids)",
+        "kind": "nfd",
+    },
+    "devices.kubevirt.io/sev-esids": {"misc": "sev_es", "advertiser": "KubeVirt SEV-ES ASID plugin", "kind": "plugin"},
+}
+NFD_FEATURES = {
+    "@cpu.security.tdx.total_keys": "tdx",
+    "@cpu.security.sev.encrypted_state_ids": "sev_es",
+    "@cpu.security.sev.asids": "sev",
+}
+SEV_DEVICE = "devices.kubevirt.io/sev"
+CRITICAL, WARNING, INFO = "critical", "warning", "info"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Who advertises what
+# ---------------------------------------------------------------------------------------------------
+
+
+def nfd_advertisers(rules) -> dict[str, list[dict]]:
+    """``{extended resource: [{rule, value, misc, static}]}`` from NodeFeatureRules' ``extendedResources``."""
+    found: dict[str, list[dict]] = {}
+    for rule_object in items(rules):
+        spec = rule_object.get("spec") if isinstance(rule_object.get("spec"), dict) else {}
+        for rule in spec.get("rules") or []:
+            if not isinstance(rule, dict) or not isinstance(rule.get("extendedResources"), dict):
+                continue
+            for name, value in rule["extendedResources"].items():
+                value = str(value)
+                feature = NFD_FEATURES.get(value)
+                found.setdefault(name, []).append(
+                    {
+                        "rule": "NodeFeatureRule %s/%s" % (name_of(rule_object), rule.get("name")),
+                        "value": value,
+                        "misc": feature or (KEY_POOLS.get(name) or {}).get("misc"),
+                        "static": not value.startswith("@"),
+                    }
+                )
+    return found
+
+
+def pool_catalog(nfd, resource_map=None) -> dict[str, dict]:
+    """Every extended resource known to count a misc pool: defaults, NFD rules, then ``resource_map``."""
+    catalog = {name: dict(entry, rules=[]) for name, entry in KEY_POOLS.items()}
+    for name, rules in nfd.items():
+        misc = next((r["misc"] for r in rules if r["misc"]), None)
+        if misc is None:
+            continue
+        entry = catalog.setdefault(name, {"misc": misc, "advertiser": "NFD", "kind": "nfd"})
+        entry["misc"] = misc
+        entry["rules"] = rules
+        entry["kind"] = "nfd-static" if all(r["static"] for r in rules) else "nfd"
+        entry["advertiser"] = "; ".join(r["rule"] + " = " + r["value"] for r in rules)
+    for name, misc in (resource_map or {}).items():
+        known = catalog.get(name, {"advertiser": "resource_map", "kind": "plugin", "rules": []})
+        catalog[name] = dict(known, misc=misc)
+    return catalog
+
+
+# ---------------------------------------------------------------------------------------------------
+# The kernel's side
+# ---------------------------------------------------------------------------------------------------
+
+
+def kernel_pool(host, resource) -> dict:
+    """Capacity, usage and where the keys are charged, for one misc resource of one host (``None``: unknown)."""
+    capacity = (host or {}).get("capacity") or {}
+    entry = (capacity.get("resources") or {}).get(resource) or {}
+    present = bool((capacity.get("misc_controller") or {}).get("present"))
+    pool = {
+        "capacity": entry.get("capacity") if present else None,
+        "in_use": entry.get("current") if present else None,
+        "free": entry.get("free") if present else None,
+        "peak": entry.get("peak") if present else None,
+        "in_use_is_lower_bound": bool(entry.get("current_is_lower_bound")),
+        "source": "misc" if present and entry.get("capacity") is not None else None,
+        "events": None,
+        "by_cgroup": {},
+    }
+    registers = (host or {}).get("hardware_keys") or {}
+    if resource == "tdx" and registers.get("tdx_misc_resource") is False:
+        # This kernel does not count TDX keys: the capacity can only come from the hardware, usage is unknown.
+        msr = registers.get("tdx") or {}
+        readable = bool(msr.get("readable"))
+        pool.update(
+            capacity=msr.get("tdx_guest_keyids") if readable else None,
+            source="hardware" if readable else None,
+            in_use=None,
+            free=None,
+            peak=None,
+        )
+    cgroups = [c for c in capacity.get("cgroups") or [] if "/" not in c.get("path", "/")]
+    for cgroup in cgroups:
+        used = (cgroup.get("current") or {}).get(resource)
+        if used:
+            pool["by_cgroup"][cgroup["path"]] = used
+    if cgroups:
+        counts = [(c.get("events") or {}).get(resource) for c in cgroups]
+        pool["events"] = None if None in counts else sum(counts)
+    return pool
+
+
+def outside_kubepods(pool) -> dict[str, int]:
+    """Keys charged in top-level cgroups other than Kubernetes' ``kubepods`` (libvirt's ``machine.slice``...)."""
+    return {path: used for path, used in pool["by_cgroup"].items() if not path.startswith("kubepods")}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The scheduler's side
+# ---------------------------------------------------------------------------------------------------
+
+
+def advertised_pools(node, catalog, pods, problems) -> dict[str, list[dict]]:
+    """Per misc resource, the extended resources the Node advertises for it, with what pods request."""
+    status = node.get("status") if isinstance(node.get("status"), dict) else {}
+    names = set(catalog) | {SEV_DEVICE}
+    where = "node %s" % name_of(node)
+    capacity = resource_list(status.get("capacity"), names, problems, where + " status.capacity")
+    allocatable = resource_list(status.get("allocatable"), names, problems, where + " status.allocatable")
+    requests = [(pod, pod_requests(pod, names, problems)) for pod in pods]
+    pools: dict[str, list[dict]] = {misc: [] for misc in MISC_RESOURCES}
+    for name in sorted(set(capacity) | set(allocatable)):
+        entry = catalog.get(name)
+        if entry is None:
+            continue
+        pools.setdefault(entry["misc"], []).append(
+            {
+                "name": name,
+                "advertiser": entry["advertiser"],
+                "kind": entry["kind"],
+                "rules": entry.get("rules") or [],
+                "capacity": capacity.get(name),
+                "allocatable": allocatable.get(name, capacity.get(name)),
+                "requested": sum(r.get(name, 0) for _pod, r in requests),
+                "held_by_running_pods": sum(r.get(name, 0) for pod, r in requests if is_running(pod)),
+            }
+        )
+    return pools
+
+
+def _finding(node, resource, finding_id, severity, title, numbers, detail, fix) -> dict:
+    return {
+        "id": finding_id,
+        "node": node,
+        "resource": resource,
+        "severity": severity,
+        "title": title,
+        "numbers": numbers,
+        "detail": detail,
+        "fix": fix,
+    }
+
+
+def _active(pools) -> list[dict]:
+    return [pool for pool in pools if pool["allocatable"]]
+
+
+def double_pool(node, resource, kernel, pools) -> list[dict]:
+    """Two or more extended resources advertise the same kernel keys: the scheduler sees them twice."""
+    active = _active(pools)
+    if len(active) < 2:
+        return []
+    schedulable = sum(p["allocatable"] for p in active)
+    capacity = kernel["capacity"]
+    basis = capacity if capacity is not None else max(p["allocatable"] for p in active)
+    numbers = {
+        "kernel_capacity": capacity,
+        "kernel_capacity_source": kernel["source"],
+        "advertised": {p["name"]: p["allocatable"] for p in active},
+        "schedulable": schedulable,
+        "worst_case_overcommit": max(schedulable - basis, 0),
+    }
+    if kernel["free"] is not None:
+        scheduler_free = sum(max(p["allocatable"] - p["requested"], 0) for p in active)
+        numbers.update(kernel_free=kernel["free"], scheduler_free=scheduler_free)
+        numbers["overcommit_now"] = max(scheduler_free - kernel["free"], 0)
+    listed = " and ".join("%s %d (%s)" % (p["name"], p["allocatable"], p["advertiser"]) for p in active)
+    detail = "%s keys are advertised %d times: %s. The scheduler can place %d guests on %s keys: up to %d fail." % (
+        resource,
+        len(active),
+        listed,
+        schedulable,
+        capacity if capacity is not None else "an unknown number of",
+        numbers["worst_case_overcommit"],
+    )
+    if "overcommit_now" in numbers:
+        detail += " Right now it sees %d free where the kernel has %d." % (numbers["scheduler_free"], kernel["free"])
+    nfd = [p["name"] for p in active if p["kind"].startswith("nfd")]
+    plugins = [p["name"] for p in active if not p["kind"].startswith("nfd")]
+    share = "most %s" % capacity if capacity is not None else "most the kernel's capacity"
+    if nfd and plugins:
+        fix = (
+            "keep one pool for %s: make KubeVirt VMs request %s, the resource Kata's RuntimeClass overhead already "
+            "uses (one count for both), and stop the device plugin advertising %s; or the reverse: point the "
+            "RuntimeClass overhead at %s and drop %s from the NodeFeatureRule. If both must stay, give each a fixed "
+            "share (a static NFD value, the plugin's limit) that sum to at %s"
+            % (resource, nfd[0], ", ".join(plugins), plugins[0], nfd[0], share)
+        )
+    else:
+        fix = (
+            "advertise %s keys through one resource only (now: %s), or split them into fixed shares summing to at %s"
+            % (
+                resource,
+                ", ".join(p["name"] for p in active),
+                share,
+            )
+        )
+    return [_finding(node, resource, "double_pool", CRITICAL, "double pool", numbers, detail, fix)]
+
+
+def external_usage(node, resource, kernel, pools) -> list[dict]:
+    """Keys the kernel has handed out that no running pod accounts for: guests outside Kubernetes."""
+    if kernel["in_use"] is None or not _active(pools):
+        return []
+    held = sum(p["held_by_running_pods"] for p in pools)
+    outside = kernel["in_use"] - held
+    if outside <= 0:
+        return []
+    cgroups = outside_kubepods(kernel)
+    numbers = {
+        "kernel_in_use": kernel["in_use"],
+        "in_use_is_lower_bound": kernel["in_use_is_lower_bound"],
+        "held_by_running_pods": held,
+        "outside_kubernetes": outside,
+        "charged_outside_kubepods": cgroups,
+    }
+    where = (
+        "; the kernel charges them to %s" % ", ".join("%s (%d)" % item for item in sorted(cgroups.items()))
+        if cgroups
+        else ""
+    )
+    detail = "the kernel has %d %s keys in use%s, running pods account for %d: %d are used outside Kubernetes%s." % (
+        kernel["in_use"],
+        resource,
+        " (at least)" if kernel["in_use_is_lower_bound"] else "",
+        held,
+        outside,
+        where,
+    )
+    fix = (
+        "reserve them from the scheduler: lower the advertised count by %d (a static value in the NFD rule, or "
+        "the device plugin's reservation), or run a reconciling device plugin that subtracts misc.current; "
+        "find the guests with `systemd-cgls` under the cgroups named above (libvirt puts its VMs in machine.slice)"
+        % outside
+    )
+    return [_finding(node, resource, "external_usage", CRITICAL, "keys used outside Kubernetes", numbers, detail, fix)]
+
+
+def _nfd_sev_quirk(node, pool, kernel_sev, kernel_sev_es) -> list[dict]:
+    """NFD matched ``sev_es N`` for ``sev``: an SEV ASID count where the kernel has none."""
+    advertised = pool["capacity"] if pool["capacity"] is not None else pool["allocatable"]
+    if kernel_sev["capacity"] != 0 or not kernel_sev_es["capacity"] or advertised != kernel_sev_es["capacity"]:
+        return []
+    rules = [r["rule"] for r in pool["rules"] if r["value"] == "@cpu.security.sev.asids"]
+    numbers = {"advertised": advertised, "kernel_sev_capacity": 0, "kernel_sev_es_capacity": kernel_sev_es["capacity"]}
+    detail = (
+        "%s advertises %d SEV ASIDs, but the kernel has no sev line in misc.capacity (every ASID is an SEV-ES/SNP "
+        "ASID): %d is the sev_es count. NFD's cpu source looks for the first misc.capacity line starting with 'sev', "
+        "and 'sev_es %d' matches. Plain SEV guests placed on this node fail to start (misc charge refused)."
+        % (pool["name"], advertised, kernel_sev_es["capacity"], kernel_sev_es["capacity"])
+    )
+    fix = (
+        "remove %s from %s (this node has no plain-SEV ASIDs), or advertise it from a static value; SEV-ES/SNP "
+        "guests belong on sev-snp.amd.com/esids (@cpu.security.sev.encrypted_state_ids)"
+        % (pool["name"], ", ".join(rules) or "the NodeFeatureRule that advertises it")
+    )
+    return [_finding(node, "sev", "nfd_sev_prefix", CRITICAL, "NFD sev prefix quirk", numbers, detail, fix)]
+
+
+def _restart_hint(pool, node) -> str:
+    if pool["kind"] == "plugin":
+        return (
+            "restart the device plugin on %s so it reads misc.capacity again (for KubeVirt: delete the virt-handler "
+            "pod on that node); a plugin that started before TDX/SEV was initialised latched its count" % node
+        )
+    return (
+        "NFD re-reads misc.capacity every sleepInterval (60 s): a lasting difference means nfd-worker is not running "
+        "on %s or cannot read /sys/fs/cgroup; check `kubectl -n node-feature-discovery get pods -o wide`" % node
+    )
+
+
+def stale_advertisers(node, resource, kernel, pools, kernels) -> list[dict]:
+    """Advertised capacity that differs from the kernel's (``kernels`` holds every misc resource's pool)."""
+    findings = []
+    capacity = kernel["capacity"]
+    for pool in pools:
+        advertised = pool["capacity"] if pool["capacity"] is not None else pool["allocatable"]
+        if advertised is None or capacity is None:
+            continue
+        if resource == "sev":
+            quirk = _nfd_sev_quirk(node, pool, kernels["sev"], kernels["sev_es"])
+            if quirk:
+                findings += quirk
+                continue
+        if advertised == capacity or (pool["kind"] == "nfd-static" and advertised < capacity):
+            continue
+        numbers = {
+            "advertised": advertised,
+            "kernel_capacity": capacity,
+            "kernel_capacity_source": kernel["source"],
+            "difference": advertised - capacity,
+        }
+        source = "misc.capacity" if kernel["source"] == "misc" else "the hardware (MSR 0x87; the kernel does not count)"
+        if advertised > capacity:
+            severity, effect = CRITICAL, "%d guests more than there are keys can be scheduled" % (advertised - capacity)
+        elif advertised == 0:
+            severity, effect = WARNING, "the advertiser latched 0: no guest can be scheduled on these keys"
+        else:
+            severity, effect = (
+                WARNING,
+                "%d keys are stranded (never offered to the scheduler)" % (capacity - advertised),
+            )
+        detail = "%s (%s) advertises %d %s keys, %s gives %d: %s." % (
+            pool["name"],
+            pool["advertiser"],
+            advertised,
+            resource,
+            source,
+            capacity,
+            effect,
+        )
+        if pool["kind"] == "nfd-static":
+            fix = "lower the static value of %s to at most %d (the BIOS key split changed?)" % (pool["name"], capacity)
+        else:
+            fix = _restart_hint(pool, node)
+        findings.append(
+            _finding(node, resource, "stale_advertiser", severity, "stale advertiser", numbers, detail, fix)
+        )
+    return findings
+
+
+def sev_es_uncounted(node, kernel, pools, sev_device_pods) -> list[dict]:
+    """SEV-ES/SNP guests charge ``sev_es`` keys, and nothing the scheduler sees counts them."""
+    if not kernel["in_use"] or _active(pools):
+        return []
+    cgroups = outside_kubepods(kernel)
+    numbers = {
+        "kernel_in_use": kernel["in_use"],
+        "kernel_capacity": kernel["capacity"],
+        "advertised_pools": [p["name"] for p in pools],
+        "running_pods_with_kubevirt_sev_device": sev_device_pods,
+        "charged_outside_kubepods": cgroups,
+    }
+    detail = (
+        "the kernel has %d of %s sev_es ASIDs in use (SEV-ES and SEV-SNP guests), and no extended resource on this "
+        "node counts them%s: the scheduler cannot know when they run out."
+        % (
+            kernel["in_use"],
+            kernel["capacity"],
+            "; %d running pods request %s, which is KubeVirt's /dev/sev device and counts no ASID"
+            % (sev_device_pods, SEV_DEVICE)
+            if sev_device_pods
+            else "",
+        )
+    )
+    fix = (
+        "advertise the sev_es pool (a NodeFeatureRule with extendedResources sev-snp.amd.com/esids: "
+        "'@cpu.security.sev.encrypted_state_ids') and make SEV-ES/SNP guests request it: Kata through the "
+        "RuntimeClass overhead, KubeVirt VMs through a resource request"
+    )
+    return [_finding(node, "sev_es", "sev_es_uncounted", WARNING, "SEV-ES guests uncounted", numbers, detail, fix)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# RuntimeClasses
+# ---------------------------------------------------------------------------------------------------
+
+
+def runtime_class_overheads(runtime_classes, problems) -> list[dict]:
+    """RuntimeClasses whose ``overhead.podFixed`` requests extended resources, with their node selector."""
+    found = []
+    for runtime_class in items(runtime_classes):
+        overhead = runtime_class.get("overhead") if isinstance(runtime_class.get("overhead"), dict) else {}
+        where = "RuntimeClass %s overhead.podFixed" % name_of(runtime_class)
+        fixed = resource_list(overhead.get("podFixed"), None, [], where)
+        extended = {name: value for name, value in fixed.items() if is_extended(name)}
+        for name, value in extended.items():
+            if value is None:
+                problems.append("%s %s: not a whole number" % (where, name))
+        if extended:
+            scheduling = runtime_class.get("scheduling") if isinstance(runtime_class.get("scheduling"), dict) else {}
+            found.append(
+                {
+                    "name": name_of(runtime_class),
+                    "handler": runtime_class.get("handler"),
+                    "requests": extended,
+                    "node_selector": scheduling.get("nodeSelector") or {},
+                }
+            )
+    return found
+
+
+def _advertises(node, resource) -> int:
+    status = node.get("status") if isinstance(node.get("status"), dict) else {}
+    counts = resource_list(status.get("allocatable"), {resource}, [], "")
+    return counts.get(resource) or 0
+
+
+def _runtime_class_finding(node, severity, runtime_class, resource, numbers, detail) -> dict:
+    fix = (
+        "advertise %s on the nodes RuntimeClass %s selects (for TEE keys, a NodeFeatureRule extendedResources entry "
+        "from the cpu.security feature), or remove it from the RuntimeClass's overhead.podFixed"
+        % (resource, runtime_class["name"])
+    )
+    title = "RuntimeClass overhead on an unadvertised resource"
+    return _finding(node, resource, "runtimeclass_unadvertised", severity, title, numbers, detail, fix)
+
+
+def runtime_class_findings(overheads, nodes) -> tuple[list[dict], dict[str, list[dict]]]:
+    """Fleet findings (no node it can land on advertises the resource) and per-node ones (a node it selects).
+
+    ``nodes`` are Node objects; a RuntimeClass without ``scheduling.nodeSelector`` can land on every node.
+    """
+    fleet, per_node = [], {}
+    for runtime_class in overheads:
+        landing = [name_of(n) for n in nodes if selector_matches(runtime_class["node_selector"], labels_of(n))]
+        by_name = {name_of(n): n for n in nodes}
+        for resource, amount in runtime_class["requests"].items():
+            advertising = [name for name in landing if _advertises(by_name[name], resource) > 0]
+            missing = [name for name in landing if name not in advertising]
+            numbers = {
+                "runtime_class": runtime_class["name"],
+                "per_pod": amount,
+                "nodes_it_can_land_on": landing,
+                "nodes_advertising": advertising,
+            }
+            if not advertising:
+                detail = (
+                    "RuntimeClass %s adds %s: %s to every pod, and none of the %d nodes it can land on (%s) "
+                    "advertises it: its pods stay Pending"
+                    % (runtime_class["name"], resource, amount, len(landing), ", ".join(landing) or "none")
+                )
+                fleet.append(_runtime_class_finding(None, CRITICAL, runtime_class, resource, numbers, detail))
+                for name in missing:
+                    per_node.setdefault(name, []).append(dict(fleet[-1], node=name))
+            elif runtime_class["node_selector"]:
+                detail = "RuntimeClass %s selects this node but it does not advertise %s (per pod: %s)" % (
+                    runtime_class["name"],
+                    resource,
+                    amount,
+                )
+                for name in missing:
+                    finding = _runtime_class_finding(name, WARNING, runtime_class, resource, numbers, detail)
+                    per_node.setdefault(name, []).append(finding)
+    return fleet, per_node
+
+
+# ---------------------------------------------------------------------------------------------------
+# A node, and the fleet
+# ---------------------------------------------------------------------------------------------------
+
+
+def node_drift(node_name, host, node, pods, catalog) -> dict:
+    """Pools and findings of one node. ``host`` is the ``tee_host_info`` result (``None``: unreachable),
+    ``node`` its Node object (``None``: not in the Kubernetes objects), ``pods`` every pod of the cluster."""
+    problems: list[str] = []
+    kernels = {resource: kernel_pool(host, resource) for resource in MISC_RESOURCES}
+    if node is None:
+        pools = {resource: dict(kernels[resource], advertised=[]) for resource in MISC_RESOURCES}
+        return {
+            "node": node_name,
+            "in_kubernetes": False,
+            "reason": "no Node object named %s in the Kubernetes objects" % node_name,
+            "pools": pools,
+            "findings": [],
+            "problems": problems,
+        }
+    bound = bound_pods(pods, node_name)
+    advertised = advertised_pools(node, catalog, bound, problems)
+    sev_device = sum(
+        1 for pod in bound if is_running(pod) and pod_requests(pod, {SEV_DEVICE}, problems).get(SEV_DEVICE)
+    )
+    findings = []
+    for resource in MISC_RESOURCES:
+        kernel, pools = kernels[resource], advertised.get(resource, [])
+        findings += double_pool(node_name, resource, kernel, pools)
+        findings += stale_advertisers(node_name, resource, kernel, pools, kernels)
+        if resource == "sev_es":
+            findings += sev_es_uncounted(node_name, kernel, pools, sev_device)
+        findings += external_usage(node_name, resource, kernel, pools)
+    return {
+        "node": node_name,
+        "in_kubernetes": True,
+        "reason": None,
+        "bound_pods": len(bound),
+        "running_pods": sum(1 for pod in bound if is_running(pod)),
+        "pools": {resource: dict(kernels[resource], advertised=advertised.get(resource, [])) for resource in kernels},
+        "findings": findings,
+        "problems": problems,
+    }
+
+
+def fleet_drift(hosts, kubernetes, resource_map=None) -> dict:
+    """Drift of every host: ``hosts`` maps Kubernetes node names to ``tee_host_info`` results (or ``None``).
+
+    ``kubernetes`` has ``nodes``, ``pods``, ``runtime_classes`` and ``node_feature_rules`` (lists or List
+    documents). Returns ``{"nodes": {name: node_drift}, "findings": fleet findings, "problems": [...]}``.
+    """
+    nodes = [node for node in items(kubernetes.get("nodes")) if name_of(node)]
+    pods = items(kubernetes.get("pods"))
+    catalog = pool_catalog(nfd_advertisers(kubernetes.get("node_feature_rules")), resource_map)
+    problems: list[str] = []
+    overheads = runtime_class_overheads(kubernetes.get("runtime_classes"), problems)
+    fleet_findings, per_node = runtime_class_findings(overheads, nodes)
+    by_name = {name_of(node): node for node in nodes}
+    result = {}
+    for name, host in hosts.items():
+        result[name] = node_drift(name, host, by_name.get(name), pods, catalog)
+        result[name]["findings"] += per_node.get(name, [])
+    return {"nodes": result, "findings": fleet_findings, "problems": problems, "catalog": catalog}

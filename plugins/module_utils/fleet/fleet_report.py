@@ -1,0 +1,193 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""The fleet report as data: each node's preflight verdict, key pools and drift findings, and a summary.
+
+Pure Python, standard library only. Input is what a play registered from ``tee_host_info`` with
+``preflight: true`` for every host, plus the Kubernetes objects of the cluster (:mod:`drift`). The
+renderers (:mod:`fleet_render` for Markdown and HTML, :mod:`prometheus` for the textfile collector) take the
+returned dict and nothing else, so every format says the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift import MISC_RESOURCES, fleet_drift
+
+SCHEMA = "confidential.tee/fleet-report/v1"
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+NO_KUBERNETES = "no Kubernetes objects given (kubernetes or kubernetes_dir): drift not checked"
+
+
+_STATUS_KEYS = ("failed", "unreachable", "skipped", "msg")
+_GPU_KEYS = ("probed", "present", "cc_capable", "cc_state", "ready_state")
+
+
+def _pick(mapping, keys) -> dict:
+    return {key: mapping[key] for key in keys if key in mapping}
+
+
+def compact_result(result):
+    """Only what the report reads from a registered ``tee_host_info`` (preflight) result.
+
+    A result is about 9 KB per host; Ansible's cost of passing data between tasks grows with its size, so the
+    ``fleet_hosts`` filter hands the report module this subset (about 6 KB, most of it the verdict) instead.
+    Applying it twice changes nothing.
+    """
+    if not isinstance(result, dict):
+        return result
+    compact = _pick(result, _STATUS_KEYS)
+    host = result.get("host")
+    if not isinstance(host, dict):
+        return compact
+    capacity = host.get("capacity") or {}
+    registers = host.get("hardware_keys") or {}
+    gpu = host.get("gpu") or {}
+    preflight = host.get("preflight")
+    compact["host"] = {
+        "kernel": _pick(host.get("kernel") or {}, ("release", "version")),
+        "tee_vendor": host.get("tee_vendor"),
+        "gpu": dict(_pick(gpu, _GPU_KEYS), gpus=[_pick(g, ("name",)) for g in gpu.get("gpus") or []]),
+        "capacity": _pick(capacity, ("misc_controller", "resources", "cgroups")),
+        "hardware_keys": dict(
+            _pick(registers, ("tdx_misc_resource", "tdx_misc_reason")),
+            tdx=_pick(registers.get("tdx") or {}, ("readable", "tdx_guest_keyids")),
+        ),
+        "warnings": [_pick(w, ("problem",)) for w in host.get("warnings") or []],
+        "preflight": preflight if isinstance(preflight, dict) else None,
+    }
+    return compact
+
+
+def _lookup(mapping, key):
+    """``mapping[key]`` or ``None``: Ansible's HostVars has no ``get()``, hosts outside the play no variable."""
+    return mapping[key] if key in mapping else None  # noqa: SIM401
+
+
+def fleet_host_entries(names, hostvars, result_var, node_var="tee_node_name") -> list[dict]:
+    """``[{"name", "node", "result"}]`` for ``tee_fleet_report``, one per host in ``names`` (``fleet_hosts`` filter).
+
+    ``result`` is :func:`compact_result` of the host's ``result_var`` as JSON text (``None`` when the host never
+    registered it: unreachable, limited out of the play); ``node`` is its ``node_var`` or the host name. Text,
+    because Ansible templates every string of nested data passed to a module (seconds for a hundred hosts' facts)
+    and one string per host costs next to nothing. Raises ``TypeError`` when ``names`` is not a list.
+    """
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise TypeError("expects a list of host names, got %r" % (names,))
+    entries = []
+    for name in names:
+        variables = _lookup(hostvars, name) or {}
+        result = compact_result(_lookup(variables, result_var))
+        text = None if result is None else json.dumps(result, sort_keys=True, default=str)
+        entries.append({"name": name, "node": _lookup(variables, node_var) or name, "result": text})
+    return entries
+
+
+def host_facts(result) -> tuple[dict | None, str | None]:
+    """``(facts, None)`` from a registered ``tee_host_info`` result, or ``(None, why not)``."""
+    if not isinstance(result, dict):
+        return None, "no result: the host was unreachable or the task did not run"
+    if result.get("unreachable"):
+        return None, "unreachable: %s" % (result.get("msg") or "no message")
+    if result.get("failed"):
+        return None, "tee_host_info failed: %s" % (result.get("msg") or "no message")
+    if result.get("skipped"):
+        return None, "tee_host_info was skipped"
+    facts = result.get("host")
+    if not isinstance(facts, dict) or not isinstance(facts.get("preflight"), dict):
+        return None, "the result has no host.preflight: run tee_host_info with preflight: true"
+    return facts, None
+
+
+def _node_entry(host, facts, error, drift) -> dict:
+    preflight = (facts or {}).get("preflight") or {}
+    kernel = (facts or {}).get("kernel") or {}
+    findings = sorted(drift["findings"], key=lambda f: (SEVERITY_ORDER.get(f["severity"], 9), f["id"]))
+    return {
+        "name": host["name"],
+        "node": host["node"],
+        "reachable": facts is not None,
+        "error": error,
+        "kernel": kernel.get("release"),
+        "cpu_vendor": (facts or {}).get("tee_vendor"),
+        "technology": preflight.get("technology"),
+        "verdict": preflight.get("verdict") if facts else "UNKNOWN",
+        "ready": bool(preflight.get("ready")),
+        "counts": preflight.get("counts") or {},
+        "blocking": preflight.get("blocking") or ([error] if error else []),
+        "sections": preflight.get("sections") or [],
+        "table": preflight.get("table") or [],
+        "gpu": _gpu_summary(facts),
+        "in_kubernetes": drift["in_kubernetes"],
+        "drift_reason": drift["reason"],
+        "pools": {r: drift["pools"][r] for r in MISC_RESOURCES if _pool_has_data(drift["pools"][r])},
+        "findings": findings,
+        "problems": drift["problems"],
+        "warnings": [w.get("problem") for w in (facts or {}).get("warnings") or []],
+    }
+
+
+def _gpu_summary(facts) -> dict | None:
+    gpu = (facts or {}).get("gpu") or {}
+    if not gpu.get("probed") or not gpu.get("present"):
+        return None
+    return {
+        "count": len(gpu.get("gpus") or []),
+        "names": sorted({g.get("name") for g in gpu.get("gpus") or [] if g.get("name")}),
+        "cc_capable": gpu.get("cc_capable"),
+        "cc_state": gpu.get("cc_state"),
+        "ready_state": gpu.get("ready_state"),
+    }
+
+
+def _pool_has_data(pool) -> bool:
+    return bool(pool["capacity"] or pool["in_use"] or pool["advertised"])
+
+
+def all_findings(report_nodes, fleet_findings) -> list[dict]:
+    """Every finding once: node findings, and fleet findings that no node carries (a copy sits on each node)."""
+    unattached = [f for f in fleet_findings if not (f.get("numbers") or {}).get("nodes_it_can_land_on")]
+    return [f for n in report_nodes for f in n["findings"]] + unattached
+
+
+def _summary(nodes, fleet_findings) -> dict:
+    findings = all_findings(nodes, fleet_findings)
+    by_id: dict[str, int] = {}
+    for finding in findings:
+        by_id[finding["id"]] = by_id.get(finding["id"], 0) + 1
+    verdicts: dict[str, int] = {}
+    for node in nodes:
+        verdicts[node["verdict"]] = verdicts.get(node["verdict"], 0) + 1
+    return {
+        "nodes": len(nodes),
+        "ready": sum(1 for n in nodes if n["ready"]),
+        "not_ready": [n["name"] for n in nodes if not n["ready"]],
+        "unreachable": [n["name"] for n in nodes if not n["reachable"]],
+        "verdicts": verdicts,
+        "findings": len(findings),
+        "critical": sum(1 for f in findings if f["severity"] == "critical"),
+        "findings_by_id": by_id,
+    }
+
+
+def build_report(hosts, kubernetes=None, resource_map=None, title="TEE fleet report") -> dict:
+    """The report. ``hosts`` is a list of ``{"name", "node", "result"}`` (``node``: the Kubernetes node name,
+    ``result``: the registered ``tee_host_info`` result); ``kubernetes`` as :func:`drift.fleet_drift` takes it."""
+    facts, errors = {}, {}
+    for host in hosts:
+        facts[host["node"]], errors[host["node"]] = host_facts(host.get("result"))
+    drift = fleet_drift(facts, kubernetes or {}, resource_map)
+    if kubernetes is None:
+        for entry in drift["nodes"].values():
+            entry["reason"] = NO_KUBERNETES
+    nodes = [_node_entry(h, facts[h["node"]], errors[h["node"]], drift["nodes"][h["node"]]) for h in hosts]
+    fleet_findings = list(drift["findings"])
+    return {
+        "schema": SCHEMA,
+        "title": title,
+        "kubernetes": kubernetes is not None,
+        "summary": _summary(nodes, fleet_findings),
+        "nodes": nodes,
+        "fleet_findings": fleet_findings,
+        "problems": drift["problems"],
+    }

@@ -1,0 +1,187 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""Validation rules for TEE capacity, with messages an operator can act on at 3 a.m.
+
+Pure Python over :mod:`misc_cgroup`; the ``tee_capacity_check`` module is a thin wrapper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import (
+    MiscState,
+    canonical_resource,
+)
+
+# Why a resource can have capacity 0 (the kernel then omits its line) and where to look.
+ZERO_CAPACITY_HINTS = {
+    "tdx": (
+        "TDX not initialised; check `dmesg | grep virt/tdx`, that TDX and a TME-MT/TDX key split are enabled "
+        "in the BIOS, that kvm_intel is loaded with tdx=Y (kernel arguments `kvm_intel.tdx=1 nohibernate`), "
+        "and that the kernel is >= 6.16 or carries the TDX misc-cgroup patch"
+    ),
+    "sev": (
+        "SEV not initialised; check `dmesg | grep -i sev`, that SEV and SME are enabled in the BIOS, "
+        "that kvm_amd is loaded with sev=1, and that /dev/sev exists (ccp module, PSP firmware)"
+    ),
+    "sev_es": (
+        "no SEV-ES/SEV-SNP ASIDs (SNP guests charge sev_es); check `dmesg | grep -i sev`, the BIOS "
+        "'SEV-ES ASID Space Limit' (sev_es capacity = limit - 1, so it must be > 1), that kvm_amd is loaded "
+        "with sev_es=1 (and sev_snp=1 for SNP), and that `iommu=pt` is not on the kernel command line on SNP hosts"
+    ),
+}
+
+
+def _problems(state: MiscState, filename: str) -> list[str]:
+    return [issue.describe() for issue in state.issues if issue.path.rsplit("/", 1)[-1] == filename]
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "ok": self.ok, "message": self.message}
+
+
+@dataclass
+class CheckReport:
+    resource: str
+    capacity: int | None = None
+    current: int | None = None
+    free: int | None = None
+    current_is_lower_bound: bool = False
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [check for check in self.checks if not check.ok]
+
+    def add(self, name: str, ok: bool, message: str) -> None:
+        self.checks.append(CheckResult(name, ok, message))
+
+
+def evaluate(
+    state: MiscState,
+    resource: str,
+    *,
+    min_capacity: int = 1,
+    min_free: int | None = None,
+    max_utilization: float | None = None,
+    expected_capacity: int | None = None,
+) -> CheckReport:
+    """Run every requested check; a check that cannot be evaluated fails and says why."""
+    name = canonical_resource(resource)
+    label = name if name == resource else f"{name} (asked as {resource})"
+    report = CheckReport(resource=name)
+    layout = state.layout
+    if not layout.present:
+        report.add(
+            "misc_controller",
+            False,
+            f"cannot count {label} keys: {layout.reason}. Boot a kernel with CONFIG_CGROUP_MISC "
+            "(5.13+ for sev/sev_es, 6.16+ or a vendor backport for tdx).",
+        )
+        return report
+
+    entry = state.entry(name)
+    where = layout.directory
+    capacity = entry.capacity
+    if capacity is None:
+        report.add(
+            "capacity_readable",
+            False,
+            f"the {label} capacity in {where}/misc.capacity is unknown, so no check can pass: "
+            + "; ".join(_problems(state, "misc.capacity") or ["no usable value"])
+            + ". Fix or remount the file; a kernel writes it as '<name> <count>' lines",
+        )
+        return report
+    report.capacity = capacity
+    report.current = entry.current
+    report.free = entry.free
+    report.current_is_lower_bound = entry.current_is_lower_bound
+
+    _capacity_checks(report, label, where, min_capacity, expected_capacity)
+    wants_usage = min_free is not None or max_utilization is not None
+    if wants_usage and entry.current is None:
+        report.add(
+            "usage_readable",
+            False,
+            f"the {label} usage in {where}/misc.current is unknown, so free keys cannot be counted: "
+            + "; ".join(_problems(state, "misc.current") or ["no usable value"]),
+        )
+        return report
+    _usage_checks(report, label, where, min_free, max_utilization)
+    return report
+
+
+def _capacity_checks(report: CheckReport, label: str, where: str, min_capacity: int, expected_capacity) -> None:
+    name, capacity = report.resource, report.capacity
+    if capacity < min_capacity:
+        hint = (
+            ZERO_CAPACITY_HINTS.get(name, "the kernel reports no capacity for it")
+            if capacity == 0
+            else ("the BIOS key/ASID split or kernel configuration provides fewer than required")
+        )
+        report.add(
+            "min_capacity",
+            False,
+            f"{label} capacity {capacity} in {where}/misc.capacity, at least {min_capacity} required: {hint}.",
+        )
+    else:
+        report.add("min_capacity", True, f"{label} capacity {capacity} >= {min_capacity}")
+
+    if expected_capacity is not None:
+        ok = capacity == expected_capacity
+        report.add(
+            "expected_capacity",
+            ok,
+            f"{label} capacity {capacity} matches the expected {expected_capacity}"
+            if ok
+            else (
+                f"{label} capacity is {capacity} in {where}/misc.capacity but {expected_capacity} was expected: "
+                "the BIOS key/ASID split, the firmware or the kernel changed since the expectation was recorded "
+                "(TDX capacity is the number of TDX KeyIDs minus one)."
+            ),
+        )
+
+
+def _usage_checks(report: CheckReport, label: str, where: str, min_free, max_utilization) -> None:
+    capacity, current, free = report.capacity, report.current, report.free
+    bound = (
+        " (usage is a lower bound summed from child cgroups on this kernel, so free keys may be fewer)"
+        if report.current_is_lower_bound
+        else ""
+    )
+    if min_free is not None:
+        ok = free >= min_free
+        report.add(
+            "min_free",
+            ok,
+            f"{label}: {free} of {capacity} keys free >= {min_free}{bound}"
+            if ok
+            else (
+                f"{label}: only {free} of {capacity} keys free in {where} (misc.current {current}), at least "
+                f"{min_free} required{bound}: stop unused guests or move this workload to another node."
+            ),
+        )
+    if max_utilization is not None:
+        utilization = 100.0 if capacity == 0 else round(100.0 * current / capacity, 2)
+        ok = utilization <= max_utilization
+        report.add(
+            "max_utilization",
+            ok,
+            f"{label}: utilization {utilization}% <= {max_utilization}%{bound}"
+            if ok
+            else (
+                f"{label}: utilization {utilization}% ({current} of {capacity} keys) in {where} exceeds "
+                f"{max_utilization}%{bound}: the node is close to running out of TEE keys."
+            ),
+        )

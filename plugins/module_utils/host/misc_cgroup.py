@@ -1,0 +1,512 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""The misc cgroup controller's files, read exactly as the kernel writes them.
+
+Pure Python, standard library only: Ansible modules (through AnsiballZ) and the ``teesim``
+simulator import this same file.
+
+Kernel facts this follows (``kernel/cgroup/misc.c``, ``arch/x86/kvm/svm/sev.c``,
+``arch/x86/kvm/vmx/tdx.c``):
+
+* ``misc.capacity`` exists on the root cgroup only and prints ``"%s %lu\\n"`` for every resource whose
+  capacity is non-zero, so the file may be empty.
+* ``misc.current`` and ``misc.peak`` print ``"%s %lld\\n"`` for every resource with a capacity or a
+  non-zero value. Kernels before the root ``misc.current`` was exposed have it on children only; the
+  root usage is then the sum of the top-level children, a lower bound (charges made from the root
+  cgroup itself are invisible).
+* ``misc.max`` exists on children only; ``max`` stands for "no limit" (U64_MAX).
+* ``misc.events`` / ``misc.events.local`` exist on children only, lines ``"<res>.max %llu"``.
+* Resource names: ``sev``, ``sev_es``, ``tdx``. SEV-ES *and* SEV-SNP guests charge ``sev_es``; there is
+  no ``snp`` resource. TDX capacity is the number of TDX KeyIDs minus one (the TDX module's global KeyID).
+* cgroup v2 keeps the files in ``/sys/fs/cgroup``; cgroup v1 mounts the controller at
+  ``/sys/fs/cgroup/misc``.
+
+Nothing here raises on bad input: every oddity becomes a :class:`ParseIssue` and the affected value
+becomes ``None`` (unknown), never a guessed number.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, Problem
+
+# Every reader of the collection reports through the same record type.
+ParseIssue = Problem
+
+KNOWN_RESOURCES = ("sev", "sev_es", "tdx")
+# SEV-SNP guests are charged to the SEV-ES ASID pool; users still think of them as "snp".
+RESOURCE_ALIASES = {"snp": "sev_es", "sev_snp": "sev_es"}
+U64_MAX = (1 << 64) - 1
+S64_MAX = (1 << 63) - 1
+MAX_FILE_BYTES = 64 * 1024
+
+CGROUP_V2 = 2
+CGROUP_V1 = 1
+
+SOURCE_ROOT = "root"
+SOURCE_CHILDREN_SUM = "children_sum"
+SOURCE_UNAVAILABLE = "unavailable"
+
+_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*\Z")
+_DIGITS_RE = re.compile(r"^[0-9]+\Z")
+
+
+@dataclass
+class MiscFile:
+    """A parsed misc file: ``values`` maps names to integers, ``None`` where the value is unknown.
+
+    ``complete`` means every line was attributed to a resource name, so a name *without* a line really
+    has none (capacity 0); otherwise a missing name is unknown, because the unparsable line may be it.
+    """
+
+    path: str
+    exists: bool = True
+    values: dict[str, int | None] = field(default_factory=dict)
+    issues: list[ParseIssue] = field(default_factory=list)
+    unattributed: int = 0
+    canonical: bool = True
+
+    @property
+    def readable(self) -> bool:
+        return self.exists and not any(i.line_number is None for i in self.issues)
+
+    @property
+    def complete(self) -> bool:
+        return self.readable and self.unattributed == 0
+
+
+def canonical_resource(name: str) -> str:
+    """Map user spellings (``snp``) to the kernel's resource name (``sev_es``)."""
+    return RESOURCE_ALIASES.get(name, name)
+
+
+def _parse_value(token: str, allow_max: bool, signed: bool) -> tuple[int | None, str | None]:
+    if token == "max":
+        if allow_max:
+            return U64_MAX, None
+        return None, "the word 'max' is only valid in misc.max"
+    negative = token.startswith("-")
+    digits = token[1:] if negative else token
+    if not _DIGITS_RE.match(digits):
+        return None, f"value {token!r} is not a decimal integer"
+    value = int(digits)
+    if negative and (value != 0 or not signed):
+        return (
+            None,
+            f"negative value {token}: the kernel never prints one here (its accounting is inconsistent)",
+        )
+    limit = S64_MAX if signed else U64_MAX
+    if value > limit:
+        return None, f"value {value} exceeds the kernel's {'s64' if signed else 'u64'} range"
+    return value, None
+
+
+def parse_misc_text(
+    data: bytes | str,
+    path: str = "<text>",
+    *,
+    allow_max: bool = False,
+    signed: bool = False,
+    suffix: str = "",
+) -> MiscFile:
+    """Parse the text of one misc file.
+
+    ``suffix`` is the part after the resource name in the key (``.max`` in ``misc.events``), stripped
+    from the returned names. ``signed`` accepts the ``%lld`` form (a lone ``-0`` is 0; any other
+    negative number is reported, not returned). A line that names a resource but does not parse makes
+    that resource unknown (``None``); a line that names nothing recognisable makes the file incomplete.
+    """
+    result = MiscFile(path=path)
+    text = _decode(data, result)
+    if text is None:
+        return result
+    seen_lines: dict[str, int] = {}
+    conflicting: set[str] = set()
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        key, value, problem = _parse_line(line, allow_max, signed, suffix)
+        if problem:
+            result.issues.append(ParseIssue(path, problem, number, raw))
+            if key is None:
+                result.unattributed += 1
+            else:
+                # Known-bad beats absent: a later reader must not mistake "unparsable" for "no line".
+                result.values[key] = None
+                conflicting.add(key)
+            continue
+        if key in seen_lines:
+            different = result.values.get(key) != value
+            if different:
+                conflicting.add(key)
+            words = "with a different value" if different else "(the kernel prints each resource once)"
+            result.issues.append(ParseIssue(path, f"duplicate line for {key!r} {words}", number, raw))
+            continue
+        seen_lines[key] = number
+        result.values[key] = value
+    for key in conflicting:
+        result.values[key] = None
+    result.canonical = text == _canonical_text(result, text, suffix, allow_max)
+    return result
+
+
+def _decode(data: bytes | str, result: MiscFile) -> str | None:
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("ascii")
+        except UnicodeDecodeError:
+            result.issues.append(
+                ParseIssue(
+                    result.path, "file is not ASCII text (a BOM, Latin-1 or binary?): not what the kernel writes"
+                )
+            )
+            return None
+    else:
+        text = data
+    if "\x00" in text:
+        result.issues.append(ParseIssue(result.path, "file contains NUL bytes; is this really a misc cgroup file?"))
+        return None
+    return text
+
+
+def _parse_line(line: str, allow_max: bool, signed: bool, suffix: str) -> tuple[str | None, int | None, str | None]:
+    """``(name, value, problem)``; ``name`` is ``None`` when the line names no resource at all."""
+    fields = line.split()
+    key = fields[0]
+    if suffix:
+        if not key.endswith(suffix):
+            return None, None, f"expected a key ending in {suffix!r}"
+        key = key[: -len(suffix)]
+    if not _NAME_RE.match(key):
+        return None, None, f"resource name {key!r} is not a kernel identifier"
+    if len(fields) != 2:
+        return key, None, "expected '<name> <value>'"
+    value, problem = _parse_value(fields[1], allow_max, signed)
+    return key, value, problem
+
+
+def _canonical_text(result: MiscFile, text: str, suffix: str, allow_max: bool) -> str:
+    """What the kernel would have printed for the values parsed: ``"%s %llu\\n"`` per line, ``max``."""
+    if result.issues:
+        return text
+    lines = []
+    for key, value in result.values.items():
+        shown = "max" if allow_max and value == U64_MAX else str(value)
+        lines.append(f"{key}{suffix} {shown}\n")
+    return "".join(lines)
+
+
+def read_misc_file(
+    reader: HostReader,
+    rel: str,
+    *,
+    allow_max: bool = False,
+    signed: bool = False,
+    suffix: str = "",
+    missing_ok: bool = True,
+) -> MiscFile:
+    """Read and parse one file under the reader's root; missing is ``exists=False``, unreadable an issue."""
+    read = reader.read(rel, limit=MAX_FILE_BYTES, expected=not missing_ok, record=False)
+    if not read.exists:
+        result = MiscFile(path=read.path, exists=False)
+        if read.problem:
+            result.issues.append(ParseIssue(read.path, "file does not exist"))
+        return result
+    if read.problem:
+        return MiscFile(path=read.path, issues=[read.problem])
+    return parse_misc_text(read.data or b"", read.path, allow_max=allow_max, signed=signed, suffix=suffix)
+
+
+@dataclass
+class MiscLayout:
+    """Where the misc controller's root files are, or why there are none."""
+
+    host_root: str
+    cgroup_version: int | None
+    directory: str | None
+    reason: str | None = None
+    # The controller directory relative to host_root (what the reader is given).
+    rel: str | None = None
+
+    @property
+    def present(self) -> bool:
+        return self.directory is not None
+
+
+V2_DIR = "sys/fs/cgroup"
+V1_DIR = "sys/fs/cgroup/misc"
+
+
+def locate_misc(host_root: str = "/", reader: HostReader | None = None) -> MiscLayout:
+    """Find the misc controller under ``host_root`` (v2 unified hierarchy first, then v1)."""
+    reader = reader or HostReader(host_root)
+    v2, v1 = reader.path(V2_DIR), reader.path(V1_DIR)
+    if reader.exists(f"{V2_DIR}/misc.capacity"):
+        return MiscLayout(host_root, CGROUP_V2, v2, rel=V2_DIR)
+    if reader.exists(f"{V1_DIR}/misc.capacity"):
+        return MiscLayout(host_root, CGROUP_V1, v1, rel=V1_DIR)
+    if not reader.isdir(V2_DIR):
+        reason = f"{v2} does not exist: no cgroup filesystem is mounted under host_root {host_root!r}"
+    else:
+        text = reader.read(f"{V2_DIR}/cgroup.controllers", record=False).text()
+        controllers = None if text is None else text.split()
+        if controllers is not None and "misc" not in controllers:
+            reason = (
+                f"the misc cgroup controller is not available ({v2}/cgroup.controllers lists "
+                f"{' '.join(controllers) or 'nothing'}): the kernel lacks CONFIG_CGROUP_MISC or is older than 5.13"
+            )
+        else:
+            reason = (
+                f"no misc.capacity in {v2} (cgroup v2) or {v1} (cgroup v1): the kernel lacks CONFIG_CGROUP_MISC, "
+                "or the misc controller is not mounted"
+            )
+    return MiscLayout(host_root, None, None, reason)
+
+
+@dataclass
+class ResourceState:
+    """Capacity and usage of one misc resource on the whole host."""
+
+    name: str
+    capacity: int | None
+    current: int | None
+    current_source: str
+    peak: int | None = None
+    known: bool = True
+
+    @property
+    def current_is_lower_bound(self) -> bool:
+        return self.current_source == SOURCE_CHILDREN_SUM
+
+    @property
+    def free(self) -> int | None:
+        if self.capacity is None or self.current is None:
+            return None
+        return max(self.capacity - self.current, 0)
+
+    @property
+    def utilization(self) -> float | None:
+        if self.capacity in (None, 0) or self.current is None:
+            return None
+        return round(100.0 * self.current / self.capacity, 2)
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "known": self.known,
+            "capacity": self.capacity,
+            "current": self.current,
+            "current_source": self.current_source,
+            "current_is_lower_bound": self.current_is_lower_bound,
+            "free": self.free,
+            "free_is_upper_bound": self.current_is_lower_bound and self.free is not None,
+            "peak": self.peak,
+            "utilization": self.utilization,
+        }
+
+
+@dataclass
+class CgroupState:
+    """The misc files of one child cgroup (path relative to the controller root)."""
+
+    path: str
+    current: dict[str, int | None]
+    max: dict[str, int | None]
+    peak: dict[str, int | None]
+    events: dict[str, int | None]
+    events_local: dict[str, int | None]
+
+    def as_dict(self) -> dict:
+        limits = {k: ("max" if v == U64_MAX else v) for k, v in self.max.items()}
+        return {
+            "path": self.path,
+            "current": self.current,
+            "max": limits,
+            "peak": self.peak,
+            "events": self.events,
+            "events_local": self.events_local,
+        }
+
+
+@dataclass
+class MiscState:
+    """Everything read from one host's misc controller."""
+
+    layout: MiscLayout
+    resources: dict[str, ResourceState] = field(default_factory=dict)
+    issues: list[ParseIssue] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    cgroups: list[CgroupState] = field(default_factory=list)
+    # Where usage came from: root misc.current, the children's sum (old kernels), or nowhere.
+    usage_source: str = SOURCE_UNAVAILABLE
+    # Whether a resource without a line in misc.capacity / the usage files really has none.
+    capacity_complete: bool = False
+    usage_complete: bool = False
+
+    @property
+    def unknown_resources(self) -> list[str]:
+        return sorted(name for name, state in self.resources.items() if not state.known)
+
+    def resource(self, name: str) -> ResourceState | None:
+        return self.resources.get(canonical_resource(name))
+
+    def entry(self, name: str) -> ResourceState:
+        """The state of ``name``, also when the kernel printed no line for it.
+
+        The kernel omits resources whose capacity is 0, and nobody can charge those, so a missing line
+        in a cleanly read file means capacity 0 and usage 0. When a file could not be read or has a line
+        that names nothing, a missing resource is unknown (``None``), never 0.
+        """
+        name = canonical_resource(name)
+        found = self.resources.get(name)
+        if found is not None:
+            return found
+        capacity = 0 if self.capacity_complete else None
+        # misc_cg_try_charge() refuses a resource without capacity, so nobody can hold one.
+        current = 0 if capacity == 0 else None
+        return ResourceState(name, capacity, current, self.usage_source, known=name in KNOWN_RESOURCES)
+
+
+def _child_dirs(reader: HostReader, rel: str) -> list[str]:
+    names = reader.listdir(rel) or []
+    children = []
+    for name in names:
+        found = reader.stat(f"{rel}/{name}", follow=False)
+        if found and stat.S_ISDIR(found.st_mode):
+            children.append(f"{rel}/{name}")
+    return children
+
+
+def _sum_children_current(reader: HostReader, rel: str, issues: list[ParseIssue]) -> tuple[dict, int, bool]:
+    totals: dict[str, int | None] = {}
+    counted = 0
+    complete = True
+    for child in _child_dirs(reader, rel):
+        parsed = read_misc_file(reader, f"{child}/misc.current", signed=True)
+        if not parsed.exists:
+            continue
+        counted += 1
+        complete = complete and parsed.complete
+        issues.extend(parsed.issues)
+        for name, value in parsed.values.items():
+            if value is None or totals.get(name, 0) is None:
+                totals[name] = None
+            else:
+                totals[name] = totals.get(name, 0) + value
+    return totals, counted, complete
+
+
+def _walk_cgroups(reader: HostReader, rel: str, max_depth: int, issues: list[ParseIssue]) -> list[CgroupState]:
+    found: list[CgroupState] = []
+    stack = [(child, 1) for child in reversed(_child_dirs(reader, rel))]
+    while stack:
+        path, depth = stack.pop()
+        files = {
+            "current": read_misc_file(reader, f"{path}/misc.current", signed=True),
+            "max": read_misc_file(reader, f"{path}/misc.max", allow_max=True),
+            "peak": read_misc_file(reader, f"{path}/misc.peak", signed=True),
+            "events": read_misc_file(reader, f"{path}/misc.events", suffix=".max"),
+            "events_local": read_misc_file(reader, f"{path}/misc.events.local", suffix=".max"),
+        }
+        if files["current"].exists or files["max"].exists:
+            for parsed in files.values():
+                issues.extend(parsed.issues)
+            found.append(CgroupState(path=os.path.relpath(path, rel), **{k: v.values for k, v in files.items()}))
+        if depth < max_depth:
+            stack.extend((child, depth + 1) for child in reversed(_child_dirs(reader, path)))
+    return found
+
+
+def _usage(reader: HostReader, state: MiscState, current: MiscFile) -> dict[str, int | None]:
+    """Usage per resource from the root ``misc.current``, or summed from the children on old kernels."""
+    if current.exists:
+        state.usage_source = SOURCE_ROOT if current.readable else SOURCE_UNAVAILABLE
+        state.usage_complete = current.complete
+        return current.values
+    usage, counted, complete = _sum_children_current(reader, state.layout.rel, state.issues)
+    state.usage_source = SOURCE_CHILDREN_SUM
+    state.usage_complete = complete
+    state.notes.append(
+        f"{state.layout.directory}/misc.current does not exist (kernel older than the root misc.current): "
+        f"usage is the sum of {counted} top-level child cgroups, a lower bound, because charges made "
+        "from the root cgroup itself are invisible"
+    )
+    return usage
+
+
+def _used(state: MiscState, name: str, usage: dict[str, int | None], current_path: str) -> int | None:
+    if state.usage_source == SOURCE_UNAVAILABLE:
+        return None
+    if name in usage:
+        return usage[name]
+    if not state.usage_complete:
+        return None
+    if state.usage_source == SOURCE_CHILDREN_SUM:
+        return 0  # no child charged it: zero is the right lower bound
+    # The kernel prints a line for every resource with a capacity, so a missing one means the capacity
+    # changed between the two reads; do not guess.
+    state.issues.append(ParseIssue(current_path, f"no {name!r} line although misc.capacity lists it; read again"))
+    return None
+
+
+def _note_shapes(state: MiscState, files: list[MiscFile]) -> None:
+    odd = [parsed.path for parsed in files if parsed.exists and parsed.readable and not parsed.canonical]
+    if odd:
+        state.notes.append(
+            f"{', '.join(odd)}: values accepted, but the text is not byte for byte what the kernel prints "
+            "('<name> <value>' lines, one space, no leading zeros or '-0', LF line ends): the file was not "
+            "written by the kernel (a copy, a fixture or another tool?)"
+        )
+
+
+def read_misc_state(host_root: str = "/", *, include_cgroups: bool = False, cgroup_depth: int = 3) -> MiscState:
+    """Read capacity, usage and peaks of every misc resource under ``host_root``.
+
+    With no misc controller the result has ``layout.present == False`` and ``layout.reason`` says
+    why; it is the caller's choice whether that is an error.
+    """
+    reader = HostReader(host_root)
+    state = MiscState(layout=locate_misc(host_root, reader))
+    if not state.layout.present:
+        return state
+    rel = state.layout.rel
+    capacity = read_misc_file(reader, f"{rel}/misc.capacity", missing_ok=False)
+    current = read_misc_file(reader, f"{rel}/misc.current", signed=True)
+    peak = read_misc_file(reader, f"{rel}/misc.peak", signed=True)
+    for parsed in (capacity, current, peak):
+        state.issues.extend(parsed.issues)
+    state.capacity_complete = capacity.complete
+    usage = _usage(reader, state, current)
+    names = set(capacity.values) | {n for n, v in usage.items() if v}
+    for name in sorted(names):
+        cap = capacity.values.get(name, 0 if capacity.complete else None)
+        used = _used(state, name, usage, current.path)
+        state.resources[name] = ResourceState(
+            name=name,
+            capacity=cap,
+            current=used,
+            current_source=state.usage_source,
+            peak=peak.values.get(name) if peak.exists else None,
+            known=name in KNOWN_RESOURCES,
+        )
+        if cap is not None and used is not None and used > cap:
+            state.issues.append(
+                ParseIssue(
+                    state.layout.directory,
+                    f"{name}: usage {used} exceeds capacity {cap} (capacity lowered while guests run, "
+                    "or the files were read mid-update)",
+                )
+            )
+    _note_shapes(state, [capacity, current, peak])
+    for name in state.unknown_resources:
+        state.notes.append(
+            f"unknown misc resource {name!r} kept as read; this module knows {', '.join(KNOWN_RESOURCES)}"
+        )
+    if include_cgroups:
+        state.cgroups = _walk_cgroups(reader, rel, cgroup_depth, state.issues)
+    return state

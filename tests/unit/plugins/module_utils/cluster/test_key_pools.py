@@ -1,0 +1,135 @@
+"""key_pools: one pool per node, and refusals that name both advertisers and the fix."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import key_pools as kp
+
+
+def node(name, vendor="intel", consumers=("kata",), mode="auto"):
+    return {"name": name, "vendor": vendor, "consumers": list(consumers), "mode": mode}
+
+
+def test_double_pool_is_refused_naming_both_objects_and_the_fix():
+    # Kata's chart defaults (NFD advertises) next to KubeVirt's TDX plugin on the same node.
+    with pytest.raises(kp.KeyPoolError) as raised:
+        kp.plan([node("tdx-1", consumers=("kata", "kubevirt"), mode="nfd")], rule_name="kata-tee-keys")
+    message = str(raised.value)
+    assert "node tdx-1: two pools for the same TDX keys" in message
+    assert "NodeFeatureRule kata-tee-keys (rule intel.tdx) advertises tdx.intel.com/keys" in message
+    assert "advertises devices.kubevirt.io/tdx" in message and "WorkloadEncryptionTDX" in message
+    assert "tee_key_pool_mode: kubevirt" in message and "remove kubevirt from its tee_node_consumers" in message
+
+
+def test_snp_with_kata_and_kubevirt_on_one_node_has_no_shared_pool():
+    for mode in ("auto", "nfd", "kubevirt"):
+        with pytest.raises(kp.KeyPoolError, match="snp-1") as raised:
+            kp.plan([node("snp-1", "amd", ("kata", "kubevirt"), mode)])
+        assert "--max-devices" in str(raised.value)
+
+
+def test_kata_overhead_on_kubevirts_tdx_plugin_is_one_pool():
+    plan = kp.plan([node("tdx-1", consumers=("kata", "kubevirt"))])
+    entry = plan["nodes"]["tdx-1"]
+    assert entry["mode"] == "kubevirt"
+    assert entry["pool"] == {"resource": "devices.kubevirt.io/tdx", "advertiser": "kubevirt", "counts_keys": True}
+    assert entry["virt_handler"] and not entry["nfd_extended_resource"]
+    assert plan["kata"] == {"tdx": {"resource": "devices.kubevirt.io/tdx", "nodes": ["tdx-1"]}}
+    assert plan["nfd"]["tdx"]["resource_nodes"] == []
+    assert plan["kubevirt"] == {
+        "feature_gates": ["WorkloadEncryptionTDX"],
+        "nodes": ["tdx-1"],
+        "tdx_nodes": ["tdx-1"],
+        "excluded_nodes": [],
+    }
+
+
+def test_split_nodes_keep_virt_handler_off_the_nfd_nodes():
+    plan = kp.plan([node("kata-1"), node("kata-2"), node("vm-1", consumers=("kubevirt",)), node("snp-kata", "amd")])
+    assert plan["nfd"]["tdx"]["resource_nodes"] == ["kata-1", "kata-2"]
+    assert plan["nfd"]["snp"]["resource_nodes"] == ["snp-kata"]
+    assert plan["kubevirt"]["nodes"] == ["vm-1"]
+    assert plan["kubevirt"]["excluded_nodes"] == ["kata-1", "kata-2", "snp-kata"]
+    assert plan["kata"]["tdx"]["resource"] == "tdx.intel.com/keys"
+
+
+def test_without_kubevirt_nodes_nothing_is_excluded():
+    assert kp.plan([node("kata-1")])["kubevirt"]["excluded_nodes"] == []
+
+
+def test_kata_only_node_in_kubevirt_mode_still_needs_the_gate():
+    plan = kp.plan([node("tdx-1", mode="kubevirt")])
+    assert plan["kubevirt"]["feature_gates"] == ["WorkloadEncryptionTDX"]
+    assert plan["kubevirt"]["tdx_nodes"] == ["tdx-1"]
+
+
+def test_one_runtimeclass_cannot_serve_two_pools():
+    with pytest.raises(kp.KeyPoolError, match="kata-qemu-tdx") as raised:
+        kp.plan([node("a", mode="nfd"), node("b", mode="kubevirt")])
+    assert "tdx.intel.com/keys on a" in str(raised.value) and "devices.kubevirt.io/tdx on b" in str(raised.value)
+
+
+def test_openshift_kata_cc_serves_one_tee():
+    with pytest.raises(kp.KeyPoolError, match="kata-cc"):
+        kp.plan([node("a"), node("b", "amd")], openshift=True)
+    assert kp.plan([node("a"), node("b", "amd")])["kata"].keys() == {"tdx", "snp"}
+
+
+def test_kubevirt_sev_plugin_is_not_a_key_pool_and_says_so():
+    plan = kp.plan([node("snp-vm", "amd", ("kubevirt",))])
+    assert plan["nodes"]["snp-vm"]["pool"]["counts_keys"] is False
+    assert plan["kubevirt"]["feature_gates"] == ["WorkloadEncryptionSEV"]
+    assert "virtualMachineInstancesPerNode" in plan["warnings"][0]
+    with pytest.raises(kp.KeyPoolError, match="no key pool at all"):
+        kp.plan([node("snp-kata", "amd", ("kata",), "kubevirt")])
+
+
+def test_node_without_consumers_has_no_pool():
+    plan = kp.plan([node("idle", consumers=())])
+    assert plan["nodes"]["idle"]["pool"] is None and plan["nodes"]["idle"]["mode"] == "none"
+    assert plan["kata"] == {} and "no key pool" in plan["summary"][0]
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(kp.KeyPoolError) as raised:
+        kp.plan([node("t1", consumers=("kata", "kubevirt"), mode="nfd"), node("s1", "amd", ("kata", "kubevirt"))])
+    assert "node s1" in str(raised.value) and "node t1" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "nodes, message",
+    [
+        ({"name": "x"}, "must be a list"),
+        (["x"], "must be a mapping"),
+        ([{"name": "Bad_Name", "vendor": "intel"}], "not a Kubernetes node name"),
+        ([{"name": "n", "vendor": "arm"}], "intel or amd"),
+        ([{"name": "n", "vendor": "intel", "consumers": "kata"}], "must be a list"),
+        ([{"name": "n", "vendor": "intel", "consumers": ["vms"]}], "unknown consumers"),
+        ([{"name": "n", "vendor": "intel", "mode": "both"}], "mode must be one of"),
+        ([{"name": "n", "vendor": "intel"}, {"name": "n", "vendor": "amd"}], "listed twice"),
+    ],
+)
+def test_bad_input_is_refused_clearly(nodes, message):
+    with pytest.raises(kp.KeyPoolError, match=message):
+        kp.plan(nodes)
+
+
+def test_foreign_rules_are_the_ones_advertising_key_resources():
+    rules = [
+        {
+            "metadata": {"name": "confidential-tee-keys"},
+            "spec": {"rules": [{"extendedResources": {"tdx.intel.com/keys": "@x"}}]},
+        },
+        {
+            "metadata": {"name": "kata-tee-keys"},
+            "spec": {"rules": [{"extendedResources": {"tdx.intel.com/keys": "@x"}}]},
+        },
+        {
+            "metadata": {"name": "amd64-tee-keys"},
+            "spec": {"rules": [{"extendedResources": {"sev-snp.amd.com/esids": "@y"}}]},
+        },
+        {"metadata": {"name": "gpu-labels", "namespace": "nfd"}, "spec": {"rules": [{"labels": {"a": "b"}}]}},
+        {"metadata": {"name": "broken"}, "spec": None},
+    ]
+    found = kp.foreign_key_rules(rules, own_names=["confidential-tee-keys"], remove_names=["amd64-tee-keys"])
+    assert found == [{"name": "kata-tee-keys", "namespace": None, "resources": ["tdx.intel.com/keys"]}]

@@ -1,0 +1,143 @@
+"""kubevirt_cc: TDX attestation from QGS facts, atomic-list merges, virt-handler placement."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import key_pools as kp
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_cc as kv
+
+SOCKET = kv.DEFAULT_QGS_SOCKET
+PRESENT = {"path": SOCKET, "present": True, "is_socket": True}
+ABSENT = {"path": SOCKET, "present": False, "is_socket": False}
+
+
+def test_enforced_only_when_every_tdx_node_has_the_socket():
+    decision = kv.tdx_attestation(["a", "b"], {"a": PRESENT, "b": PRESENT})
+    assert decision["enforced"] is True and decision["warnings"] == []
+    decision = kv.tdx_attestation(["a", "b"], {"a": PRESENT, "b": ABSENT})
+    assert decision["enforced"] is False and decision["missing"] == ["b"]
+    assert "b: /var/run/tdx-qgs/qgs.socket does not exist" in decision["warnings"][0]
+
+
+def test_unknown_facts_never_enforce():
+    cases = {
+        "a": None,
+        "b": {"path": "/run/other.sock", "present": True, "is_socket": True},
+        "c": {"path": SOCKET, "present": None, "is_socket": None},
+        "d": {"path": SOCKET, "present": True, "is_socket": False},
+    }
+    decision = kv.tdx_attestation(list(cases), cases)
+    assert decision["enforced"] is False
+    assert decision["unknown"] == ["a", "b", "c"] and decision["missing"] == ["d"]
+    assert "tee_host_info checked /run/other.sock" in decision["evidence"]["b"]
+    assert "not a socket" in decision["evidence"]["d"]
+
+
+def test_enforced_mode_refuses_nodes_without_the_socket():
+    with pytest.raises(kv.KubeVirtConfigError, match="Unhealthy") as raised:
+        kv.tdx_attestation(["a"], {"a": ABSENT}, mode="enforced")
+    assert "qgsd" in str(raised.value)
+    assert kv.tdx_attestation(["a"], {"a": PRESENT}, mode="enforced")["enforced"] is True
+
+
+def test_disabled_mode_warns():
+    decision = kv.tdx_attestation(["a"], {"a": PRESENT}, mode="disabled")
+    assert decision["enforced"] is False and "not enforced" in decision["warnings"][0]
+
+
+def test_custom_socket_path_and_bad_modes():
+    facts = {"a": {"path": "/run/qgs/qgs.socket", "present": True, "is_socket": True}}
+    assert kv.tdx_attestation(["a"], facts, socket_path="/run/qgs/qgs.socket")["enforced"] is True
+    with pytest.raises(kv.KubeVirtConfigError, match="absolute"):
+        kv.tdx_attestation(["a"], facts, socket_path="qgs.socket")
+    with pytest.raises(kv.KubeVirtConfigError, match="mode"):
+        kv.tdx_attestation(["a"], facts, mode="strict")
+
+
+def test_gates_and_devices_merge_with_what_is_there():
+    assert kv.merge_gates(["CPUManager", "VSOCK"], ["WorkloadEncryptionTDX", "VSOCK"]) == [
+        "CPUManager",
+        "VSOCK",
+        "WorkloadEncryptionTDX",
+    ]
+    ours = kv.gpu_devices([{"pci_vendor_selector": "10de:2330", "resource_name": "nvidia.com/GH100"}])
+    assert ours == [
+        {"pciVendorSelector": "10DE:2330", "resourceName": "nvidia.com/GH100", "externalResourceProvider": True}
+    ]
+    existing = [
+        {"pciVendorSelector": "8086:0001", "resourceName": "intel.com/qat"},
+        {"pciVendorSelector": "10DE:1", "resourceName": "nvidia.com/GH100"},
+    ]
+    assert kv.merge_devices(existing, ours) == [existing[0], ours[0]]
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ({"pci_vendor_selector": "10de2330", "resource_name": "nvidia.com/x"}, "vendor:device"),
+        ({"pci_vendor_selector": "10de:2330", "resource_name": "GH100"}, "qualified resource name"),
+        ("10de:2330", "must be a mapping"),
+    ],
+)
+def test_bad_gpu_devices(device, message):
+    with pytest.raises(kv.KubeVirtConfigError, match=message):
+        kv.gpu_devices([device])
+
+
+def test_placement_exclusion_is_added_to_every_term_and_replaced_next_time():
+    existing = {
+        "nodeSelector": {"kubevirt.io/schedulable": "true"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                    ]
+                }
+            }
+        },
+    }
+    first = kv.merge_placement(existing, ["kata-2", "kata-1"])
+    terms = first["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all(
+        t["matchFields"] == [{"key": "metadata.name", "operator": "NotIn", "values": ["kata-1", "kata-2"]}]
+        for t in terms
+    )
+    assert (
+        terms[0]["matchExpressions"]
+        == existing["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][
+            0
+        ]["matchExpressions"]
+    )
+    assert first["nodeSelector"] == existing["nodeSelector"]
+    assert kv.merge_placement(first, ["kata-1", "kata-2"]) == first  # idempotent
+    again = kv.merge_placement(first, ["kata-3"])
+    assert again["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][1][
+        "matchFields"
+    ][0]["values"] == ["kata-3"]
+    assert kv.merge_placement(kv.merge_placement({}, ["x"]), []) == {}  # our exclusion removed, nothing left
+
+
+def test_kubevirt_spec_fragment():
+    plan = kp.plan(
+        [
+            {"name": "tdx-1", "vendor": "intel", "consumers": ["kata", "kubevirt"]},
+            {"name": "k", "vendor": "intel", "consumers": ["kata"], "mode": "kubevirt"},
+        ]
+    )
+    attestation = kv.tdx_attestation(plan["kubevirt"]["tdx_nodes"], {"tdx-1": PRESENT, "k": PRESENT})
+    want = kv.desired(plan, attestation, [], vsock=True)
+    base = {
+        "configuration": {
+            "developerConfiguration": {"featureGates": ["Snapshot"], "disabledFeatureGates": ["VSOCK", "Other"]}
+        }
+    }
+    spec, warnings = kv.kubevirt_spec(want, base)
+    developer = spec["configuration"]["developerConfiguration"]
+    assert developer["featureGates"] == ["Snapshot", "WorkloadEncryptionTDX", "VSOCK"]
+    assert developer["disabledFeatureGates"] == ["Other"] and "VSOCK" in warnings[0]
+    assert spec["configuration"]["confidentialCompute"] == {
+        "tdx": {"attestation": {"enforced": True, "qgsSocketPath": SOCKET}}
+    }
+    assert "workloads" not in spec and "permittedHostDevices" not in spec["configuration"]

@@ -1,0 +1,166 @@
+"""fleet_report, fleet_render and prometheus: one report, the same facts in every format, text escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import (
+    build_report,
+    compact_result,
+    fleet_host_entries,
+    host_facts,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
+from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
+from prometheus_client.parser import text_string_to_metric_families
+from teesim.cluster import k8s_objects as k8s
+from teesim.cluster.fleet import KATA_TDX, RULES, TDX_LABEL
+from teesim.kernel.cli import build_node_tree
+
+
+def result_for(root) -> dict:
+    facts = gather_preflight(str(root), gather_host_facts(str(root)))
+    return {"changed": False, "host": facts}
+
+
+@pytest.fixture
+def two_nodes(tmp_path):
+    """A TDX node with a double pool and VMs outside Kubernetes, and a kernel without KVM TDX (not ready)."""
+    build_node_tree(tmp_path / "a", charges=[("kubepods.slice", "tdx", 2), ("machine.slice", "tdx", 3)])
+    build_node_tree(tmp_path / "b", profile="no-misc", kvm_tdx="absent")
+    pools = {"devices.kubevirt.io/tdx": "63", "tdx.intel.com/keys": "63"}
+    kube = {
+        "nodes": k8s.as_list(
+            [
+                k8s.node("a", "10.0.0.1", dict(TDX_LABEL), pools, "6.16.0", "Ubuntu"),
+                k8s.node("b", "10.0.0.2", {}, {}, "5.10.0", "Debian"),
+            ]
+        ),
+        "pods": [k8s.kata_pod("k0", "a", KATA_TDX), k8s.kata_pod("k1", "a", KATA_TDX)],
+        "runtime_classes": [KATA_TDX],
+        "node_feature_rules": RULES,
+    }
+    hosts = [
+        {"name": "a", "node": "a", "result": result_for(tmp_path / "a")},
+        {"name": "b", "node": "b", "result": result_for(tmp_path / "b")},
+        {"name": "c", "node": "c", "result": {"unreachable": True, "msg": "ssh: connection refused"}},
+    ]
+    return build_report(hosts, kube)
+
+
+def test_summary(two_nodes):
+    summary = two_nodes["summary"]
+    assert summary["nodes"] == 3 and summary["ready"] == 1
+    assert summary["not_ready"] == ["b", "c"] and summary["unreachable"] == ["c"]
+    assert summary["findings_by_id"] == {"double_pool": 1, "external_usage": 1}
+    assert summary["verdicts"] == {"PASS": 1, "FAIL": 1, "UNKNOWN": 1}
+    node_c = two_nodes["nodes"][2]
+    assert node_c["error"] == "unreachable: ssh: connection refused" and node_c["blocking"] == [node_c["error"]]
+
+
+@pytest.mark.parametrize(
+    ("result", "why"),
+    [
+        (None, "no result: the host was unreachable or the task did not run"),
+        ({"failed": True, "msg": "host_root /x is not a directory"}, "tee_host_info failed: host_root /x is not"),
+        ({"skipped": True}, "tee_host_info was skipped"),
+        ({"host": {}}, "the result has no host.preflight: run tee_host_info with preflight: true"),
+    ],
+)
+def test_host_results_that_give_no_facts(result, why):
+    facts, error = host_facts(result)
+    assert facts is None and error.startswith(why)
+
+
+def test_markdown_has_the_table_findings_and_fixes(two_nodes):
+    text = render_markdown(two_nodes)
+    assert "**3 nodes: 1 ready, 2 not ready (b, c). 2 drift findings, 2 critical.**" in text
+    assert "| a | PASS | yes | TDX | 6.16.0-teesim | tdx 5/63 |" in text
+    assert "### a: double pool (tdx, critical)" in text and "**Fix:** keep one pool for tdx" in text
+    assert "### a: keys used outside Kubernetes (tdx, critical)" in text and "machine.slice (3)" in text
+    assert "- **tdx.kvm** /sys/module/kvm_intel/parameters/tdx is missing" in text
+    assert "- unreachable: ssh: connection refused" in text
+
+
+def test_html_is_self_contained_and_escapes_what_hosts_say(two_nodes):
+    two_nodes["nodes"][2]["name"] = "<script>alert(1)</script>"
+    two_nodes["title"] = 'fleet "prod" & <friends>'
+    page = render_html(two_nodes)
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<title>fleet &quot;prod&quot; &amp; &lt;friends&gt;</title>" in page
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert page.count("<svg") == 1  # node a has keys; b and c have none
+    assert 'aria-label="tdx key pools on a"' in page
+
+
+def test_metrics_parse_and_leave_unknowns_out(two_nodes):
+    text = render_metrics(two_nodes["nodes"])
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families.values()
+        for sample in family.samples
+    }
+    assert samples[("tee_keys_capacity", (("node", "a"), ("resource", "tdx"), ("source", "misc")))] == 63
+    assert samples[("tee_keys_in_use", (("node", "a"), ("resource", "tdx")))] == 5
+    assert samples[("tee_keys_free", (("node", "a"), ("resource", "tdx")))] == 58
+    assert samples[("tee_keys_outside_kubernetes", (("node", "a"), ("resource", "tdx")))] == 3
+    assert samples[("tee_keys_overcommit_worst_case", (("node", "a"), ("resource", "tdx")))] == 63
+    assert samples[("tee_misc_events_total", (("event", "max"), ("node", "a"), ("resource", "tdx")))] == 0
+    assert samples[("tee_node_reachable", (("node", "c"),))] == 0
+    assert samples[("tee_preflight_ready", (("node", "b"),))] == 0
+    assert families["tee_misc_events"].type == "counter"
+    # Node b has no misc controller: no capacity sample at all rather than a 0.
+    assert not any(name == "tee_keys_capacity" and ("node", "b") in labels for name, labels in samples)
+
+
+def test_metric_label_values_are_escaped():
+    node = {"node": 'we"ird\\node\n', "reachable": False, "findings": [], "pools": {}}
+    text = render_metrics([node])
+    assert 'tee_node_reachable{node="we\\"ird\\\\node\\n"} 0' in text
+    (family,) = text_string_to_metric_families(text)
+    assert family.samples[0].labels == {"node": 'we"ird\\node\n'}
+
+
+def test_report_is_json_and_deterministic(two_nodes, tmp_path):
+    assert json.loads(json.dumps(two_nodes)) == two_nodes
+    assert render_markdown(two_nodes) == render_markdown(json.loads(json.dumps(two_nodes)))
+
+
+def test_without_kubernetes_objects_drift_is_not_checked(tmp_path):
+    build_node_tree(tmp_path / "a")
+    report = build_report([{"name": "a", "node": "a", "result": result_for(tmp_path / "a")}])
+    assert report["kubernetes"] is False and report["summary"]["findings"] == 0
+    assert report["nodes"][0]["drift_reason"].startswith("no Kubernetes objects given")
+    assert "Drift not checked: no Kubernetes objects." in render_markdown(report)
+
+
+def test_compact_result_keeps_what_the_report_reads(tmp_path):
+    build_node_tree(tmp_path / "a", usage={"tdx": 4})
+    full = result_for(tmp_path / "a")
+    full["invocation"] = {"module_args": {"host_root": str(tmp_path / "a")}}
+    compact = compact_result(full)
+    assert set(compact) == {"host"} and compact["host"]["preflight"] == full["host"]["preflight"]
+    assert len(json.dumps(compact)) < len(json.dumps(full)) * 0.7
+    assert compact_result(compact) == compact
+    hosts = [{"name": "a", "node": "a", "result": full}]
+    assert build_report(hosts) == build_report([dict(hosts[0], result=compact)])
+
+
+def test_fleet_host_entries_for_the_filter():
+    """(The filter plugin itself imports controller-side Ansible, which changes how module warnings are recorded
+    for every later test in the process; the integration test runs it through ansible-playbook.)"""
+    failed = {"failed": True, "msg": "host_root /x is not a directory", "invocation": {"module_args": {}}}
+    hostvars = {"a": {"tee_node_name": "node-a", "r": failed}, "b": {}}
+    assert fleet_host_entries(["a", "b", "c"], hostvars, "r") == [
+        {"name": "a", "node": "node-a", "result": '{"failed": true, "msg": "host_root /x is not a directory"}'},
+        {"name": "b", "node": "b", "result": None},
+        {"name": "c", "node": "c", "result": None},
+    ]
+    for names in ("a,b", None, 3):
+        with pytest.raises(TypeError, match="expects a list of host names"):
+            fleet_host_entries(names, {}, "r")

@@ -1,0 +1,56 @@
+"""module_utils' wings import strictly downward: common < host < boot < {attestation, cluster} < fleet.
+
+A wing may import itself and any wing of a lower rank, never one of its own rank or above (attestation and
+cluster are siblings: neither may import the other). ``common`` imports nothing outside itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[4] / "plugins" / "module_utils"
+PREFIX = "ansible_collections.confidential.tee.plugins.module_utils."
+RANK = {"common": 0, "host": 1, "boot": 2, "attestation": 3, "cluster": 3, "fleet": 4}
+
+
+def _imported(tree: ast.AST) -> list[str]:
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level:
+                names.append("<relative>")
+            elif node.module.startswith(PREFIX):
+                rest = node.module[len(PREFIX) :]
+                # `from ...module_utils.common import tee` names the wing as the module itself.
+                names.append(rest if "." in rest else f"{rest}.{node.names[0].name}")
+        elif isinstance(node, ast.Import):
+            names += [a.name[len(PREFIX) :] for a in node.names if a.name.startswith(PREFIX)]
+    return names
+
+
+def test_every_module_lives_in_a_wing() -> None:
+    loose = [p.name for p in ROOT.glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"module_utils files outside a wing: {loose}"
+    assert {p.name for p in ROOT.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(RANK)
+
+
+def test_imports_go_downward() -> None:
+    problems = []
+    for path in sorted(ROOT.rglob("*.py")):
+        wing = path.relative_to(ROOT).parts[0]
+        for name in _imported(ast.parse(path.read_text(), str(path))):
+            if name == "<relative>":
+                problems.append(f"{path.relative_to(ROOT)}: relative import (Ansible's packer wants absolute ones)")
+                continue
+            target = name.split(".")[0]
+            if target not in RANK:
+                problems.append(f"{path.relative_to(ROOT)} imports {name}: not a wing")
+            elif target != wing and RANK[target] >= RANK[wing]:
+                problems.append(f"{path.relative_to(ROOT)} ({wing}) imports {name} ({target}): not downward")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_rule_catches_an_upward_import() -> None:
+    tree = ast.parse(f"from {PREFIX}fleet.drift import x\nfrom {PREFIX}common import tee\n")
+    assert _imported(tree) == ["fleet.drift", "common.tee"]
