@@ -11,12 +11,13 @@ from __future__ import annotations
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.yaml.dumper import AnsibleDumper
-from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, kubevirt_objects, manifests
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, kubevirt_objects
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError, foreign_key_rules
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.kubevirt_cc import KubeVirtConfigError
+from ansible_collections.confidential.tee.plugins.module_utils.common import manifests
 
 _ERRORS = (
     KeyPoolError,

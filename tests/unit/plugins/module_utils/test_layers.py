@@ -54,3 +54,24 @@ def test_imports_go_downward() -> None:
 def test_the_rule_catches_an_upward_import() -> None:
     tree = ast.parse(f"from {PREFIX}fleet.drift import x\nfrom {PREFIX}common import tee\n")
     assert _imported(tree) == ["fleet.drift", "common.tee"]
+
+
+def _importers() -> list[Path]:
+    repo = ROOT.parents[1]
+    return [p for d in ("plugins", "tests", "simulator", "benchmarks", "scripts") for p in (repo / d).rglob("*.py")]
+
+
+def test_every_collection_import_names_a_module_that_exists() -> None:
+    """Every `...module_utils.<wing>.<module>` and `from ...module_utils.<wing> import a, b` names a real file."""
+    missing = []
+    for path in _importers():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX)):
+                continue
+            dotted = node.module[len(PREFIX) :].split(".")
+            # `from ...module_utils.<wing> import <module>, ...` names modules; otherwise the module is named.
+            targets = [[*dotted, alias.name] for alias in node.names] if len(dotted) == 1 else [dotted]
+            missing += [
+                f"{path}: {'.'.join(t)}" for t in targets if not ROOT.joinpath(*t[:-1], t[-1] + ".py").is_file()
+            ]
+    assert not missing, "\n".join(missing)
