@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from ansible_collections.confidential.tee.plugins.module_utils.attestation import https_probe, socket_access
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_version import (
     ERAS,
-    QGS_SOCKET,
     DcapVersion,
     DcapVersionError,
     detect_dcap_version,
@@ -46,6 +45,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.regis
     registration_status,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 QCNL_CACHE = "var/opt/qgsd/.dcap-qcnl"

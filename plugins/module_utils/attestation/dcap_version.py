@@ -25,7 +25,6 @@ import re
 from dataclasses import dataclass
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
-from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET  # noqa: F401 (re-exported)
 
 ERA_PRE_124 = "pre-1.24"
 ERA_124 = "1.24-1.25"

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_version import (
     ERA_PRE_124,
-    QGS_SOCKET,
     UINT_MAX,
     VSOCK_LAST_RESERVED_PORT,
     QgsBehaviour,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 
 ULONG_MAX = 0xFFFFFFFFFFFFFFFF
 _WHITESPACE = " \t\n\v\f\r"
