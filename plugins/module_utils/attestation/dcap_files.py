@@ -44,11 +44,12 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.regis
     redact_mpa,
     update_mpa_conf,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
 REDACTED = jsonc.REDACTED
 
 
-class ComponentError(ValueError):
+class ComponentError(TeeError):
     """A request that cannot be turned into files (bad input, a file that does not parse)."""
 
 

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import atomic_write, backup_file
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
@@ -38,7 +39,7 @@ UNSAFE_ARG_RE = re.compile(r"[\s'`$\\;&|<>()\"]")
 MAX_BOOT_FILE = 1024 * 1024
 
 
-class CmdlineError(Exception):
+class CmdlineError(TeeError):
     """Bad input or an unsupported host layout; the message says what, where and how to fix it."""
 
 
