@@ -273,9 +273,11 @@ class Changes:
                 elif entry.changed:
                     self._write(entry)
             except (OSError, ChangeError) as exc:
-                what = " ".join(entry.argv) if isinstance(entry, CommandChange) else self.display(entry.path)
+                what = (
+                    " ".join(entry.argv) + " " if isinstance(entry, CommandChange) else self.display(entry.path) + ": "
+                )
                 self.rollback()
-                raise ChangeError(self.redact(f"{what}: {exc}{self.restored()}")) from None
+                raise ChangeError(self.redact(f"{what}{exc}{self.restored()}")) from None
 
     def _keep(self, path: str, real: str) -> None:
         """Remember a file as it was before the task touched it, and back it up, once per run."""

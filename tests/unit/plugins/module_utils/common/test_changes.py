@@ -215,7 +215,7 @@ def test_failed_command_restores_the_files_it_touches_and_leaves_no_backup(root)
 
     changes = Changes(str(root), runner=grubby)
     changes.command(["grubby", "--args=x"], "add x", touches=["/boot/loader/entries/a.conf"])
-    with pytest.raises(ChangeError, match="grubby --args=x: failed with exit code 1: grubby: cannot update"):
+    with pytest.raises(ChangeError, match="grubby --args=x failed with exit code 1: grubby: cannot update"):
         changes.apply()
     del before[str(root / "boot/loader/entries")]
     after = snapshot(root)
