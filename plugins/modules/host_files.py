@@ -40,7 +40,9 @@ options:
         type: str
         required: true
       mode:
-        description: Octal mode as a string (C("0644")); an existing file keeps its mode when omitted, a new one gets 0644.
+        description:
+          - Octal mode as a string (C("0644")); when omitted an existing file keeps its mode and a new one gets 0644
+            (0600 when O(files[].secret)).
         type: str
       owner:
         description: User name (from the host's C(/etc/passwd)) or number.

@@ -634,6 +634,23 @@ def test_bls_change_that_does_not_take_effect_is_rolled_back(tmp_path):
     assert [entry.read_text() for entry in entries] == before
 
 
+def test_failed_bls_edit_leaves_no_backup_and_no_stray_directory(tmp_path):
+    root = bls_root(tmp_path)
+    before = {str(p): (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")}
+    entries = sorted((tmp_path / "boot/loader/entries").glob("*.conf"))
+
+    def grubby_fails_half_way(argv):
+        entries[0].write_text(entries[0].read_text().replace("options ", "options half-done "))
+        return 1, "", "grubby: error writing entry"
+
+    result = kc.plan(root, ["kvm_amd.sev=1"], ["rhgb"])
+    executor = kc.Executor(root, False, grubby_fails_half_way)
+    with pytest.raises(kc.CmdlineError, match=r"grubby .*exit code 1: grubby: error writing entry; every file"):
+        executor.execute(result)
+    assert executor.backups == []
+    assert {str(p): (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")} == before
+
+
 def test_bls_entry_with_two_options_lines_is_refused(tmp_path):
     root = bls_root(tmp_path, extra_new="a\noptions b")
     with pytest.raises(kc.CmdlineError, match=r"2 'options' lines.*Merge them"):
