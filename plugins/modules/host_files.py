@@ -51,7 +51,7 @@ options:
         description: Group name (from the host's C(/etc/group)) or number.
         type: str
       secret:
-        description: The content is a secret (a private key): mode 0600 unless given, and never shown.
+        description: The content is a secret (a private key), so mode 0600 unless given, and never shown.
         type: bool
         default: false
   backup:
