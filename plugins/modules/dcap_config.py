@@ -142,13 +142,16 @@ backups:
   sample: [/etc/qgs.conf.2026-11-22@12:00:00~]
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_args import chain_arguments
-from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_files import PLANNERS, ComponentError
-from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import FileWriter, WriteError
-from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_files import (
+    PLANNERS,
+    record,
+    units_to_restart,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
     list_of_strings_problem,
@@ -178,51 +181,36 @@ def main():
     problem = list_of_strings_problem("consumers", params["consumers"])
     if problem:
         module.fail_json(msg=problem)
-    host_root = params["host_root"]
-    if not os.path.isdir(host_root):
-        module.fail_json(msg=f"host_root {host_root} is not a directory; point it at the host's root filesystem")
-    reader = HostReader(host_root)
-    writer = FileWriter(host_root, module.check_mode, backup=params["backup"])
+    reader = open_host(module)
+    changes = Changes(
+        reader.host_root,
+        module.check_mode,
+        backup=params["backup"],
+        secrets=[str(value) for value in params["secrets"].values() if value is not None],
+    )
     try:
         plan = PLANNERS[params["component"]](reader, params)
-        befores = {spec.path: reader.read_text(spec.path, limit=4 * 1024 * 1024, record=False) for spec in plan.files}
-        # (spec, record) pairs: what was asked for each file and what happened to it.
-        done = [(s, writer.apply(s.path, s.content, s.owner, s.group, s.mode)) for s in plan.files]
-    except (ComponentError, WriteError) as exc:
-        module.fail_json(msg=display_text(str(exc)), files=writer.done, backups=writer.backups)
-    except OSError as exc:
-        module.fail_json(
-            msg=display_text(f"writing the {params['component']} configuration failed: {exc}"),
-            files=writer.done,
-            backups=writer.backups,
+        record(changes, plan)
+        changes.apply()
+    except (TeeError, OSError) as exc:
+        message = (
+            str(exc) if isinstance(exc, TeeError) else f"writing the {params['component']} configuration failed: {exc}"
         )
-    restart = []
-    for spec, record in done:
-        if record["changed"]:
-            restart.extend(unit for unit in spec.units if unit not in restart)
+        module.fail_json(msg=changes.redact(display_text(message)), files=changes.records(), backups=changes.backups)
     result = dict(
-        changed=any(record["changed"] for _spec, record in done),
-        files=[record for _spec, record in done],
-        restart=sorted(restart, key=lambda unit: unit != "daemon-reload"),
+        changed=changes.changed,
+        files=changes.records(),
+        restart=units_to_restart(plan),
         effective=plan.effective,
-        backups=writer.backups,
+        backups=changes.backups,
     )
     if params["component"] == "qgs":
         result["qgs"] = plan.info
     if module._diff:
-        result["diff"] = [
-            {
-                "before_header": os.path.join(host_root, spec.path.lstrip("/")),
-                "after_header": os.path.join(host_root, spec.path.lstrip("/")),
-                "before": display_text(spec.shown(befores[spec.path])),
-                "after": display_text(spec.shown(spec.content)),
-            }
-            for spec, record in done
-            if record["changed"]
-        ]
+        result["diff"] = changes.diff()
     for warning in plan.warnings:
-        module.warn(display_text(warning))
-    module.exit_json(**result)
+        module.warn(changes.redact(display_text(warning)))
+    module.exit_json(**changes.redact(result))
 
 
 if __name__ == "__main__":

@@ -158,7 +158,6 @@ backups:
   sample: [/etc/default/grub.2026-11-22@12:00:00~]
 """
 
-import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
@@ -171,6 +170,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.boot.kernel_cmdli
     running_cmdline,
     verify,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
     list_of_strings_problem,
@@ -178,26 +178,14 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.validation
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import describe_cmdline
 
 
-def _diffs(result_plan, host_root):
-    diffs = [
-        {
-            "before_header": f"kernel arguments ({result_plan.source})",
-            "after_header": f"kernel arguments ({result_plan.source})",
-            "before": "".join(f"{display_text(raw)}\n" for raw in result_plan.before),
-            "after": "".join(f"{display_text(raw)}\n" for raw in result_plan.configured),
-        }
-    ]
-    for action in result_plan.actions:
-        if action.kind in ("write", "remove"):
-            diffs.append(
-                {
-                    "before_header": os.path.join(host_root, action.path.lstrip("/")),
-                    "after_header": os.path.join(host_root, action.path.lstrip("/")),
-                    "before": display_text(action.before) or "",
-                    "after": display_text(action.content) or "",
-                }
-            )
-    return diffs
+def _arguments_diff(result_plan):
+    """The configured arguments before and after, one per line: the files' own diffs come from the recorder."""
+    return {
+        "before_header": f"kernel arguments ({result_plan.source})",
+        "after_header": f"kernel arguments ({result_plan.source})",
+        "before": "".join(f"{display_text(raw)}\n" for raw in result_plan.before),
+        "after": "".join(f"{display_text(raw)}\n" for raw in result_plan.configured),
+    }
 
 
 def main():
@@ -217,33 +205,29 @@ def main():
         problem = list_of_strings_problem(option, params[option])
         if problem:
             module.fail_json(msg=problem)
-    host_root = params["host_root"]
-    if not os.path.isdir(host_root):
-        module.fail_json(msg=f"host_root {host_root} is not a directory; point it at the host's root filesystem")
-
-    def run(argv):
-        return module.run_command(argv)
-
-    executor = Executor(host_root, module.check_mode, run, backup=params["backup"])
+    host_root = open_host(module).host_root
+    executor = Executor(host_root, module.check_mode, module.run_command, backup=params["backup"])
+    redact = executor.changes.redact
     try:
         result_plan = plan(host_root, params["present"], params["absent"], params["name"], params["boot_setup"])
-        # Everything shown to the user is prepared before the first write: presentation never fails a change.
-        diff = _diffs(result_plan, host_root) if module._diff else None
-        for action in result_plan.actions:
-            executor.apply(action)
+        executor.execute(result_plan)
+        # The diff is the plan's, taken before verify() fills in what was read back.
+        diff = [_arguments_diff(result_plan), *executor.changes.diff()] if module._diff else None
         verify(result_plan, executor)
         running = running_cmdline(host_root)
         needs_reboot = reboot_required(running, params["present"], params["absent"])
     except CmdlineError as exc:
-        module.fail_json(msg=display_text(str(exc)), actions=executor.done, backups=executor.backups)
+        module.fail_json(msg=redact(display_text(str(exc))), actions=redact(executor.done), backups=executor.backups)
     except OSError as exc:
         module.fail_json(
-            msg=display_text(
-                f"kernel_cmdline could not complete: {exc}; the actions recorded so far show how far it got"
+            msg=redact(
+                display_text(
+                    f"kernel_cmdline could not complete: {exc}; the actions recorded so far show how far it got"
+                )
             ),
-            actions=executor.done,
+            actions=redact(executor.done),
             backups=executor.backups,
-            exception=traceback.format_exc(),
+            exception=redact(traceback.format_exc()),
         )
 
     result = dict(
@@ -260,8 +244,8 @@ def main():
     if diff is not None:
         result["diff"] = diff
     for warning in result_plan.warnings:
-        module.warn(display_text(warning))
-    module.exit_json(**result)
+        module.warn(redact(display_text(warning)))
+    module.exit_json(**redact(result))
 
 
 if __name__ == "__main__":

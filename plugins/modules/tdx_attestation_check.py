@@ -137,7 +137,6 @@ remediation:
   type: str
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_args import chain_arguments
@@ -147,6 +146,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.attes
     report_lines,
     summarize,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
     list_of_strings_problem,
@@ -190,8 +190,7 @@ def main():
         problem = f"consumers may hold kubevirt and kata only, got {', '.join(map(repr, unknown))}"
     if problem:
         module.fail_json(msg=problem)
-    if not os.path.isdir(params["host_root"]):
-        module.fail_json(msg=f"host_root {params['host_root']} is not a directory; point it at the host's root")
+    open_host(module)
     if not 0 < params["timeout"] <= 300:
         module.fail_json(msg=f"timeout must be between 0 and 300 seconds, got {params['timeout']}")
     request = ChainRequest(

@@ -104,6 +104,7 @@ checks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import read_misc_state
 
@@ -129,7 +130,7 @@ def main() -> None:
         module.fail_json(msg=f"max_utilization is a percentage between 0 and 100, got {utilization}")
 
     report = evaluate(
-        read_misc_state(params["host_root"]),
+        read_misc_state(open_host(module).host_root),
         params["resource"],
         min_capacity=params["min_capacity"],
         min_free=params["min_free"],

@@ -174,6 +174,7 @@ notes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import KNOWN_RESOURCES
 
@@ -196,7 +197,7 @@ def main() -> None:
     params = module.params
     if params["cgroup_depth"] < 1:
         module.fail_json(msg=f"cgroup_depth must be at least 1, got {params['cgroup_depth']}")
-    result = capacity_facts(params["host_root"], params["resources"], params["cgroups"], params["cgroup_depth"])
+    result = capacity_facts(open_host(module).host_root, params["resources"], params["cgroups"], params["cgroup_depth"])
     result["changed"] = False
     for issue in result["issues"]:
         module.warn(

@@ -436,6 +436,7 @@ host:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import (
     bounded_runner,
@@ -498,11 +499,7 @@ def main():
             msg="gpu_timeout must be at least 1 second, got %d: raise it, or set gather_gpu: false to skip "
             "nvidia-smi" % module.params["gpu_timeout"]
         )
-    if not os.path.isdir(host_root):
-        module.fail_json(
-            msg="host_root %s is not a directory: point it at the host's root (/), the DaemonSet's host "
-            "mount (for example /host) or a simulated node tree" % host_root
-        )
+    open_host(module)
     try:
         facts = gather_host_facts(
             host_root, gpu=_gpu_facts(module, host_root), qgs_socket=module.params["qgs_socket_path"]

@@ -85,11 +85,11 @@ removed:
   elements: str
 """
 
-import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import atomic_write
+from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import ManifestError, plan_directory
 
 
@@ -109,24 +109,18 @@ def _read_directory(dest):
     return existing
 
 
-def _diff(path, before, after, secret=False):
-    if secret:
-        # Only that a Secret changed: a digest of each side, never the (base64, not encrypted) data.
-        before, after = (_digest(text) for text in (before, after))
-    return {"before_header": path, "after_header": path, "before": before, "after": after}
+def record(changes, dest, writes, removals, secrets):
+    """Every write and removal of this owner's manifests, planned in the one change recorder.
 
-
-def _digest(text):
-    return (
-        "(a Secret: content not shown, sha256 %s)\n" % hashlib.sha256(text.encode("utf-8")).hexdigest() if text else ""
-    )
-
-
-def _write_private(path, text):
-    """A Secret's manifest: mode 0600 from the first byte (the old file's mode does not carry over)."""
-    if os.path.exists(path):
-        os.chmod(path, 0o600)
-    atomic_write(path, text, mode=0o600)
+    A Secret's manifest is mode 0600 from its first byte and only a digest of it is ever shown; removed files
+    are shown as digests too (they may have been Secrets). No backups: a ``~`` copy in a GitOps directory
+    would be committed.
+    """
+    for write in writes:
+        secret = write["file"] in secrets
+        changes.file(os.path.join(dest, write["file"]), write["after"], mode=0o600 if secret else None, secret=secret)
+    for name in removals:
+        changes.file(os.path.join(dest, name), None, secret=True)
 
 
 def main() -> None:
@@ -140,7 +134,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    dest, owner = module.params["dest"], module.params["owner"]
+    dest, owner = os.path.abspath(module.params["dest"]), module.params["owner"]
     if os.path.exists(dest) and not os.path.isdir(dest):
         module.fail_json(msg="dest %s exists and is not a directory; give a directory for the manifests" % dest)
     existing = _read_directory(dest)
@@ -150,26 +144,19 @@ def main() -> None:
     except ManifestError as exc:
         module.fail_json(msg=str(exc))
     secrets = {item.get("file") for item in module.params["secret_files"]}
-    diff = [_diff(os.path.join(dest, w["file"]), w["before"] or "", w["after"], w["file"] in secrets) for w in writes]
-    diff += [_diff(os.path.join(dest, name), existing[name], "", True) for name in removals]
-    if not module.check_mode:
-        try:
-            for write in writes:
-                path = os.path.join(dest, write["file"])
-                if write["file"] in secrets:
-                    _write_private(path, write["after"])
-                else:
-                    atomic_write(path, write["after"], default_mode=0o644)
-            for name in removals:
-                os.unlink(os.path.join(dest, name))
-        except OSError as exc:
-            module.fail_json(msg="cannot update %s: %s" % (dest, exc))
+    changes = Changes("/", module.check_mode, backup=False)
+    changes.add_secrets(item.get("content") for item in module.params["secret_files"])
+    try:
+        record(changes, dest, writes, removals, secrets)
+        changes.apply()
+    except (TeeError, OSError) as exc:
+        module.fail_json(msg=changes.redact("cannot update %s: %s" % (dest, exc)))
     module.exit_json(
         changed=bool(writes or removals),
         written=[w["file"] for w in writes if w["file"] not in secrets],
         written_secrets=len([w for w in writes if w["file"] in secrets]),
         removed=removals,
-        diff=diff,
+        diff=changes.diff(),
     )
 
 

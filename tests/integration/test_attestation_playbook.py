@@ -122,7 +122,7 @@ def test_cluster_form_writes_one_valid_file_per_object(ansible_playbook_cli, tmp
     first = play(ansible_playbook_cli, tmp_path, extra, "-vvv", "--diff")
     assert first.returncode == 0, first.stdout[-4000:]
     assert leaks(first.stdout + first.stderr) == []
-    assert "(a Secret: content not shown, sha256" in first.stdout
+    assert "(secret file: content not shown, sha256" in first.stdout
     files = sorted(path.name for path in manifests.iterdir())
     assert files[0] == "00-namespace-tdx-attestation.yaml" and files[-1] == "85-daemonset-tdx-attestation-qgs.yaml"
     assert len(files) == 9

@@ -33,6 +33,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_c
     check_vsock_port,
     qgs_plan,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import file_name
 
 TDX_NODE_LABEL = {"intel.feature.node.kubernetes.io/tdx": "true"}
@@ -41,7 +42,7 @@ PCCS_PATH = "/opt/intel/sgx-dcap-pccs"
 PART_OF = "confidential-tee"
 
 
-class ManifestError(ValueError):
+class ManifestError(TeeError):
     """A request that cannot be rendered."""
 
 

@@ -5,13 +5,16 @@
 One function per component turns a request into :class:`FileSpec` records (content, owner, group, mode), the
 systemd units to restart when they change, and the *effective* view: the written file read back by the same
 reader the service uses (:mod:`qgs_config`, :mod:`qcnl_config`, :mod:`pccs_config`, :mod:`registration`).
-Redaction happens here too, so results and diffs never carry an API key, a token, a token hash or a password.
+:func:`record` hands every file of a component to the one change recorder (:mod:`common.changes`) at once, with
+what makes a file secret: how to redact it surely, and how to find the secret values in its old and new text, so
+results, messages and diffs never carry an API key, a token, a token hash or a password.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.attestation import jsonc
@@ -44,11 +47,12 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.regis
     redact_mpa,
     update_mpa_conf,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
 REDACTED = jsonc.REDACTED
 
 
-class ComponentError(ValueError):
+class ComponentError(TeeError):
     """A request that cannot be turned into files (bad input, a file that does not parse)."""
 
 
@@ -60,13 +64,36 @@ class FileSpec:
     group: str = "root"
     mode: int = 0o644
     units: list[str] = field(default_factory=list)
-    # Turns a file's text into what may be shown (diffs): secrets replaced.
+    # A secret file: ``redact`` turns its text into what may be shown (raising when it cannot be sure), and
+    # ``find_secrets`` lists the secret values in a text (the old file's too), to be hidden wherever they appear.
+    secret: bool = False
     redact: object = None
+    find_secrets: object = None
+    change: object = None  # the recorder's FileChange, once recorded
 
-    def shown(self, text: str | None) -> str:
-        if text is None:
-            return ""
-        return self.redact(text) if self.redact else text
+
+def record(changes, plan: ComponentPlan) -> None:
+    """Plan every file of a component in the recorder: all of them are validated before the first is written."""
+    for spec in plan.files:
+        spec.change = changes.file(
+            spec.path,
+            spec.content,
+            mode=spec.mode,
+            owner=spec.owner,
+            group=spec.group,
+            secret=spec.secret,
+            redactor=spec.redact,
+            find_secrets=spec.find_secrets,
+        )
+
+
+def units_to_restart(plan: ComponentPlan) -> list[str]:
+    """The systemd units whose files changed, ``daemon-reload`` first."""
+    restart: list[str] = []
+    for spec in plan.files:
+        if spec.change is not None and spec.change.changed:
+            restart.extend(unit for unit in spec.units if unit not in restart)
+    return sorted(restart, key=lambda unit: unit != "daemon-reload")
 
 
 @dataclass
@@ -195,12 +222,51 @@ def plan_pccs(reader, params: dict) -> ComponentPlan:
                 group=params["group"] or "pccs",
                 mode=0o600,
                 units=["pccs.service"],
-                redact=lambda shown: jsonc.redact(shown, SECRET_PATHS),
+                secret=True,
+                redact=redact_pccs,
+                find_secrets=pccs_secret_values,
             )
         ],
         effective=redact_config(config or {}),
         warnings=problems,
     )
+
+
+def redact_pccs(text: str) -> str:
+    """production.json with its secrets replaced; raises when it does not parse (line rules would miss some)."""
+    jsonc.parse(text, True)
+    return jsonc.redact(text, SECRET_PATHS)
+
+
+def pccs_secret_values(text: str) -> list[str]:
+    """The values at PCCS's secret paths (API key, token hashes, database password) in a production.json."""
+    try:
+        members = jsonc.parse(text, True).members
+    except jsonc.JsoncError:
+        return []
+    values = []
+    for path in SECRET_PATHS:
+        found = members
+        for depth, name in enumerate(path):
+            matching = [member for member in found if member.key == name]
+            if depth == len(path) - 1:
+                values += [member.value for member in matching if isinstance(member.value, str)]
+            found = [child for member in matching for child in member.children]
+    return values
+
+
+def mpa_secret_values(text: str) -> list[str]:
+    """The subscription key's value on every line that sets it, however the line is spelt."""
+    return [
+        match.group(1).strip()
+        for match in re.finditer(r"(?im)^[ \t]*subscription[ \t_]*key[ \t]*[=:][ \t]*(\S[^#\n]*)", text)
+        if match.group(1).strip()
+    ]
+
+
+def _shown_line(line: str) -> str:
+    """A line of the MPA file as a message may quote it: never one that could carry the subscription key."""
+    return "(hidden: it may hold the subscription key)" if re.search(r"subscri|key", line, re.I) else repr(line)
 
 
 def redact_config(config: dict) -> dict:
@@ -230,13 +296,23 @@ def plan_mpa(reader, params: dict) -> ComponentPlan:
         raise ComponentError(str(exc)) from None
     parsed = parse_mpa_conf(text)
     if parsed["invalid_lines"]:
-        lines = ", ".join(f"line {number}: {line!r}" for number, line in parsed["invalid_lines"])
+        lines = ", ".join(f"line {number}: {_shown_line(line)}" for number, line in parsed["invalid_lines"])
         raise ComponentError(f"{MPA_CONF} has lines the MPA rejects ({lines}); fix them first")
     effective = dict(parsed["settings"])
     if "subscription_key" in effective:
         effective["subscription_key"] = REDACTED
     return ComponentPlan(
-        files=[FileSpec(MPA_CONF, text, mode=0o600, units=["mpa_registration_tool.service"], redact=redact_mpa)],
+        files=[
+            FileSpec(
+                MPA_CONF,
+                text,
+                mode=0o600,
+                units=["mpa_registration_tool.service"],
+                secret=True,
+                redact=redact_mpa,
+                find_secrets=mpa_secret_values,
+            )
+        ],
         effective=effective,
     )
 

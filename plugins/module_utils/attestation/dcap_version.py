@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
 
 ERA_PRE_124 = "pre-1.24"
@@ -41,7 +42,7 @@ VSOCK_LAST_RESERVED_PORT = 1023
 _VERSION = re.compile(r"^(?:DCAP_)?(\d+)\.(\d+)(?:[.\-+~].*)?\Z")
 
 
-class DcapVersionError(ValueError):
+class DcapVersionError(TeeError):
     """A version string this collection cannot read as a DCAP release."""
 
 

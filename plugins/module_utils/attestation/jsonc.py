@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 _WS = " \t\r\n"
 REDACTED = "<redacted>"
 
 
-class JsoncError(ValueError):
+class JsoncError(TeeError):
     """Text that is not JSON with comments; ``line``/``column`` are 1-based."""
 
     def __init__(self, message: str, text: str, offset: int) -> None:

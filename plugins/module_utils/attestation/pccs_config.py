@@ -19,6 +19,7 @@ import hashlib
 import re
 
 from ansible_collections.confidential.tee.plugins.module_utils.attestation import jsonc
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
 PCCS_DIR = "/opt/intel/sgx-dcap-pccs"
 CACHING_MODES = ("LAZY", "REQ", "OFFLINE")
@@ -49,7 +50,7 @@ _TYPES = {
 SETTINGS = tuple(_TYPES)
 
 
-class PccsConfigError(ValueError):
+class PccsConfigError(TeeError):
     """A PCCS setting PCCS would refuse or misread."""
 
 

@@ -15,6 +15,7 @@ Standard library only.
 from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.attestation import jsonc
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
 QCNL_PATH = "/etc/sgx_default_qcnl.conf"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -64,7 +65,7 @@ _LEGACY = {
 }
 
 
-class QcnlConfigError(ValueError):
+class QcnlConfigError(TeeError):
     """A QCNL setting QCNL would ignore or misread."""
 
 

@@ -24,6 +24,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_
     VSOCK_LAST_RESERVED_PORT,
     QgsBehaviour,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 
 ULONG_MAX = 0xFFFFFFFFFFFFFFFF
@@ -41,7 +42,7 @@ VSOCK_UNIT_PATH = "/etc/systemd/system/qgsd-vsock.service"
 SOCKET_ACCESS_HELPER = "/usr/local/libexec/confidential-tee/qgs-socket-access"
 
 
-class QgsConfigError(ValueError):
+class QgsConfigError(TeeError):
     """A request that no qgs.conf can satisfy on this DCAP release."""
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 import struct
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 MPA_CONF = "/etc/mpa_registration.conf"
 STATUS_VARIABLE = "sys/firmware/efi/efivars/SgxRegistrationStatus-f236c5dc-a491-4bbe-bcdd-88885770df45"
 PCK_MARKER = "/var/lib/confidential-tee/pck-registration"
@@ -68,7 +70,7 @@ ERROR_CODES = {
 }
 
 
-class MpaConfigError(ValueError):
+class MpaConfigError(TeeError):
     """A setting the MPA would reject or misread."""
 
 

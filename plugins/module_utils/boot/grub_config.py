@@ -24,6 +24,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import clean_environment, run_bounded
 from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import Arg, kernel_args, tokenize
 
@@ -55,7 +56,7 @@ _ASSIGNMENT = re.compile(r"(?m)^[ \t]*(?:export[ \t]+)?(GRUB_CMDLINE_LINUX(?:_DE
 _DROPIN_LINE = re.compile(r'^GRUB_CMDLINE_LINUX="\$\{GRUB_CMDLINE_LINUX\} ([^"$`\\]*)"$')
 
 
-class GrubError(Exception):
+class GrubError(TeeError):
     """The files cannot be evaluated or changed safely; the message says where and how to fix it."""
 
 

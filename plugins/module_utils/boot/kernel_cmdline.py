@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
-from ansible_collections.confidential.tee.plugins.module_utils.common.file_writer import atomic_write, backup_file
+from ansible_collections.confidential.tee.plugins.module_utils.common.changes import ChangeError, Changes
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import display_text
@@ -38,7 +38,7 @@ UNSAFE_ARG_RE = re.compile(r"[\s'`$\\;&|<>()\"]")
 MAX_BOOT_FILE = 1024 * 1024
 
 
-class CmdlineError(Exception):
+class CmdlineError(TeeError):
     """Bad input or an unsupported host layout; the message says what, where and how to fix it."""
 
 
@@ -722,14 +722,27 @@ def managed_running(running: list[str] | None, present: list[str], absent: list[
 
 # ------------------------------------------------------------------------------------------ execution
 
+# Argument names that carry credentials (rd.iscsi.password, a token for a network boot): their values are secrets.
+CREDENTIAL_NAME_RE = re.compile(r"(password|passwd|secret|token|credential)", re.IGNORECASE)
+
+
+def credential_values(raws: list[str]) -> list[str]:
+    """Values of the arguments in ``raws`` whose names say they carry credentials, for the recorder to hide."""
+    values = []
+    for raw in raws:
+        arg = parse_arg_text(raw)
+        if arg.value and CREDENTIAL_NAME_RE.search(arg.name):
+            values.append(arg.value)
+    return values
+
 
 @dataclass
 class Executor:
-    """The one place actions take effect: records every action, performs it only outside check mode.
+    """Hands a plan's actions to the one change recorder (:mod:`common.changes`) and applies them all or nothing.
 
-    Files are written through symbolic links (to the link's target, resolved inside ``host_root``), after
-    a backup, atomically; their previous content is kept in memory so that :meth:`rollback` can put it back
-    when the result cannot be verified.
+    Files are written through symbolic links resolved inside ``host_root``, after a backup, atomically; the
+    commands are recorded alongside them, with the files they rewrite themselves (grubby's entries), so that a
+    failed command or a result :func:`verify` cannot confirm puts every file of the task back as it was.
     """
 
     host_root: str
@@ -737,11 +750,14 @@ class Executor:
     run_command: object  # callable(argv) -> (rc, stdout, stderr)
     backup: bool = True
     done: list[dict] = field(default_factory=list)
-    backups: list[str] = field(default_factory=list)
-    backed_up: set[str] = field(default_factory=set)
-    stamp: str = field(default_factory=lambda: time.strftime("%Y-%m-%d@%H:%M:%S"))
-    originals: dict[str, bytes | None] = field(default_factory=dict)
-    restored_paths: list[str] = field(default_factory=list)
+    changes: Changes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changes = Changes(self.host_root, self.check_mode, backup=self.backup, runner=self.run_command)
+
+    @property
+    def backups(self) -> list[str]:
+        return [saved for saved in self.changes.backups if saved]
 
     def command_argv(self, argv: list[str]) -> list[str]:
         # Under a mounted host root the host's own tools must act on the host's files.
@@ -751,64 +767,31 @@ class Executor:
     def run_host_command(self, argv: list[str]):
         return self.run_command(self.command_argv(argv))  # type: ignore[operator]
 
-    def real_path(self, path: str) -> str:
-        return HostReader(self.host_root).resolve(path)
+    def record(self, action: Action) -> None:
+        """Plan one action in the recorder (nothing happens yet)."""
+        entry = action.as_dict()
+        if action.kind == "command":
+            argv = self.command_argv(action.argv or [])
+            entry["argv"] = [display_text(arg) for arg in argv]
+            self.changes.command(argv, action.description, touches=action.backs_up)
+        else:
+            content = action.content if action.kind == "write" else None
+            self.changes.file(action.path or "", content, default_mode=action.mode)
+        self.done.append(entry)
 
-    def _remember(self, path: str) -> None:
-        real = self.real_path(path)
-        if real in self.originals:
-            return
+    def execute(self, result: Plan) -> None:
+        """Record every action of the plan, validate them together, then apply them (outside check mode)."""
+        for action in result.actions:
+            self.record(action)
+        self.changes.add_secrets(credential_values([*result.before, *result.configured]))
         try:
-            with open(real, "rb") as handle:
-                self.originals[real] = handle.read()
-        except FileNotFoundError:
-            self.originals[real] = None
-        if self.backup and path not in self.backed_up:
-            # One copy per file and run: the state before this task started, not an intermediate one.
-            self.backed_up.add(path)
-            saved = backup_file(real, self.stamp)
-            if saved:
-                self.backups.append(saved)
-
-    def apply(self, action: Action) -> None:
-        record = action.as_dict()
-        argv = None if action.argv is None else self.command_argv(action.argv)
-        if argv is not None:
-            record["argv"] = [display_text(arg) for arg in argv]
-        self.done.append(record)
-        if self.check_mode:
-            return
-        for path in [action.path] if action.path else action.backs_up:
-            self._remember(path)
-        if action.kind == "write":
-            atomic_write(self.real_path(action.path), action.content or "", default_mode=action.mode)
-        elif action.kind == "remove":
-            real = self.real_path(action.path)
-            if os.path.lexists(real):
-                os.unlink(real)
-        elif action.kind == "command":
-            self._command(argv)
-
-    def _command(self, argv: list[str]) -> None:
-        rc, out, err = self.run_command(argv)  # type: ignore[operator]
-        if rc != 0:
-            detail = (err or out or "").strip().splitlines()[-1:] or ["no output"]
-            raise CmdlineError(
-                f"{' '.join(argv)} failed with exit code {rc}: {detail[0]}; the files written "
-                f"before it were kept (backups: {', '.join(self.backups) or 'none'})"
-            )
+            self.changes.apply()
+        except ChangeError as exc:
+            raise CmdlineError(str(exc)) from None
 
     def rollback(self) -> None:
-        """Put every file this executor touched back as it was."""
-        for real, data in self.originals.items():
-            if data is None:
-                if os.path.lexists(real):
-                    os.unlink(real)
-            else:
-                atomic_write(real, grub.decode(data))
-            self.restored_paths.append(real)
+        """Put every file this task touched back as it was."""
+        self.changes.rollback()
 
     def restored(self) -> str:
-        if not self.restored_paths:
-            return ""
-        return f"; the previous content of {', '.join(self.restored_paths)} was restored"
+        return self.changes.restored()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import urllib.parse
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 API_VERSION = "machineconfiguration.openshift.io/v1"
 ROLE_LABEL = "machineconfiguration.openshift.io/role"
 # MCO accepts Ignition spec 3.x configs; 3.2.0 is understood by every supported OpenShift 4 release.
@@ -19,7 +21,7 @@ NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 ROLE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
-class MachineConfigError(ValueError):
+class MachineConfigError(TeeError):
     """Input that cannot become a valid MachineConfig; the message says which field and why."""
 
 

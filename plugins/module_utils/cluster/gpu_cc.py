@@ -30,6 +30,7 @@ import fnmatch
 import posixpath
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.toml_emit import TomlError, dumps
 
 # name: (first Kubernetes minor that knows it, first minor where it is on by default or None, why)
@@ -44,7 +45,7 @@ GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+\Z")
 CONTAINERD_CONFIG_VERSION = 3
 
 
-class GpuCcError(ValueError):
+class GpuCcError(TeeError):
     """A node setting that would break the kubelet, containerd or running GPU workloads."""
 
 

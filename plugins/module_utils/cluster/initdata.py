@@ -26,6 +26,7 @@ import gzip
 import hashlib
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.toml_emit import TomlError, dumps
 
 ANNOTATION = "io.katacontainers.config.hypervisor.cc_init_data"
@@ -89,7 +90,7 @@ DENIED_BY_DEFAULT = {
 }
 
 
-class InitdataError(ValueError):
+class InitdataError(TeeError):
     """Input that cannot become a valid initdata document; the message says which field and how to fix it."""
 
 

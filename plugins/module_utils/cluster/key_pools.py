@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 KATA = "kata"
 KUBEVIRT = "kubevirt"
 CONSUMERS = (KATA, KUBEVIRT)
@@ -66,7 +68,7 @@ VENDORS = {
 KEY_RESOURCES = frozenset(v["nfd_resource"] for v in VENDORS.values())
 
 
-class KeyPoolError(ValueError):
+class KeyPoolError(TeeError):
     """A plan that would give some hardware keys two pools, or input that cannot be planned."""
 
 

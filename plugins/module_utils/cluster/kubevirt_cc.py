@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 
 DEFAULT_QGS_SOCKET = QGS_SOCKET
@@ -48,7 +49,7 @@ PCI_SELECTOR = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}\Z")
 RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 
 
-class KubeVirtConfigError(ValueError):
+class KubeVirtConfigError(TeeError):
     """A configuration that would not work; the message names the field and how to fix it."""
 
 

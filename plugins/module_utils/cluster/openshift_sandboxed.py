@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 OPERATOR_NAMESPACE = "openshift-sandboxed-containers-operator"
 FEATURE_GATES_CONFIGMAP = "osc-feature-gates"
 KNOWN_GATES = ("confidential", "layeredImageDeployment")
@@ -22,7 +24,7 @@ LABEL_KEY = re.compile(
 )
 
 
-class OpenShiftConfigError(ValueError):
+class OpenShiftConfigError(TeeError):
     """Input the operator would misread; the message says what and how to fix it."""
 
 

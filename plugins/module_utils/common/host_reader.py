@@ -308,3 +308,18 @@ class HostReader:
 
 class _NotRegularError(OSError):
     """The file changed type between ``stat`` and ``open``."""
+
+
+def open_host(module) -> HostReader:
+    """The one ``host_root`` guard and the one place a module gets its :class:`HostReader`.
+
+    ``module`` is an AnsibleModule or anything like it (``params['host_root']``, ``fail_json``): module_utils
+    never imports ``ansible`` itself. A ``host_root`` that is not a directory fails the task, naming it.
+    """
+    host_root = module.params.get("host_root") or "/"
+    if not os.path.isdir(host_root):
+        module.fail_json(
+            msg=f"host_root {host_root} is not a directory: point it at the host's root (/), the DaemonSet's host "
+            "mount (for example /host) or a simulated node tree"
+        )
+    return HostReader(host_root)

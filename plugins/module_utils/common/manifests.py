@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 KIND_ORDER = {
     "Namespace": 0,
     "Secret": 5,
@@ -28,7 +30,7 @@ KIND_ORDER = {
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
 
-class ManifestError(ValueError):
+class ManifestError(TeeError):
     """An object without the identity a manifest file needs."""
 
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import math
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 # Control characters a TOML multi-line literal string may not hold (tab and newline are allowed).
 _LITERAL_FORBIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-class TomlError(ValueError):
+class TomlError(TeeError):
     """Data that has no TOML representation; the message names the key path."""
 
 

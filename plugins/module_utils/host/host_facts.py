@@ -28,6 +28,7 @@ import os
 import re
 from collections import Counter
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, Problem
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import as_text
@@ -86,7 +87,7 @@ _PROC_VERSION_RE = re.compile(r"^\s*Linux version (\S+)")
 _LOCKDOWN_RE = re.compile(r"\[(\w+)\]")
 
 
-class HostRootError(ValueError):
+class HostRootError(TeeError):
     """``host_root`` is not a directory: nothing can be read, which is a usage error, not a fact."""
 
 

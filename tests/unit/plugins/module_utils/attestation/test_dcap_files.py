@@ -78,7 +78,7 @@ def test_pccs_production_json_private_and_redacted(tmp_path):
     spec = result.files[0]
     assert (spec.path, spec.owner, spec.mode) == ("/opt/intel/sgx-dcap-pccs/config/production.json", "pccs", 0o600)
     assert jsonc.parse(spec.content).first()["UserTokenHash"] == token_hash("user-t")
-    shown = spec.shown(spec.content)
+    shown = spec.redact(spec.content)
     for secret in (*SECRETS.values(), token_hash("user-t"), token_hash("admin-t")):
         assert secret not in shown and secret not in json.dumps(result.effective)
     assert result.effective["ApiKey"] == "<redacted>" and result.effective["hosts"] == "0.0.0.0"
@@ -95,7 +95,7 @@ def test_pccs_refuses_a_configuration_pccs_would_not_run(tmp_path):
 def test_mpa_private_and_redacted(tmp_path):
     result = plan("mpa", tmp_path, settings={"proxy_type": "direct"}, secrets={"subscription_key": "b" * 32})
     spec = result.files[0]
-    assert spec.mode == 0o600 and "b" * 32 in spec.content and "b" * 32 not in spec.shown(spec.content)
+    assert spec.mode == 0o600 and "b" * 32 in spec.content and "b" * 32 not in spec.redact(spec.content)
     assert result.effective == {"proxy_type": "direct", "subscription_key": "<redacted>"}
 
 

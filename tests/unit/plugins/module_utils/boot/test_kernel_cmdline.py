@@ -58,8 +58,7 @@ def apply_plan(root, result, check_mode=False, calls=None, rc=0):
         return rc, "", "boom" if rc else ""
 
     executor = kc.Executor(root, check_mode, run)
-    for action in result.actions:
-        executor.apply(action)
+    executor.execute(result)
     return executor
 
 
@@ -394,11 +393,13 @@ def test_kernel_install_without_tool_warns_and_empty_file_gets_newline(tmp_path)
     assert "kernel-install add" in result.warnings[0]
 
 
-def test_failed_command_keeps_files_and_says_so(tmp_path):
+def test_failed_command_restores_every_file_and_says_so(tmp_path):
     root = grub_root(tmp_path)
-    with pytest.raises(kc.CmdlineError, match="update-grub failed with exit code 1: boom"):
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(kc.CmdlineError, match=r"update-grub failed with exit code 1: boom; every file .* restored"):
         apply_plan(root, kc.plan(root, ["nohibernate"], [], name="tee"), rc=1)
-    assert (tmp_path / "etc/default/grub.d/tee.cfg").exists()
+    # The drop-in written before update-grub failed is gone again, and so is every backup of this run.
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
 
 
 def test_commands_under_another_root_go_through_chroot(tmp_path):
@@ -611,8 +612,7 @@ def test_bls_removes_the_dash_spelling_that_is_really_there(tmp_path):
     result = kc.plan(root, ["kvm_intel.tdx=1"], [])
     assert result.actions[0].argv[-1] == "--remove-args=kvm-intel.tdx=0"
     executor = kc.Executor(root, False, grubby_bls(root))
-    for action in result.actions:
-        executor.apply(action)
+    executor.execute(result)
     kc.verify(result, executor)
     assert kc.plan(root, ["kvm_intel.tdx=1"], []).actions == []
 
@@ -628,11 +628,27 @@ def test_bls_change_that_does_not_take_effect_is_rolled_back(tmp_path):
 
     result = kc.plan(root, ["kvm_amd.sev=1"], [])
     executor = kc.Executor(root, False, half_broken)
-    for action in result.actions:
-        executor.apply(action)
+    executor.execute(result)
     with pytest.raises(kc.CmdlineError, match=r"not as planned.*was restored"):
         kc.verify(result, executor)
     assert [entry.read_text() for entry in entries] == before
+
+
+def test_failed_bls_edit_leaves_no_backup_and_no_stray_directory(tmp_path):
+    root = bls_root(tmp_path)
+    before = {str(p): (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")}
+    entries = sorted((tmp_path / "boot/loader/entries").glob("*.conf"))
+
+    def grubby_fails_half_way(argv):
+        entries[0].write_text(entries[0].read_text().replace("options ", "options half-done "))
+        return 1, "", "grubby: error writing entry"
+
+    result = kc.plan(root, ["kvm_amd.sev=1"], ["rhgb"])
+    executor = kc.Executor(root, False, grubby_fails_half_way)
+    with pytest.raises(kc.CmdlineError, match=r"grubby .*exit code 1: grubby: error writing entry; every file"):
+        executor.execute(result)
+    assert executor.backups == []
+    assert {str(p): (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*")} == before
 
 
 def test_bls_entry_with_two_options_lines_is_refused(tmp_path):

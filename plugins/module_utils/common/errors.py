@@ -1,0 +1,17 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""The one exception base type of the collection's module_utils.
+
+Every error a module_utils function raises on purpose (bad input, a host file that does not parse, a write that
+is refused) is a :class:`TeeError`, so a module can catch "what this collection refuses" in one clause and let
+anything else (a bug) surface with its traceback. It is a ``ValueError`` because every such error is about a
+value: the callers that caught ``ValueError`` before keep working.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+
+class TeeError(ValueError):
+    """A refusal of this collection; the message says what, where and how to fix it."""
