@@ -36,9 +36,14 @@ options:
         type: str
         required: true
       content:
-        description: The exact text of the file.
+        description: The exact text of the file. Exactly one of O(files[].content) and O(files[].src) is given.
         type: str
-        required: true
+      src:
+        description:
+          - Another host path (under O(host_root)) whose bytes this file gets, such as a generated CA certificate
+            copied into the trust store. It is read through the collection's host reader: regular files only,
+            symbolic links resolved inside O(host_root), at most 1 MiB.
+        type: str
       mode:
         description:
           - Octal mode as a string (C("0644")); when omitted an existing file keeps its mode and a new one gets 0644
@@ -87,6 +92,14 @@ EXAMPLES = r"""
         group: pccs
         secret: true
   no_log: true
+
+- name: Trust the PCCS CA that the PCCS role generated (both paths inside host_root)
+  confidential.tee.host_files:
+    host_root: /host
+    files:
+      - path: /usr/local/share/ca-certificates/confidential-tee-pccs.crt
+        src: /opt/intel/sgx-dcap-pccs/ssl_key/ca.crt
+        mode: "0644"
 """
 
 RETURN = r"""
@@ -119,12 +132,15 @@ def argument_spec():
             required=True,
             options=dict(
                 path=dict(type="str", required=True),
-                content=dict(type="str", required=True),
+                content=dict(type="str"),
+                src=dict(type="str"),
                 mode=dict(type="str"),
                 owner=dict(type="str"),
                 group=dict(type="str"),
                 secret=dict(type="bool", default=False),
             ),
+            mutually_exclusive=[("content", "src")],
+            required_one_of=[("content", "src")],
         ),
         backup=dict(type="bool", default=True),
     )
@@ -143,6 +159,22 @@ def parse_mode(path, mode):
     return value
 
 
+# A certificate or a small configuration file; anything larger is not what a role copies on a host.
+SRC_LIMIT = 1024 * 1024
+
+
+def planned_content(reader, item):
+    """The bytes ``item`` asks for: its ``content``, or the host file ``src`` read through the host reader."""
+    if item["src"] is None:
+        return item["content"]
+    if not item["src"].startswith("/"):
+        raise TeeError(f"files: src {item['src']!r} of {item['path']} is not absolute: give the host path")
+    read = reader.read(item["src"], limit=SRC_LIMIT, expected=True, record=False)
+    if read.data is None:
+        raise TeeError(f"files: src of {item['path']}: {read.problem.describe()}")
+    return read.data
+
+
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     reader = open_host(module)
@@ -154,7 +186,7 @@ def main():
                 raise TeeError(f"files: path {item['path']!r} is not absolute: give the host path, such as /etc/x")
             changes.file(
                 item["path"],
-                item["content"],
+                planned_content(reader, item),
                 mode=parse_mode(item["path"], item["mode"]),
                 owner=item["owner"],
                 group=item["group"],

@@ -262,3 +262,21 @@ def test_host_files_is_idempotent_and_backs_up(tmp_path, run_module):
     assert first["changed"] and len(first["backups"]) == 1 and Path(first["backups"][0]).read_text() == "old\n"
     assert stat.S_IMODE((root / "etc/x.conf").stat().st_mode) == 0o640
     assert run_module(host_files, args)["changed"] is False
+
+
+def test_host_files_copies_a_host_file_resolving_links_inside_host_root(tmp_path, run_module):
+    root = host_tree(tmp_path)
+    outside = tmp_path / "controller-ca.crt"
+    outside.write_bytes(b"NOT THE HOST'S CA\n")
+    (root / "opt/pccs").mkdir(parents=True)
+    (root / "opt/pccs/ca.crt").write_bytes(b"-----BEGIN CERTIFICATE-----\nhost\n")
+    # An absolute link means the host's own path, as chroot would read it, never the controller's file.
+    (root / "opt/pccs/link.crt").symlink_to("/opt/pccs/ca.crt")
+    args = {"host_root": str(root), "files": [{"path": "/etc/trust/pccs.crt", "src": "/opt/pccs/link.crt"}]}
+    assert run_module(host_files, args)["changed"]
+    assert (root / "etc/trust/pccs.crt").read_bytes() == b"-----BEGIN CERTIFICATE-----\nhost\n"
+    assert run_module(host_files, args)["changed"] is False
+    missing = run_module(host_files, {"host_root": str(root), "files": [{"path": "/etc/a", "src": "/opt/none"}]})
+    assert missing["failed"] and "/opt/none" in missing["msg"] and not (root / "etc/a").exists()
+    both = run_module(host_files, {"host_root": str(root), "files": [{"path": "/etc/a", "src": "/x", "content": "y"}]})
+    assert both["failed"] and "mutually exclusive" in both["msg"]
