@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.module_utils.common.validation import list_of_strings_problem
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
+    list_of_mappings_problem,
+    list_of_strings_problem,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import describe_cmdline
 
 # A default that is one expression over another variable: {{ name | ... }}.
@@ -50,18 +53,7 @@ def _list_problem(name: str, value: object, spec: dict) -> str | None:
         return None
     if spec.get("elements", "str") != "dict":
         return list_of_strings_problem(name, value)
-    if isinstance(value, str):
-        # Ansible splits the string on commas and reads each piece as key=value pairs, so it would pass.
-        return (
-            f"{name} must be a list of mappings, got the string {value!r}: write it as a YAML list with one "
-            "mapping per entry (- key: value); a string would be split on commas and read as key=value pairs"
-        )
-    if not isinstance(value, (list, tuple)):
-        return f"{name} must be a list of mappings, got {type(value).__name__} {value!r}"
-    wrong = [item for item in value if not isinstance(item, dict)]
-    if wrong:
-        return f"{name} must hold mappings only, got {wrong[0]!r} ({type(wrong[0]).__name__})"
-    return None
+    return list_of_mappings_problem(name, value)
 
 
 def _null_allowed(spec: dict) -> bool:

@@ -9,20 +9,36 @@ are checked here, strictly, with messages naming the variable. Standard library 
 
 from __future__ import annotations
 
+# What a string where a list belongs turns into, per element type: the reason it must be refused.
+_SPLIT_HINTS = {
+    "strings": "a string would be split on commas, and commas belong inside kernel arguments (iommu=pt,nomerge)",
+    "mappings": "a string would be split on commas and read as key=value pairs",
+}
+
+
+def _list_problem(name: str, value: object, kind: str, element: type, example: str) -> str | None:
+    if isinstance(value, str):
+        wanted = "a list" if kind == "strings" else f"a list of {kind}"
+        return (
+            f"{name} must be {wanted}, got the string {value!r}: write it as a YAML list ({example}); "
+            + (_SPLIT_HINTS[kind])
+        )
+    if not isinstance(value, (list, tuple)):
+        return f"{name} must be a list of {kind}, got {type(value).__name__} {value!r}"
+    wrong = [item for item in value if not isinstance(item, element)]
+    if wrong:
+        return f"{name} must hold {kind} only, got {wrong[0]!r} ({type(wrong[0]).__name__})"
+    return None
+
 
 def list_of_strings_problem(name: str, value: object) -> str | None:
     """Why ``value`` is not a list of strings, naming ``name``; ``None`` when it is one."""
-    if isinstance(value, str):
-        return (
-            f"{name} must be a list, got the string {value!r}: write it as a YAML list ([{value}]); a string "
-            "would be split on commas, and commas belong inside kernel arguments (iommu=pt,nomerge)"
-        )
-    if not isinstance(value, (list, tuple)):
-        return f"{name} must be a list of strings, got {type(value).__name__} {value!r}"
-    wrong = [item for item in value if not isinstance(item, str)]
-    if wrong:
-        return f"{name} must hold strings only, got {wrong[0]!r} ({type(wrong[0]).__name__})"
-    return None
+    return _list_problem(name, value, "strings", str, f"[{value}]")
+
+
+def list_of_mappings_problem(name: str, value: object) -> str | None:
+    """Why ``value`` is not a list of mappings, naming ``name``; ``None`` when it is one."""
+    return _list_problem(name, value, "mappings", dict, "one mapping per entry: - key: value")
 
 
 def display_text(text: str | None) -> str | None:
