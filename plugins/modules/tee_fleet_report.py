@@ -174,6 +174,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.errors imp
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import (
     all_findings,
+    all_problems,
     build_report,
     compact_result,
 )
@@ -208,13 +209,19 @@ def read_kubernetes_dir(directory):
             raise ReportError("%s is not a regular file of at most %d bytes" % (path, MAX_JSON_BYTES))
         try:
             with open(path, "rb") as handle:
-                objects[key] = json.loads(handle.read().decode("utf-8"))
+                objects[key] = json.loads(handle.read().decode("utf-8"), parse_int=_json_int)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ReportError(
                 "%s is not readable JSON (%s): write it with `kubectl get <kind> -A -o json > %s`"
                 % (path, exc, filename)
             ) from None
     return objects, problems
+
+
+def _json_int(text):
+    """A JSON integer; one too long for Python to convert (4300 digits) stays text, which the quantity parser
+    reads as apimachinery reads a JSON number: from its text."""
+    return int(text) if len(text) <= 4000 else text
 
 
 def _host_entries(hosts):
@@ -349,7 +356,7 @@ def main():
         files=writer.files,
         summary=report["summary"],
         findings=all_findings(report["nodes"], report["fleet_findings"]),
-        problems=report["problems"],
+        problems=all_problems(report),
     )
     if module._diff:
         result["diff"] = writer.diffs

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
     bound_pods,
-    is_extended,
     is_running,
     items,
     labels_of,
     name_of,
+    object_ref,
     pod_requests,
     resource_list,
     selector_matches,
@@ -161,10 +161,12 @@ def advertised_pools(node, catalog, pods, problems) -> dict[str, list[dict]]:
     """Per misc resource, the extended resources the Node advertises for it, with what pods request."""
     status = node.get("status") if isinstance(node.get("status"), dict) else {}
     names = set(catalog) | {SEV_DEVICE}
-    where = "node %s" % name_of(node)
+    where = object_ref(node, "Node")
+    first_problem = len(problems)
     capacity = resource_list(status.get("capacity"), names, problems, where + " status.capacity")
     allocatable = resource_list(status.get("allocatable"), names, problems, where + " status.allocatable")
     requests = [(pod, pod_requests(pod, names, problems)) for pod in pods]
+    new_problems = problems[first_problem:]
     pools: dict[str, list[dict]] = {misc: [] for misc in MISC_RESOURCES}
     for name in sorted(set(capacity) | set(allocatable)):
         entry = catalog.get(name)
@@ -178,11 +180,19 @@ def advertised_pools(node, catalog, pods, problems) -> dict[str, list[dict]]:
                 "rules": entry.get("rules") or [],
                 "capacity": capacity.get(name),
                 "allocatable": allocatable.get(name, capacity.get(name)),
-                "requested": sum(r.get(name, 0) for _pod, r in requests),
-                "held_by_running_pods": sum(r.get(name, 0) for pod, r in requests if is_running(pod)),
+                "requested": _total(r.get(name, 0) for _pod, r in requests),
+                "held_by_running_pods": _total(r.get(name, 0) for pod, r in requests if is_running(pod)),
+                # Why a number above is null: the problems naming this resource's quantities.
+                "unknown": [p for p in new_problems if p.split(": ", 1)[0].endswith("[%s]" % name)],
             }
         )
     return pools
+
+
+def _total(counts):
+    """A sum of counts that is unknown (``None``) when one of them is."""
+    counts = list(counts)
+    return None if None in counts else sum(counts)
 
 
 def _finding(node, resource, finding_id, severity, title, numbers, detail, fix) -> dict:
@@ -217,7 +227,7 @@ def double_pool(node, resource, kernel, pools) -> list[dict]:
         "schedulable": schedulable,
         "worst_case_overcommit": max(schedulable - basis, 0),
     }
-    if kernel["free"] is not None:
+    if kernel["free"] is not None and all(p["requested"] is not None for p in active):
         scheduler_free = sum(max(p["allocatable"] - p["requested"], 0) for p in active)
         numbers.update(kernel_free=kernel["free"], scheduler_free=scheduler_free)
         numbers["overcommit_now"] = max(scheduler_free - kernel["free"], 0)
@@ -259,7 +269,9 @@ def external_usage(node, resource, kernel, pools) -> list[dict]:
     """Keys the kernel has handed out that no running pod accounts for: guests outside Kubernetes."""
     if kernel["in_use"] is None or not _active(pools):
         return []
-    held = sum(p["held_by_running_pods"] for p in pools)
+    held = _total(p["held_by_running_pods"] for p in pools)
+    if held is None:
+        return []  # a running pod's request cannot be read: listed in problems
     outside = kernel["in_use"] - held
     if outside <= 0:
         return []
@@ -418,12 +430,8 @@ def runtime_class_overheads(runtime_classes, problems) -> list[dict]:
     found = []
     for runtime_class in items(runtime_classes):
         overhead = runtime_class.get("overhead") if isinstance(runtime_class.get("overhead"), dict) else {}
-        where = "RuntimeClass %s overhead.podFixed" % name_of(runtime_class)
-        fixed = resource_list(overhead.get("podFixed"), None, [], where)
-        extended = {name: value for name, value in fixed.items() if is_extended(name)}
-        for name, value in extended.items():
-            if value is None:
-                problems.append("%s %s: not a whole number" % (where, name))
+        where = object_ref(runtime_class, "RuntimeClass") + " overhead.podFixed"
+        extended = resource_list(overhead.get("podFixed"), None, problems, where)
         if extended:
             scheduling = runtime_class.get("scheduling") if isinstance(runtime_class.get("scheduling"), dict) else {}
             found.append(
@@ -437,10 +445,11 @@ def runtime_class_overheads(runtime_classes, problems) -> list[dict]:
     return found
 
 
-def _advertises(node, resource) -> int:
+def _advertises(node, resource) -> int | None:
+    """The node's allocatable count of ``resource`` (0 when absent, ``None`` when unreadable)."""
     status = node.get("status") if isinstance(node.get("status"), dict) else {}
     counts = resource_list(status.get("allocatable"), {resource}, [], "")
-    return counts.get(resource) or 0
+    return counts.get(resource, 0)
 
 
 def _runtime_class_finding(node, severity, runtime_class, resource, numbers, detail) -> dict:
@@ -463,7 +472,8 @@ def runtime_class_findings(overheads, nodes) -> tuple[list[dict], dict[str, list
         landing = [name_of(n) for n in nodes if selector_matches(runtime_class["node_selector"], labels_of(n))]
         by_name = {name_of(n): n for n in nodes}
         for resource, amount in runtime_class["requests"].items():
-            advertising = [name for name in landing if _advertises(by_name[name], resource) > 0]
+            # An unreadable count (a listed problem) is not taken for "advertises nothing".
+            advertising = [name for name in landing if _advertises(by_name[name], resource) != 0]
             missing = [name for name in landing if name not in advertising]
             numbers = {
                 "runtime_class": runtime_class["name"],
@@ -514,9 +524,7 @@ def node_drift(node_name, host, node, pods, catalog) -> dict:
         }
     bound = bound_pods(pods, node_name)
     advertised = advertised_pools(node, catalog, bound, problems)
-    sev_device = sum(
-        1 for pod in bound if is_running(pod) and pod_requests(pod, {SEV_DEVICE}, problems).get(SEV_DEVICE)
-    )
+    sev_device = sum(1 for pod in bound if is_running(pod) and pod_requests(pod, {SEV_DEVICE}, []).get(SEV_DEVICE))
     findings = []
     for resource in MISC_RESOURCES:
         kernel, pools = kernels[resource], advertised.get(resource, [])

@@ -159,9 +159,15 @@ def _bar_rows(resource, pool) -> list[tuple[str, int | None, int | None, str]]:
     """``(label, length, filled, colour)`` rows: the kernel's pool, then each advertised resource."""
     rows = [("kernel %s %s" % (resource, _pool_line(pool)), pool["capacity"], pool["in_use"], "#1f6feb")]
     for advertised in pool["advertised"]:
+        requested, allocatable = advertised["requested"], advertised["allocatable"]
         rows.append(
             (
-                "%s %s/%s" % (advertised["name"], advertised["requested"], advertised["allocatable"]),
+                "%s %s/%s"
+                % (
+                    advertised["name"],
+                    "?" if requested is None else requested,
+                    "?" if allocatable is None else allocatable,
+                ),
                 advertised["allocatable"],
                 advertised["requested"],
                 "#8250df" if advertised["kind"].startswith("nfd") else "#bf3989",

@@ -150,6 +150,11 @@ def all_findings(report_nodes, fleet_findings) -> list[dict]:
     return [f for n in report_nodes for f in n["findings"]] + unattached
 
 
+def all_problems(report) -> list[str]:
+    """Every problem once: the fleet's (files, RuntimeClasses), then each node's (its Node and pods)."""
+    return list(report["problems"]) + [p for node in report["nodes"] for p in node["problems"]]
+
+
 def _summary(nodes, fleet_findings) -> dict:
     findings = all_findings(nodes, fleet_findings)
     by_id: dict[str, int] = {}

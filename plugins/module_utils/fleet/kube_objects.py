@@ -5,9 +5,8 @@
 Pure Python, standard library only. Objects are plain dicts as ``kubectl get -o json`` or
 ``kubernetes.core.k8s_info`` return them. What this follows:
 
-* Quantities (``k8s.io/apimachinery/pkg/api/resource``): a decimal number with an optional binary
-  (``Ki``..``Ei``), decimal (``n u m k M G T P E``) or exponent (``e3``) suffix; JSON numbers are accepted
-  too. Extended resources must be whole numbers.
+* Quantities: :mod:`quantity` (apimachinery's ``ParseQuantity``). Extended resources must be whole numbers;
+  a value that is not one is a problem naming the object and field, and counts as unknown (``None``).
 * A pod's effective request (``k8s.io/component-helpers/resource`` ``PodRequests``, used by the scheduler's
   fit plugin): the sum over containers, with restartable init containers (sidecars) added to it, the
   maximum with each regular init container (plus the sidecars started before it), then ``spec.overhead``
@@ -21,49 +20,9 @@ Pure Python, standard library only. Objects are plain dicts as ``kubectl get -o 
 
 from __future__ import annotations
 
-import re
-from fractions import Fraction
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.quantity import parse_count
 
-_QUANTITY_RE = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)([A-Za-z]*|[eE][+-]?\d+)\Z")
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 TERMINATED_PHASES = ("Succeeded", "Failed")
-
-
-def parse_quantity(value) -> tuple[Fraction | None, str | None]:
-    """``(exact value, None)`` or ``(None, problem)`` for a Kubernetes quantity (string or JSON number)."""
-    if isinstance(value, bool):
-        return None, "quantity %r is a boolean" % (value,)
-    if isinstance(value, int):
-        return Fraction(value), None
-    if isinstance(value, float):
-        return Fraction(str(value)), None
-    if not isinstance(value, str):
-        return None, "quantity %r is not a string or number" % (value,)
-    match = _QUANTITY_RE.match(value.strip())
-    if not match:
-        return None, "quantity %r is not a Kubernetes quantity" % value
-    sign, number, suffix = match.groups()
-    amount = Fraction(number)
-    if suffix in _BINARY:
-        amount *= 1024 ** _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        amount *= Fraction(10) ** _DECIMAL[suffix]
-    elif suffix[:1] in ("e", "E"):
-        amount *= Fraction(10) ** int(suffix[1:])
-    else:
-        return None, "quantity %r has an unknown suffix %r" % (value, suffix)
-    return (-amount if sign == "-" else amount), None
-
-
-def parse_count(value) -> tuple[int | None, str | None]:
-    """A whole, non-negative quantity (extended resources and device counts), else ``(None, problem)``."""
-    amount, problem = parse_quantity(value)
-    if problem:
-        return None, problem
-    if amount.denominator != 1 or amount < 0:
-        return None, "quantity %r is not a whole non-negative number (extended resources are counts)" % (value,)
-    return int(amount), None
 
 
 def is_extended(name: str) -> bool:
@@ -96,53 +55,74 @@ def name_of(obj) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def object_ref(obj, kind=None) -> str:
+    """``Kind namespace/name`` (or ``Kind name``), how a problem names the object it is about."""
+    metadata = _dict(obj.get("metadata"))
+    namespace = metadata.get("namespace")
+    name = name_of(obj)
+    return "%s %s%s" % (
+        kind or obj.get("kind") or "object",
+        "%s/" % namespace if isinstance(namespace, str) and namespace else "",
+        name if name is not None else "(no name)",
+    )
+
+
 def resource_list(mapping, names, problems, where) -> dict[str, int | None]:
-    """Counts of ``names`` present in a ResourceList (``status.capacity``, ``requests``, ``podFixed``)."""
+    """Counts in a ResourceList (``status.capacity``, ``requests``, ``podFixed``): ``names``, or every extended
+    resource when ``names`` is ``None``. ``where`` is the object and field path; a value that is not a count is
+    ``None`` and a problem ``<where>[<name>]: <why>``."""
     result = {}
     for name, raw in _dict(mapping).items():
-        if names is not None and name not in names:
+        if (name not in names) if names is not None else not is_extended(name):
             continue
         count, problem = parse_count(raw)
         if problem:
-            problems.append("%s %s: %s" % (where, name, problem))
+            problems.append("%s[%s]: %s" % (where, name, problem))
         result[name] = count
     return result
 
 
-def _container_requests(container, names, problems, where) -> dict[str, int]:
+def _plus(a, b):
+    """A sum that stays unknown (``None``) when either side is."""
+    return None if a is None or b is None else a + b
+
+
+def _container_requests(container, names, problems, where) -> dict[str, int | None]:
     resources = _dict(container.get("resources"))
-    requests = resource_list(resources.get("requests"), names, problems, where)
-    limits = resource_list(resources.get("limits"), names, problems, where)
+    requests = resource_list(resources.get("requests"), names, problems, where + ".resources.requests")
+    limits = resource_list(resources.get("limits"), names, problems, where + ".resources.limits")
     for name, value in limits.items():
         # The API server defaults an extended resource's request to its limit.
         if name not in requests and is_extended(name):
             requests[name] = value
-    return {name: value or 0 for name, value in requests.items()}
+    return requests
 
 
 def _add(total, extra):
     for name, value in extra.items():
-        total[name] = total.get(name, 0) + value
+        total[name] = _plus(total.get(name, 0), value)
 
 
 def _max_into(total, other):
     for name, value in other.items():
-        total[name] = max(total.get(name, 0), value)
+        current = total.get(name, 0)
+        total[name] = None if current is None or value is None else max(current, value)
 
 
-def pod_requests(pod, names=None, problems=None) -> dict[str, int]:
-    """The pod's effective request per resource, as the scheduler counts it (see the module docstring)."""
+def pod_requests(pod, names=None, problems=None) -> dict[str, int | None]:
+    """The pod's effective request per resource, as the scheduler counts it (see the module docstring);
+    ``None`` where a quantity it depends on cannot be read (a problem says which)."""
     problems = [] if problems is None else problems
     spec = _dict(pod.get("spec"))
-    where = "pod %s/%s" % (_dict(pod.get("metadata")).get("namespace"), name_of(pod))
-    total: dict[str, int] = {}
-    for container in _list(spec.get("containers")):
-        _add(total, _container_requests(_dict(container), names, problems, where))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for container in _list(spec.get("initContainers")):
+    where = object_ref(pod, "Pod") + " spec."
+    total: dict[str, int | None] = {}
+    for index, container in enumerate(_list(spec.get("containers"))):
+        _add(total, _container_requests(_dict(container), names, problems, where + "containers[%d]" % index))
+    sidecars: dict[str, int | None] = {}
+    init_peak: dict[str, int | None] = {}
+    for index, container in enumerate(_list(spec.get("initContainers"))):
         container = _dict(container)
-        own = _container_requests(container, names, problems, where)
+        own = _container_requests(container, names, problems, where + "initContainers[%d]" % index)
         if container.get("restartPolicy") == "Always":
             _add(total, own)
             _add(sidecars, own)
@@ -152,8 +132,7 @@ def pod_requests(pod, names=None, problems=None) -> dict[str, int]:
             _add(current, sidecars)
         _max_into(init_peak, current)
     _max_into(total, init_peak)
-    overhead = resource_list(spec.get("overhead"), names, problems, where)
-    _add(total, {name: value or 0 for name, value in overhead.items()})
+    _add(total, resource_list(spec.get("overhead"), names, problems, where + "overhead"))
     return total
 
 

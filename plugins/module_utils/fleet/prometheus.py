@@ -63,9 +63,11 @@ def _pool_samples(node, samples) -> None:
                 samples["tee_keys_advertised"].append(
                     _sample("tee_keys_advertised", extended, advertised["allocatable"])
                 )
-            samples["tee_keys_requested"].append(_sample("tee_keys_requested", extended, advertised["requested"]))
-        if pool["in_use"] is not None and pool["advertised"]:
-            held = sum(a["held_by_running_pods"] for a in pool["advertised"])
+            if advertised["requested"] is not None:
+                samples["tee_keys_requested"].append(_sample("tee_keys_requested", extended, advertised["requested"]))
+        held = [a["held_by_running_pods"] for a in pool["advertised"]]
+        if pool["in_use"] is not None and held and None not in held:
+            held = sum(held)
             samples["tee_keys_outside_kubernetes"].append(
                 _sample("tee_keys_outside_kubernetes", labels, max(pool["in_use"] - held, 0))
             )

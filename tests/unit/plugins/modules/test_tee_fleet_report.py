@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -163,3 +165,70 @@ def test_results_as_json_text_and_bad_results(run_module, tmp_path, fleet):
     assert (tmp_path / "a" / "report.md").read_text() == (tmp_path / "b" / "report.md").read_text()
     wrong = run_module(tee_fleet_report, dict(args(tmp_path / "c", fleet), hosts=[{"name": "x", "result": "[1]"}]))
     assert wrong["failed"] and "hosts entry x: result must be the registered tee_host_info result" in wrong["msg"]
+
+
+def kube_dir_with(tmp_path, fleet, kind, edit, raw):
+    """A copy of the fleet's objects where ``edit`` puts a placeholder that becomes the raw JSON text ``raw``."""
+    kube = tmp_path / "kube"
+    shutil.copytree(fleet[0] / "kubernetes", kube)
+    path = kube / kind
+    document = json.loads(path.read_text())
+    edit(document["items"], "@@QUANTITY@@")
+    path.write_text(json.dumps(document).replace('"@@QUANTITY@@"', raw))
+    return kube
+
+
+def set_tdx_1_keys(items, value):
+    (node,) = [n for n in items if n["metadata"]["name"] == "tdx-1"]
+    node["status"]["capacity"]["tdx.intel.com/keys"] = value
+    node["status"]["allocatable"]["tdx.intel.com/keys"] = value
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ('"1e"', "'1e' has an unknown suffix 'e'"),
+        ('"1Ex"', "'1Ex' is not a quantity"),
+        ("1e400", "the JSON number inf is not a finite number"),
+        ("NaN", "the JSON number nan is not a finite number"),
+        ('"' + "9" * 10000 + '"', "(10000 characters) is more than the scheduler can count"),
+        ("9" * 10000, "(10000 characters) is more than the scheduler can count"),
+        ('"1e1000000000"', "'1e1000000000' is more than the scheduler can count"),
+        ('"1500m"', "'1500m' is not a whole number (extended resources are counts)"),
+        ("true", "True is a bool, not a quantity"),
+    ],
+)
+def test_unreadable_node_quantities_are_problems_and_unknown(run_module, tmp_path, fleet, raw, why):
+    kube = kube_dir_with(tmp_path, fleet, "nodes.json", set_tdx_1_keys, raw)
+    started = time.monotonic()
+    result = run_module(tee_fleet_report, args(tmp_path / "r", fleet, kubernetes_dir=str(kube)))
+    assert time.monotonic() - started < 30
+    assert not result.get("failed"), result.get("msg")
+    problem = "Node tdx-1 status.capacity[tdx.intel.com/keys]: "
+    assert any(p.startswith(problem) and why in p for p in result["problems"]), result["problems"]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    (node,) = [n for n in report["nodes"] if n["node"] == "tdx-1"]
+    (keys,) = [a for a in node["pools"]["tdx"]["advertised"] if a["name"] == "tdx.intel.com/keys"]
+    assert keys["capacity"] is None and keys["allocatable"] is None and keys["unknown"]
+    metrics = (tmp_path / "r" / "textfile" / "tdx-1.prom").read_text()
+    # Unknown is left out, never written as 0.
+    assert 'tee_keys_advertised{node="tdx-1",resource="tdx",extended_resource="tdx.intel.com/keys"}' not in metrics
+    assert 'tee_keys_advertised{node="tdx-1",resource="tdx",extended_resource="devices.kubevirt.io/tdx"} 63' in metrics
+
+
+def test_a_fractional_extended_resource_request_is_a_problem_not_rounded(run_module, tmp_path, fleet):
+    def fractional(items, value):
+        (pod,) = [p for p in items if p["metadata"]["name"] == "tdx-1-kata-web-0"]
+        pod["spec"]["overhead"]["tdx.intel.com/keys"] = value
+
+    kube = kube_dir_with(tmp_path, fleet, "pods.json", fractional, '"1500m"')
+    result = run_module(tee_fleet_report, args(tmp_path / "r", fleet, kubernetes_dir=str(kube)))
+    assert not result.get("failed"), result.get("msg")
+    assert [p for p in result["problems"] if "1500m" in p] == [
+        "Pod confidential/tdx-1-kata-web-0 spec.overhead[tdx.intel.com/keys]: '1500m' is not a whole number "
+        "(extended resources are counts)"
+    ]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    (node,) = [n for n in report["nodes"] if n["node"] == "tdx-1"]
+    (keys,) = [a for a in node["pools"]["tdx"]["advertised"] if a["name"] == "tdx.intel.com/keys"]
+    assert keys["requested"] is None and keys["capacity"] == 63

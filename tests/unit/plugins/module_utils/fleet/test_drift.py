@@ -237,11 +237,43 @@ def test_node_missing_from_kubernetes_and_unreachable_host():
 
 def test_bad_quantities_become_problems():
     result = drift({"n1": host({"tdx": 63})}, [node("n1", {"tdx.intel.com/keys": "sixty"})])
+    why = "'sixty' is not a quantity: expected a number with an optional SI suffix"
     assert result["nodes"]["n1"]["problems"] == [
-        "node n1 status.capacity tdx.intel.com/keys: quantity 'sixty' is not a Kubernetes quantity",
-        "node n1 status.allocatable tdx.intel.com/keys: quantity 'sixty' is not a Kubernetes quantity",
+        "Node n1 status.capacity[tdx.intel.com/keys]: " + why,
+        "Node n1 status.allocatable[tdx.intel.com/keys]: " + why,
     ]
+    (pool,) = result["nodes"]["n1"]["pools"]["tdx"]["advertised"]
+    assert pool["capacity"] is None and pool["allocatable"] is None and len(pool["unknown"]) == 2
     assert findings(result, "n1") == []
+
+
+def test_an_unreadable_pod_request_is_unknown_not_zero():
+    pods = [kata("k1", "n1"), kata("k2", "n1")]
+    pods[1]["spec"]["overhead"]["tdx.intel.com/keys"] = "1500m"
+    result = drift({"n1": host({"tdx": 63}, {"tdx": 5})}, [node("n1", TWO_POOLS)], pods)
+    pools = {p["name"]: p for p in result["nodes"]["n1"]["pools"]["tdx"]["advertised"]}
+    keys = pools["tdx.intel.com/keys"]
+    assert keys["requested"] is None and keys["held_by_running_pods"] is None
+    assert keys["unknown"] == [
+        "Pod confidential/k2 spec.overhead[tdx.intel.com/keys]: '1500m' is not a whole number "
+        "(extended resources are counts)"
+    ]
+    assert pools["devices.kubevirt.io/tdx"]["requested"] == 0
+    assert result["nodes"]["n1"]["problems"] == keys["unknown"]
+    (double,) = findings(result, "n1", "double_pool")
+    assert "overcommit_now" not in double["numbers"]  # needs every request
+    assert findings(result, "n1", "external_usage") == []  # cannot be told apart from an unknown request
+
+
+def test_fractional_runtimeclass_overhead_is_a_problem_and_an_unreadable_node_count_is_no_finding():
+    fractional = {**KATA_TDX, "overhead": {"podFixed": {"tdx.intel.com/keys": "1500m", "cpu": "250m"}}}
+    nodes = [node("a", {"tdx.intel.com/keys": "lots"}, dict(TDX_LABEL))]
+    result = drift({"a": host({"tdx": 63})}, nodes, runtime_classes=[fractional])
+    assert result["problems"] == [
+        "RuntimeClass kata-tdx overhead.podFixed[tdx.intel.com/keys]: '1500m' is not a whole number "
+        "(extended resources are counts)"
+    ]
+    assert result["findings"] == [] and findings(result, "a") == []
 
 
 def test_resource_map_adds_pools():

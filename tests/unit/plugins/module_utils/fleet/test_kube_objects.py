@@ -2,58 +2,15 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
-
-import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
     bound_pods,
     is_extended,
     items,
-    parse_count,
-    parse_quantity,
+    object_ref,
     pod_requests,
+    resource_list,
     selector_matches,
 )
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("63", 63),
-        ("1k", 1000),
-        ("1Ki", 1024),
-        ("2Mi", 2 * 1024**2),
-        ("100m", Fraction(1, 10)),
-        ("1.5", Fraction(3, 2)),
-        (".5", Fraction(1, 2)),
-        ("1e3", 1000),
-        ("2E-1", Fraction(1, 5)),
-        ("+4", 4),
-        ("-4", -4),
-        (7, 7),
-        (0.25, Fraction(1, 4)),
-        (" 5 ", 5),
-    ],
-)
-def test_quantities(text, value):
-    assert parse_quantity(text) == (value, None)
-
-
-@pytest.mark.parametrize("text", ["", "k", "1 k", "1kk", "one", "1Qi", "--1", None, True, [1]])
-def test_bad_quantities_say_so(text):
-    value, problem = parse_quantity(text)
-    assert value is None and problem
-
-
-@pytest.mark.parametrize(("text", "count"), [("63", 63), ("1k", 1000), ("0", 0)])
-def test_counts(text, count):
-    assert parse_count(text) == (count, None)
-
-
-@pytest.mark.parametrize("text", ["100m", "-1", "1.5"])
-def test_counts_must_be_whole_and_not_negative(text):
-    value, problem = parse_count(text)
-    assert value is None and "whole non-negative" in problem
 
 
 def test_extended_resources():
@@ -108,11 +65,42 @@ def test_init_containers_take_the_maximum_and_sidecars_add_up():
     assert pod_requests(sidecar, keys) == {"x.example.com/keys": 4}
 
 
-def test_bad_quantities_are_problems_not_exceptions():
+def test_bad_quantities_are_problems_naming_object_and_field_and_unknown_not_zero():
     problems = []
-    found = pod_requests(pod([container({"devices.kubevirt.io/tdx": "lots"})]), None, problems)
-    assert found == {"devices.kubevirt.io/tdx": 0}
-    assert problems == ["pod ns/p devices.kubevirt.io/tdx: quantity 'lots' is not a Kubernetes quantity"]
+    bad = pod(
+        [container({"devices.kubevirt.io/tdx": "1"}), container(limits={"devices.kubevirt.io/tdx": "lots"})],
+        init=[container({"x.example.com/keys": "1500m"})],
+        overhead={"tdx.intel.com/keys": "1e"},
+    )
+    found = pod_requests(bad, None, problems)
+    assert found == {"devices.kubevirt.io/tdx": None, "x.example.com/keys": None, "tdx.intel.com/keys": None}
+    assert problems == [
+        "Pod ns/p spec.containers[1].resources.limits[devices.kubevirt.io/tdx]: 'lots' is not a quantity: "
+        "expected a number with an optional SI suffix",
+        "Pod ns/p spec.initContainers[0].resources.requests[x.example.com/keys]: '1500m' is not a whole number "
+        "(extended resources are counts)",
+        "Pod ns/p spec.overhead[tdx.intel.com/keys]: '1e' has an unknown suffix 'e'",
+    ]
+
+
+def test_resource_lists_read_extended_resources_or_the_names_asked_for():
+    mapping = {"cpu": "250m", "memory": "1Gi", "tdx.intel.com/keys": "63", "example.com/x": 1e400}
+    problems = []
+    assert resource_list(mapping, None, problems, "Node n status.capacity") == {
+        "tdx.intel.com/keys": 63,
+        "example.com/x": None,
+    }
+    assert problems == [
+        "Node n status.capacity[example.com/x]: the JSON number inf is not a finite number (a number too large "
+        "for a float, such as 1e400, or NaN): write quantities as strings"
+    ]
+    assert resource_list(mapping, {"memory"}, [], "") == {"memory": 1024**3}
+
+
+def test_object_ref():
+    assert object_ref(pod()) == "Pod ns/p"
+    assert object_ref({"metadata": {"name": "n1"}}, "Node") == "Node n1"
+    assert object_ref({"kind": "RuntimeClass", "metadata": {}}) == "RuntimeClass (no name)"
 
 
 def test_bound_pods_exclude_other_nodes_and_terminated_phases():
