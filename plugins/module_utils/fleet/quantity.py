@@ -30,6 +30,8 @@ import math
 import re
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_UP, Context, Decimal
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 DECIMAL_SI, BINARY_SI, DECIMAL_EXPONENT = "DecimalSI", "BinarySI", "DecimalExponent"
 DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
@@ -45,7 +47,7 @@ _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B)
 _FAST_DIGITS = 18
 
 
-class QuantityError(ValueError):
+class QuantityError(TeeError):
     """Text that the API server would refuse as a quantity; the message says why."""
 
 
