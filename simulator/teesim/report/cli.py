@@ -80,7 +80,7 @@ def register(subparsers: Any) -> None:
 def _register_sweep(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sweep",
-        help="run scenarios x seeds x strategies in parallel; means and 95% confidence intervals over seeds",
+        help="run scenarios x seeds x strategies in parallel; means and 95%% confidence intervals over seeds",
     )
     parser.add_argument("scenario", nargs="+", help="scenario YAML paths or bundled names")
     parser.add_argument("--seeds", default="1-10", help="seeds: 1-10, 3,5,8 or 1-3,9 (default: %(default)s)")

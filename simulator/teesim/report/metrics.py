@@ -253,6 +253,7 @@ class MetricsRecorder:
                 "kind": f.kind,
                 "message": f.message,
                 "in_race_window": f.in_race_window,
+                "attempt": f.attempt,
             }
             for f in self.failures[:limit]
         ]

@@ -112,3 +112,17 @@ def test_only_selected_strategies(capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert list(report["strategies"]) == ["reconciling"]
     assert "_runtime" not in report
+
+
+def test_failure_records_carry_what_the_docs_promise() -> None:
+    """docs/simulator.md: report.json's failures hold "their message, attempt and race-window flag"."""
+    report = run_scenario(load_scenario("quick"))
+    failures = report["strategies"]["double-pool"]["failures"]
+    assert failures, "the double pool fails launches on the quick scenario"
+    for failure in failures:
+        assert {"message", "attempt", "in_race_window"} <= set(failure)
+        assert isinstance(failure["attempt"], int) and failure["attempt"] >= 1
+    # A Kata sandbox retried by the kubelet fails again on a later attempt, and the record says which;
+    # a VMI is not retried by this model (virt-handler's back-off is issue 19's fidelity work).
+    assert max(f["attempt"] for f in failures if f["consumer"] == "kata") >= 2
+    assert {f["attempt"] for f in failures if f["consumer"] == "kubevirt"} == {1}
