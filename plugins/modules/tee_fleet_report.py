@@ -162,11 +162,19 @@ problems:
   returned: always
   type: list
   elements: str
+textfiles:
+  description:
+    - Each node's metrics file (full path), by node name, with O(prometheus_per_node=true); empty otherwise.
+    - The name is the node name plus C(.prom) when that is one valid file name; any other name (over 250
+      characters, not a DNS-1123 subdomain) gets a readable prefix and a SHA-256 digest, so two nodes never
+      share a file. Consume this mapping instead of deriving file names.
+  returned: always
+  type: dict
+  sample: {"tdx-1": "/var/www/tee/textfile/tdx-1.prom"}
 """
 
 import json
 import os
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
@@ -177,6 +185,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_repor
     all_problems,
     build_report,
     compact_result,
+    metrics_file_name,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
 
@@ -258,10 +267,6 @@ def _result(name, value):
     )
 
 
-def _file_name(node):
-    return re.sub(r"[^A-Za-z0-9._-]", "_", node) + ".prom"
-
-
 class Writer:
     """Every file of the report, planned in the one change recorder and written all or nothing.
 
@@ -272,6 +277,7 @@ class Writer:
     def __init__(self, module):
         self.changes = Changes("/", module.check_mode, backup=False, durable=False)
         self.planned = []  # (path, format, FileChange, shown in the diff)
+        self.textfiles = {}  # node name -> its metrics file
 
     def write(self, path, content, fmt, diff=False):
         self.planned.append((path, fmt, self.changes.file(path, content, mode=0o644), diff))
@@ -298,7 +304,8 @@ def write_report(writer, report, dest, formats, per_node):
         writer.write(os.path.join(dest, "tee-fleet.prom"), render_metrics(report["nodes"]), "prometheus", diff=True)
         if per_node:
             for node in report["nodes"]:
-                path = os.path.join(dest, "textfile", _file_name(node["node"]))
+                path = os.path.join(dest, "textfile", metrics_file_name(node["node"]))
+                writer.textfiles[node["node"]] = path
                 writer.write(path, render_metrics([node]), "prometheus")
     writer.changes.apply()
 
@@ -357,6 +364,7 @@ def main():
         summary=report["summary"],
         findings=all_findings(report["nodes"], report["fleet_findings"]),
         problems=all_problems(report),
+        textfiles=writer.textfiles,
     )
     if module._diff:
         result["diff"] = writer.diffs

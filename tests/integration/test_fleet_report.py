@@ -125,3 +125,20 @@ def test_the_console_check_catches_errors(browser, tmp_path):
     browser.evaluate("1")
     assert any("bad" in problem for problem in browser.problems)
     assert any("undefinedCall" in problem for problem in browser.problems)
+
+
+def test_each_node_installs_its_own_metrics_file_named_by_the_module(fleet, ansible_playbook_cli, tmp_path):
+    """Play 3 copies the file the module named for the node (tee_fleet_report.textfiles), no name rule in Jinja."""
+    out, _ = fleet
+    inventory = yaml.safe_load((out / "inventory.yml").read_text())
+    for host, variables in inventory["tee_nodes"]["hosts"].items():
+        variables["tee_fleet_textfile_dir"] = str(tmp_path / "nodes" / host)
+        (tmp_path / "nodes" / host).mkdir(parents=True)
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    extra = {"tee_fleet_kubernetes_dir": out / "kubernetes", "tee_fleet_report_dir": tmp_path / "report"}
+    completed = ansible_playbook_cli(PLAYBOOK, "-i", str(tmp_path / "inventory.yml"), extra_vars=extra, env=JSON)
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    for host, variables in inventory["tee_nodes"]["hosts"].items():
+        node = variables.get("tee_node_name", host)
+        metrics = (tmp_path / "nodes" / host / "confidential_tee.prom").read_text()
+        assert f'node="{node}"' in metrics and all(f'node="{n}"' not in metrics for n in {"tdx-1", "snp-1"} - {node})

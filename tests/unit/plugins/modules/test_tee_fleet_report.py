@@ -232,3 +232,18 @@ def test_a_fractional_extended_resource_request_is_a_problem_not_rounded(run_mod
     (node,) = [n for n in report["nodes"] if n["node"] == "tdx-1"]
     (keys,) = [a for a in node["pools"]["tdx"]["advertised"] if a["name"] == "tdx.intel.com/keys"]
     assert keys["requested"] is None and keys["capacity"] == 63
+
+
+def test_every_node_gets_its_own_valid_metrics_file(run_module, tmp_path, fleet):
+    """A 253-character node name fits; names that differ only where a file name cannot show it stay apart."""
+    _out, hosts = fleet
+    longest = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+    names = [longest, "nœud-1", "nœud-2", "tdx-1", "snp-1"]
+    renamed = [dict(host, node=name) for host, name in zip(hosts, names, strict=True)]
+    result = run_module(tee_fleet_report, {"dest": str(tmp_path / "r"), "hosts": renamed})
+    assert not result["failed"], result.get("msg")
+    textfiles = result["textfiles"]
+    assert set(textfiles) == set(names) and len(set(textfiles.values())) == len(names)
+    assert Path(textfiles["tdx-1"]).name == "tdx-1.prom"
+    for name, path in textfiles.items():
+        assert len(Path(path).name.encode()) <= 255 and f'node="{name}"' in Path(path).read_text()

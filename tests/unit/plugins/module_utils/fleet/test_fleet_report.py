@@ -12,10 +12,13 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_repor
     compact_result,
     fleet_host_entries,
     host_facts,
+    metrics_file_name,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from teesim.cluster import k8s_objects as k8s
 from teesim.cluster.fleet import KATA_TDX, RULES, TDX_LABEL
@@ -164,3 +167,21 @@ def test_fleet_host_entries_for_the_filter():
     for names in ("a,b", None, 3):
         with pytest.raises(TypeError, match="expects a list of host names"):
             fleet_host_entries(names, {}, "r")
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [("tdx-1", "tdx-1.prom"), ("node.example.com", "node.example.com.prom"), ("a" * 250, "a" * 250 + ".prom")],
+)
+def test_a_valid_node_name_that_fits_is_its_own_metrics_file_name(node, expected):
+    assert metrics_file_name(node) == expected
+
+
+@given(st.lists(st.text(min_size=1, max_size=300), min_size=2, max_size=6, unique=True))
+@settings(max_examples=200, deadline=None)
+def test_metrics_file_names_are_distinct_valid_path_components(nodes):
+    names = [metrics_file_name(node) for node in nodes]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert "/" not in name and "\0" not in name and name not in (".", "..")
+        assert 0 < len(name.encode()) <= 255 and name.endswith(".prom")
