@@ -64,16 +64,26 @@ CRITICAL, WARNING, INFO = "critical", "warning", "info"
 # ---------------------------------------------------------------------------------------------------
 
 
-def nfd_advertisers(rules) -> dict[str, list[dict]]:
-    """``{extended resource: [{rule, value, misc, static}]}`` from NodeFeatureRules' ``extendedResources``."""
+def nfd_advertisers(rules, problems=None) -> dict[str, list[dict]]:
+    """``{extended resource: [{rule, value, misc, static}]}`` from NodeFeatureRules' ``extendedResources``.
+
+    A rule object whose fields have the wrong type (what a corrupted or hand-made object can hold) adds a
+    problem naming the object and the field to ``problems`` and advertises nothing."""
+    problems = [] if problems is None else problems
     found: dict[str, list[dict]] = {}
     for rule_object in items(rules):
-        spec = rule_object.get("spec") if isinstance(rule_object.get("spec"), dict) else {}
-        for rule in spec.get("rules") or []:
-            if not isinstance(rule, dict) or not isinstance(rule.get("extendedResources"), dict):
-                continue
-            for name, value in rule["extendedResources"].items():
-                value = str(value)
+        ref = object_ref(rule_object, "NodeFeatureRule")
+        spec = rule_object.get("spec")
+        if not isinstance(spec, dict):
+            problems.append("%s spec: must be an object, got %s" % (ref, type_name(spec)))
+            continue
+        listed = spec.get("rules")
+        if not isinstance(listed, list):
+            if listed is not None:
+                problems.append("%s spec.rules: must be a list, got %s" % (ref, type_name(listed)))
+            continue
+        for index, rule in enumerate(listed):
+            for name, value in _extended_resources(ref, index, rule, problems):
                 feature = NFD_FEATURES.get(value)
                 found.setdefault(name, []).append(
                     {
@@ -84,6 +94,38 @@ def nfd_advertisers(rules) -> dict[str, list[dict]]:
                     }
                 )
     return found
+
+
+def _extended_resources(ref, index, rule, problems) -> list[tuple[str, str]]:
+    """The ``(name, value)`` pairs of ``spec.rules[index].extendedResources`` that are strings, as NFD reads them."""
+    where = "%s spec.rules[%d]" % (ref, index)
+    if not isinstance(rule, dict):
+        problems.append("%s: must be an object, got %s" % (where, type_name(rule)))
+        return []
+    resources = rule.get("extendedResources")
+    if resources is None:
+        return []
+    if not isinstance(resources, dict):
+        problems.append("%s.extendedResources: must be an object, got %s" % (where, type_name(resources)))
+        return []
+    pairs = []
+    for name, value in resources.items():
+        if isinstance(value, str):
+            pairs.append((name, value))
+        else:
+            problems.append("%s.extendedResources[%s]: must be a string, got %s" % (where, name, type_name(value)))
+    return pairs
+
+
+def type_name(value) -> str:
+    """How a problem names a JSON value's type (the API server's words: object, list, string, number)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean %s" % str(value).lower()
+    if isinstance(value, (int, float)):
+        return "number %r" % value
+    return {dict: "an object", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
 
 
 def pool_catalog(nfd, resource_map=None) -> dict[str, dict]:
@@ -545,16 +587,36 @@ def node_drift(node_name, host, node, pods, catalog) -> dict:
     }
 
 
+def unique_nodes(nodes, problems) -> list[dict]:
+    """Node objects with a name, each name once: a nameless Node or a second Node of one name is a problem
+    (the API server never returns either; a merged or hand-edited dump can), and the first one is used."""
+    seen: dict[str, int] = {}
+    for node in nodes:
+        name = name_of(node)
+        if name is None:
+            problems.append("Node without a metadata.name (a string): left out")
+        else:
+            seen[name] = seen.get(name, 0) + 1
+    for name, count in seen.items():
+        if count > 1:
+            problems.append("Node %s appears %d times in the objects: the report uses the first" % (name, count))
+    first: dict[str, dict] = {}
+    for node in nodes:
+        if name_of(node) is not None:
+            first.setdefault(name_of(node), node)
+    return list(first.values())
+
+
 def fleet_drift(hosts, kubernetes, resource_map=None) -> dict:
     """Drift of every host: ``hosts`` maps Kubernetes node names to ``tee_host_info`` results (or ``None``).
 
     ``kubernetes`` has ``nodes``, ``pods``, ``runtime_classes`` and ``node_feature_rules`` (lists or List
     documents). Returns ``{"nodes": {name: node_drift}, "findings": fleet findings, "problems": [...]}``.
     """
-    nodes = [node for node in items(kubernetes.get("nodes")) if name_of(node)]
-    pods = items(kubernetes.get("pods"))
-    catalog = pool_catalog(nfd_advertisers(kubernetes.get("node_feature_rules")), resource_map)
     problems: list[str] = []
+    nodes = unique_nodes(items(kubernetes.get("nodes")), problems)
+    pods = items(kubernetes.get("pods"))
+    catalog = pool_catalog(nfd_advertisers(kubernetes.get("node_feature_rules"), problems), resource_map)
     overheads = runtime_class_overheads(kubernetes.get("runtime_classes"), problems)
     fleet_findings, per_node = runtime_class_findings(overheads, nodes)
     by_name = {name_of(node): node for node in nodes}

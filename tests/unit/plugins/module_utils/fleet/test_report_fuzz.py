@@ -1,0 +1,108 @@
+"""The fleet report on corrupted Kubernetes objects: a problem naming the object and field, never a crash or a hang.
+
+The simulated fleet's objects (valid: the cluster roles' tests check the same builders against the real schemas)
+are corrupted one field at a time, anywhere, with values of every JSON type and hostile quantities; the report,
+its HTML, Markdown and metrics must still be produced, each in bounded time.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import build_report
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
+from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
+from ansible_collections.confidential.tee.plugins.modules.tee_fleet_report import read_kubernetes_dir
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from teesim.cluster.fleet import build_fleet
+
+HOSTILE = [None, 0, -1, 1.5, float("nan"), float("inf"), True, "", "x", "1e", "1Ex", "9" * 5000, "1e1000000000"]
+HOSTILE += [[], {}, [1], {"a": 1}, "<script>alert(1)</script>", "a\nb"]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fleet")
+    summary = build_fleet(out, reference=None)
+    hosts = []
+    for name in summary["nodes"]:
+        root = str(out / "nodes" / name)
+        hosts.append({"name": name, "node": name, "result": {"host": gather_preflight(root, gather_host_facts(root))}})
+    objects, _problems = read_kubernetes_dir(str(out / "kubernetes"))
+    return hosts, objects
+
+
+def _paths(value, path=()):
+    yield path
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _paths(child, (*path, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _paths(child, (*path, index))
+
+
+def _set(document, path, value):
+    for key in path[:-1]:
+        document = document[key]
+    document[path[-1]] = value
+
+
+def report_everything(hosts, objects) -> dict:
+    report = build_report(hosts, objects)
+    render_html(report), render_markdown(report), render_metrics(report["nodes"])
+    return report
+
+
+@given(data=st.data())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_field_corrupted_gives_a_report(fleet, data):
+    hosts, objects = fleet
+    paths = [p for p in _paths(objects) if p and "managedFields" not in p]
+    corrupted = copy.deepcopy(objects)
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from([p for p in _paths(corrupted) if p and "managedFields" not in p] or paths))
+        _set(corrupted, path, copy.deepcopy(data.draw(st.sampled_from(HOSTILE))))
+    started = time.monotonic()
+    report_everything(hosts, corrupted)
+    # Bounded: a 10-digit-exponent quantity must not be expanded (seconds here would mean it was).
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("value", [5, True, "rules", {"a": 1}], ids=repr)
+def test_a_rule_list_of_the_wrong_type_is_a_problem_naming_the_object_and_field(fleet, value):
+    hosts, objects = fleet
+    corrupted = copy.deepcopy(objects)
+    rule = corrupted["node_feature_rules"]["items"][0]
+    rule["spec"]["rules"] = value
+    problems = report_everything(hosts, corrupted)["problems"]
+    assert any(f"NodeFeatureRule {rule['metadata']['name']} spec.rules: must be a list" in p for p in problems)
+
+
+def test_malformed_rule_entries_and_values_are_problems(fleet):
+    hosts, objects = fleet
+    corrupted = copy.deepcopy(objects)
+    rules = corrupted["node_feature_rules"]["items"][0]["spec"]["rules"]
+    rules.append(7)
+    rules.append({"name": "x", "extendedResources": ["tdx.intel.com/keys"]})
+    rules.append({"name": "y", "extendedResources": {"tdx.intel.com/keys": 63}})
+    problems = report_everything(hosts, corrupted)["problems"]
+    assert any(f"spec.rules[{len(rules) - 3}]: must be an object, got number 7" in p for p in problems)
+    assert any(".extendedResources: must be an object, got a list" in p for p in problems)
+    assert any(".extendedResources[tdx.intel.com/keys]: must be a string, got number 63" in p for p in problems)
+
+
+def test_two_nodes_of_one_name_are_reported(fleet):
+    hosts, objects = fleet
+    corrupted = copy.deepcopy(objects)
+    nodes = corrupted["nodes"]["items"]
+    nodes.append(copy.deepcopy(nodes[0]))
+    nodes.append({"metadata": {"name": 5}})
+    problems = report_everything(hosts, corrupted)["problems"]
+    assert any(f"Node {nodes[0]['metadata']['name']} appears 2 times" in p for p in problems)
+    assert any("Node without a metadata.name" in p for p in problems)
