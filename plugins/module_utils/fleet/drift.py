@@ -27,6 +27,7 @@ Every finding has ``id``, ``node``, ``resource``, ``severity`` (``critical``: gu
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
     bound_pods,
     is_running,
@@ -39,23 +40,13 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_object
     selector_matches,
 )
 
-MISC_RESOURCES = ("tdx", "sev", "sev_es")
+MISC_RESOURCES = tee.MISC_REPORT_ORDER
+# The mutable, per-report form ``resource_map`` extends.
 KEY_POOLS = {
-    "tdx.intel.com/keys": {"misc": "tdx", "advertiser": "NFD (cpu.security.tdx.total_keys)", "kind": "nfd"},
-    "devices.kubevirt.io/tdx": {"misc": "tdx", "advertiser": "KubeVirt TDX device plugin", "kind": "plugin"},
-    "sev-snp.amd.com/esids": {
-        "misc": "sev_es",
-        "advertiser": "NFD (cpu.security.sev.encrypted_state_ids)",
-        "kind": "nfd",
-    },
-    "devices.kubevirt.io/sev-esids": {"misc": "sev_es", "advertiser": "KubeVirt SEV-ES ASID plugin", "kind": "plugin"},
+    pool.resource: {"misc": pool.misc, "advertiser": pool.advertiser, "kind": pool.kind} for pool in tee.KEY_POOLS
 }
-NFD_FEATURES = {
-    "@cpu.security.tdx.total_keys": "tdx",
-    "@cpu.security.sev.encrypted_state_ids": "sev_es",
-    "@cpu.security.sev.asids": "sev",
-}
-SEV_DEVICE = "devices.kubevirt.io/sev"
+NFD_FEATURES = tee.NFD_FEATURES
+SEV_DEVICE = tee.KUBEVIRT_SEV
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 
 
