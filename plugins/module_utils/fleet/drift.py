@@ -301,7 +301,7 @@ def _nfd_sev_quirk(node, pool, kernel_sev, kernel_sev_es) -> list[dict]:
     advertised = pool["capacity"] if pool["capacity"] is not None else pool["allocatable"]
     if kernel_sev["capacity"] != 0 or not kernel_sev_es["capacity"] or advertised != kernel_sev_es["capacity"]:
         return []
-    rules = [r["rule"] for r in pool["rules"] if r["value"] == "@cpu.security.sev.asids"]
+    rules = [r["rule"] for r in pool["rules"] if r["value"] == tee.NFD_FEATURE_SEV_ASIDS]
     numbers = {"advertised": advertised, "kernel_sev_capacity": 0, "kernel_sev_es_capacity": kernel_sev_es["capacity"]}
     detail = (
         "%s advertises %d SEV ASIDs, but the kernel has no sev line in misc.capacity (every ASID is an SEV-ES/SNP "
@@ -311,8 +311,13 @@ def _nfd_sev_quirk(node, pool, kernel_sev, kernel_sev_es) -> list[dict]:
     )
     fix = (
         "remove %s from %s (this node has no plain-SEV ASIDs), or advertise it from a static value; SEV-ES/SNP "
-        "guests belong on sev-snp.amd.com/esids (@cpu.security.sev.encrypted_state_ids)"
-        % (pool["name"], ", ".join(rules) or "the NodeFeatureRule that advertises it")
+        "guests belong on %s (%s)"
+        % (
+            pool["name"],
+            ", ".join(rules) or "the NodeFeatureRule that advertises it",
+            tee.NFD_SNP_ESIDS,
+            tee.NFD_FEATURE_SEV_ESIDS,
+        )
     )
     return [_finding(node, "sev", "nfd_sev_prefix", CRITICAL, "NFD sev prefix quirk", numbers, detail, fix)]
 
@@ -404,9 +409,10 @@ def sev_es_uncounted(node, kernel, pools, sev_device_pods) -> list[dict]:
         )
     )
     fix = (
-        "advertise the sev_es pool (a NodeFeatureRule with extendedResources sev-snp.amd.com/esids: "
-        "'@cpu.security.sev.encrypted_state_ids') and make SEV-ES/SNP guests request it: Kata through the "
+        "advertise the sev_es pool (a NodeFeatureRule with extendedResources %s: "
+        "'%s') and make SEV-ES/SNP guests request it: Kata through the "
         "RuntimeClass overhead, KubeVirt VMs through a resource request"
+        % (tee.NFD_SNP_ESIDS, tee.NFD_FEATURE_SEV_ESIDS)
     )
     return [_finding(node, "sev_es", "sev_es_uncounted", WARNING, "SEV-ES guests uncounted", numbers, detail, fix)]
 
