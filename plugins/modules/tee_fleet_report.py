@@ -177,6 +177,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
@@ -195,7 +196,7 @@ KUBE_FILES = (
     ("runtime_classes", "runtimeclasses.json"),
     ("node_feature_rules", "nodefeaturerules.json"),
 )
-MISC_NAMES = ("tdx", "sev", "sev_es")
+MISC_NAMES = tee.MISC_REPORT_ORDER
 MAX_JSON_BYTES = 512 * 1024 * 1024
 
 

@@ -50,6 +50,31 @@ def collection_module(name: str) -> ModuleType:
 
 misc_cgroup: ModuleType = collection_module("plugins.module_utils.host.misc_cgroup")
 
+# The one TEE vocabulary (plugins/module_utils/common/tee.py): the simulator spells no resource name itself.
+tee: ModuleType = collection_module("plugins.module_utils.common.tee")
+
+MISC_RESOURCES = tee.MISC_RESOURCES
+MISC_REPORT_ORDER = tee.MISC_REPORT_ORDER
+VENDOR_MISC_RESOURCES = tee.VENDOR_MISC_RESOURCES
+SEV = tee.SEV
+SEV_ES = tee.SEV_ES
+TDX = tee.TDX
+KATA = tee.KATA
+KUBEVIRT = tee.KUBEVIRT
+EXTERNAL = tee.EXTERNAL
+KUBEVIRT_TDX = tee.KUBEVIRT_TDX
+KUBEVIRT_SEV = tee.KUBEVIRT_SEV
+KUBEVIRT_SEV_ESIDS = tee.KUBEVIRT_SEV_ESIDS
+KUBEVIRT_SEV_SLOTS = tee.KUBEVIRT_SEV_SLOTS
+KUBEVIRT_GENERIC_DEVICES = tee.KUBEVIRT_GENERIC_DEVICES
+KUBEVIRT_KEYS = tee.KUBEVIRT_KEYS
+NFD_TDX_KEYS = tee.NFD_TDX_KEYS
+NFD_SNP_ESIDS = tee.NFD_SNP_ESIDS
+NFD_SEV_ASIDS = tee.NFD_SEV_ASIDS
+NFD_KEYS = tee.NFD_KEYS
+NFD_FEATURE_TDX_KEYS = tee.NFD_FEATURE_TDX_KEYS
+NFD_FEATURE_SEV_ASIDS = tee.NFD_FEATURE_SEV_ASIDS
+
 KNOWN_RESOURCES: tuple[str, ...] = misc_cgroup.KNOWN_RESOURCES
 U64_MAX: int = misc_cgroup.U64_MAX
 canonical_resource = misc_cgroup.canonical_resource
@@ -59,8 +84,29 @@ read_misc_state = misc_cgroup.read_misc_state
 locate_misc = misc_cgroup.locate_misc
 
 __all__ = [
+    "EXTERNAL",
+    "KATA",
     "KNOWN_RESOURCES",
+    "KUBEVIRT",
+    "KUBEVIRT_GENERIC_DEVICES",
+    "KUBEVIRT_KEYS",
+    "KUBEVIRT_SEV",
+    "KUBEVIRT_SEV_ESIDS",
+    "KUBEVIRT_SEV_SLOTS",
+    "KUBEVIRT_TDX",
+    "MISC_REPORT_ORDER",
+    "MISC_RESOURCES",
+    "NFD_FEATURE_SEV_ASIDS",
+    "NFD_FEATURE_TDX_KEYS",
+    "NFD_KEYS",
+    "NFD_SEV_ASIDS",
+    "NFD_SNP_ESIDS",
+    "NFD_TDX_KEYS",
+    "SEV",
+    "SEV_ES",
+    "TDX",
     "U64_MAX",
+    "VENDOR_MISC_RESOURCES",
     "canonical_resource",
     "collection_module",
     "locate_misc",
@@ -68,4 +114,5 @@ __all__ = [
     "parse_misc_text",
     "read_misc_file",
     "read_misc_state",
+    "tee",
 ]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teesim._collection import KUBEVIRT_TDX, MISC_REPORT_ORDER
 from teesim.kernel.backends import NodeWriter, RealDirBackend
 from teesim.kernel.node import Node, NodeSpec
 from teesim.kernel.profiles import get_profile
@@ -53,7 +54,7 @@ class PluginProcess:
         kind: str,
         host_root: str | os.PathLike[str],
         *,
-        resource_name: str = "devices.kubevirt.io/tdx",
+        resource_name: str = KUBEVIRT_TDX,
         misc_resource: str = "tdx",
         poll_interval: float = 0.1,
         extra: list[str] | None = None,
@@ -325,7 +326,7 @@ def measure_detection_latency(
     *,
     capacity: int = 8,
     poll_interval: float = 0.1,
-    resource_name: str = "devices.kubevirt.io/tdx",
+    resource_name: str = KUBEVIRT_TDX,
     misc_resource: str = "tdx",
     timeout: float = 10.0,
     seed: int = 1,
@@ -419,8 +420,8 @@ def register(subparsers: Any) -> None:
         action="append",
         help="plugin poll interval in seconds; repeat to compare (default 0.1)",
     )
-    parser.add_argument("--resource-name", default="devices.kubevirt.io/tdx")
-    parser.add_argument("--misc-resource", default="tdx", choices=("tdx", "sev", "sev_es"))
+    parser.add_argument("--resource-name", default=KUBEVIRT_TDX)
+    parser.add_argument("--misc-resource", default="tdx", choices=MISC_REPORT_ORDER)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON instead of text")
     parser.set_defaults(func=_cmd_grpc)

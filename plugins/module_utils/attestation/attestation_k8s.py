@@ -33,11 +33,12 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_c
     check_vsock_port,
     qgs_plan,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import file_name
 
 TDX_NODE_LABEL = {"intel.feature.node.kubernetes.io/tdx": "true"}
-SGX_RESOURCES = {"sgx.intel.com/enclave": "1", "sgx.intel.com/provision": "1"}
+SGX_RESOURCES = {tee.SGX_ENCLAVE: "1", tee.SGX_PROVISION: "1"}
 PCCS_PATH = "/opt/intel/sgx-dcap-pccs"
 PART_OF = "confidential-tee"
 

@@ -30,37 +30,39 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
-KATA = "kata"
-KUBEVIRT = "kubevirt"
+KATA = tee.KATA
+KUBEVIRT = tee.KUBEVIRT
+# The consumers a node may declare; external VMs request no extended resource, so there is nothing to plan.
 CONSUMERS = (KATA, KUBEVIRT)
 MODES = ("auto", "kubevirt", "nfd")
 NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 # Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
 VENDORS = {
-    "intel": {
+    tee.INTEL: {
         "tee": "tdx",
-        "misc": "tdx",
+        "misc": tee.TDX,
         "nfd_rule": "intel.tdx",
-        "nfd_resource": "tdx.intel.com/keys",
-        "nfd_value": "@cpu.security.tdx.total_keys",
+        "nfd_resource": tee.NFD_TDX_KEYS,
+        "nfd_value": tee.NFD_FEATURE_TDX_KEYS,
         "nfd_label": "intel.feature.node.kubernetes.io/tdx",
         "nfd_match": "tdx.enabled",
-        "kubevirt_resource": "devices.kubevirt.io/tdx",
+        "kubevirt_resource": tee.KUBEVIRT_TDX,
         "kubevirt_counts_keys": True,
         "kubevirt_gate": "WorkloadEncryptionTDX",
     },
-    "amd": {
+    tee.AMD: {
         "tee": "snp",
-        "misc": "sev_es",
+        "misc": tee.SEV_ES,
         "nfd_rule": "amd.sev-snp",
-        "nfd_resource": "sev-snp.amd.com/esids",
-        "nfd_value": "@cpu.security.sev.encrypted_state_ids",
+        "nfd_resource": tee.NFD_SNP_ESIDS,
+        "nfd_value": tee.NFD_FEATURE_SEV_ESIDS,
         "nfd_label": "amd.feature.node.kubernetes.io/snp",
         "nfd_match": "sev.snp.enabled",
-        "kubevirt_resource": "devices.kubevirt.io/sev",
+        "kubevirt_resource": tee.KUBEVIRT_SEV,
         "kubevirt_counts_keys": False,
         "kubevirt_gate": "WorkloadEncryptionSEV",
     },
@@ -178,8 +180,8 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
 def _kata_pools(nodes: list, problems: list) -> dict:
     """Per TEE, the one resource Kata's RuntimeClasses can name in overhead.podFixed."""
     kata = {}
-    for tee in ("tdx", "snp"):
-        members = [n for n in nodes if n["tee"] == tee and KATA in n["consumers"]]
+    for tee_name in ("tdx", "snp"):
+        members = [n for n in nodes if n["tee"] == tee_name and KATA in n["consumers"]]
         resources = sorted({n["pool"]["resource"] for n in members})
         if len(resources) > 1:
             groups = "; ".join(
@@ -188,10 +190,10 @@ def _kata_pools(nodes: list, problems: list) -> dict:
             problems.append(
                 "RuntimeClasses kata-qemu-%s (and its GPU variant) put one resource in overhead.podFixed, but the "
                 "Kata %s nodes use different pools: %s. Fix: give every Kata %s node the same tee_key_pool_mode"
-                % (tee, tee.upper(), groups, tee.upper())
+                % (tee_name, tee_name.upper(), groups, tee_name.upper())
             )
         if members:
-            kata[tee] = {"resource": resources[0], "nodes": [n["name"] for n in members]}
+            kata[tee_name] = {"resource": resources[0], "nodes": [n["name"] for n in members]}
     return kata
 
 

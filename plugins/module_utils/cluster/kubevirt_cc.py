@@ -30,7 +30,7 @@ import json
 import re
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
-from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
+from ansible_collections.confidential.tee.plugins.module_utils.common.tee import KUBEVIRT_TDX, QGS_SOCKET
 
 DEFAULT_QGS_SOCKET = QGS_SOCKET
 JSONPATCH_ANNOTATION = "kubevirt.kubevirt.io/jsonpatch"
@@ -108,10 +108,10 @@ def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str =
     elif mode == "enforced":
         raise KubeVirtConfigError(
             "TDX attestation enforced, but the QGS socket is not confirmed on %s (%s). With enforced: true "
-            "virt-handler marks every devices.kubevirt.io/tdx device Unhealthy there and no TDX VMI (nor Kata pod "
+            "virt-handler marks every %s device Unhealthy there and no TDX VMI (nor Kata pod "
             "charging that resource) can start. Install and start qgsd (Intel DCAP) on those nodes and re-read "
             "them with tee_host_info, or set the attestation mode to auto"
-            % (", ".join(lacking), "; ".join("%s: %s" % (n, evidence[n]) for n in lacking))
+            % (", ".join(lacking), "; ".join("%s: %s" % (n, evidence[n]) for n in lacking), KUBEVIRT_TDX)
         )
     else:
         enforced, reason = False, "QGS socket not confirmed on %s" % ", ".join(lacking)

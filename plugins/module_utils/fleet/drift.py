@@ -27,6 +27,7 @@ Every finding has ``id``, ``node``, ``resource``, ``severity`` (``critical``: gu
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
     bound_pods,
     is_running,
@@ -39,23 +40,13 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_object
     selector_matches,
 )
 
-MISC_RESOURCES = ("tdx", "sev", "sev_es")
+MISC_RESOURCES = tee.MISC_REPORT_ORDER
+# The mutable, per-report form ``resource_map`` extends.
 KEY_POOLS = {
-    "tdx.intel.com/keys": {"misc": "tdx", "advertiser": "NFD (cpu.security.tdx.total_keys)", "kind": "nfd"},
-    "devices.kubevirt.io/tdx": {"misc": "tdx", "advertiser": "KubeVirt TDX device plugin", "kind": "plugin"},
-    "sev-snp.amd.com/esids": {
-        "misc": "sev_es",
-        "advertiser": "NFD (cpu.security.sev.encrypted_state_ids)",
-        "kind": "nfd",
-    },
-    "devices.kubevirt.io/sev-esids": {"misc": "sev_es", "advertiser": "KubeVirt SEV-ES ASID plugin", "kind": "plugin"},
+    pool.resource: {"misc": pool.misc, "advertiser": pool.advertiser, "kind": pool.kind} for pool in tee.KEY_POOLS
 }
-NFD_FEATURES = {
-    "@cpu.security.tdx.total_keys": "tdx",
-    "@cpu.security.sev.encrypted_state_ids": "sev_es",
-    "@cpu.security.sev.asids": "sev",
-}
-SEV_DEVICE = "devices.kubevirt.io/sev"
+NFD_FEATURES = tee.NFD_FEATURES
+SEV_DEVICE = tee.KUBEVIRT_SEV
 CRITICAL, WARNING, INFO = "critical", "warning", "info"
 
 
@@ -352,7 +343,7 @@ def _nfd_sev_quirk(node, pool, kernel_sev, kernel_sev_es) -> list[dict]:
     advertised = pool["capacity"] if pool["capacity"] is not None else pool["allocatable"]
     if kernel_sev["capacity"] != 0 or not kernel_sev_es["capacity"] or advertised != kernel_sev_es["capacity"]:
         return []
-    rules = [r["rule"] for r in pool["rules"] if r["value"] == "@cpu.security.sev.asids"]
+    rules = [r["rule"] for r in pool["rules"] if r["value"] == tee.NFD_FEATURE_SEV_ASIDS]
     numbers = {"advertised": advertised, "kernel_sev_capacity": 0, "kernel_sev_es_capacity": kernel_sev_es["capacity"]}
     detail = (
         "%s advertises %d SEV ASIDs, but the kernel has no sev line in misc.capacity (every ASID is an SEV-ES/SNP "
@@ -362,8 +353,13 @@ def _nfd_sev_quirk(node, pool, kernel_sev, kernel_sev_es) -> list[dict]:
     )
     fix = (
         "remove %s from %s (this node has no plain-SEV ASIDs), or advertise it from a static value; SEV-ES/SNP "
-        "guests belong on sev-snp.amd.com/esids (@cpu.security.sev.encrypted_state_ids)"
-        % (pool["name"], ", ".join(rules) or "the NodeFeatureRule that advertises it")
+        "guests belong on %s (%s)"
+        % (
+            pool["name"],
+            ", ".join(rules) or "the NodeFeatureRule that advertises it",
+            tee.NFD_SNP_ESIDS,
+            tee.NFD_FEATURE_SEV_ESIDS,
+        )
     )
     return [_finding(node, "sev", "nfd_sev_prefix", CRITICAL, "NFD sev prefix quirk", numbers, detail, fix)]
 
@@ -455,9 +451,10 @@ def sev_es_uncounted(node, kernel, pools, sev_device_pods) -> list[dict]:
         )
     )
     fix = (
-        "advertise the sev_es pool (a NodeFeatureRule with extendedResources sev-snp.amd.com/esids: "
-        "'@cpu.security.sev.encrypted_state_ids') and make SEV-ES/SNP guests request it: Kata through the "
+        "advertise the sev_es pool (a NodeFeatureRule with extendedResources %s: "
+        "'%s') and make SEV-ES/SNP guests request it: Kata through the "
         "RuntimeClass overhead, KubeVirt VMs through a resource request"
+        % (tee.NFD_SNP_ESIDS, tee.NFD_FEATURE_SEV_ESIDS)
     )
     return [_finding(node, "sev_es", "sev_es_uncounted", WARNING, "SEV-ES guests uncounted", numbers, detail, fix)]
 

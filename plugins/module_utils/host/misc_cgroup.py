@@ -32,14 +32,15 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, Problem
 
 # Every reader of the collection reports through the same record type.
 ParseIssue = Problem
 
-KNOWN_RESOURCES = ("sev", "sev_es", "tdx")
+KNOWN_RESOURCES = tee.MISC_RESOURCES
 # SEV-SNP guests are charged to the SEV-ES ASID pool; users still think of them as "snp".
-RESOURCE_ALIASES = {"snp": "sev_es", "sev_snp": "sev_es"}
+RESOURCE_ALIASES = tee.MISC_ALIASES
 U64_MAX = (1 << 64) - 1
 S64_MAX = (1 << 63) - 1
 MAX_FILE_BYTES = 64 * 1024

@@ -19,6 +19,7 @@ Verdicts:
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import ZERO_CAPACITY_HINTS
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
@@ -36,7 +37,7 @@ NVIDIA_PCI_VENDOR = "0x10de"
 # PCI base class + subclass: VGA (0x0300) and 3D (0x0302) controllers are GPUs, 0x0680 an NVSwitch.
 NVIDIA_PCI_CLASSES = ("0x0300", "0x0302", "0x0680")
 VERDICTS = (PASS, FAIL, SKIP)
-TEE_RESOURCE = {"intel": "tdx", "amd": "sev_es"}
+TEE_RESOURCE = tee.VENDOR_KEY_POOL
 TEE_SECTION = {"intel": "tdx", "amd": "sev_snp"}
 
 

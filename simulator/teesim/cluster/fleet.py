@@ -38,6 +38,16 @@ from typing import Any
 
 import yaml
 
+from teesim._collection import (
+    KUBEVIRT_GENERIC_DEVICES,
+    KUBEVIRT_SEV,
+    KUBEVIRT_TDX,
+    NFD_FEATURE_SEV_ASIDS,
+    NFD_FEATURE_TDX_KEYS,
+    NFD_SEV_ASIDS,
+    NFD_SNP_ESIDS,
+    NFD_TDX_KEYS,
+)
 from teesim.cluster import k8s_objects as k8s
 from teesim.kernel.capture import build_capture_tree
 from teesim.kernel.cli import build_node_tree
@@ -46,8 +56,8 @@ H100_CAPTURE = Path("hosts") / "h100-cc-off"
 TDX_LABEL = {"intel.feature.node.kubernetes.io/tdx": "true"}
 SNP_LABEL = {"amd.feature.node.kubernetes.io/snp": "true"}
 
-KATA_TDX = k8s.runtime_class("kata-tdx", "kata-qemu-tdx", {"tdx.intel.com/keys": "1"}, TDX_LABEL)
-KATA_SNP = k8s.runtime_class("kata-snp", "kata-qemu-snp", {"sev-snp.amd.com/esids": "1"}, SNP_LABEL)
+KATA_TDX = k8s.runtime_class("kata-tdx", "kata-qemu-tdx", {NFD_TDX_KEYS: "1"}, TDX_LABEL)
+KATA_SNP = k8s.runtime_class("kata-snp", "kata-qemu-snp", {NFD_SNP_ESIDS: "1"}, SNP_LABEL)
 RULES = [
     k8s.node_feature_rule(
         "intel-tdx",
@@ -55,7 +65,7 @@ RULES = [
             {
                 "name": "intel.tdx",
                 "labels": dict(TDX_LABEL),
-                "extendedResources": {"tdx.intel.com/keys": "@cpu.security.tdx.total_keys"},
+                "extendedResources": {NFD_TDX_KEYS: NFD_FEATURE_TDX_KEYS},
                 "matchFeatures": [{"feature": "cpu.security", "matchExpressions": {"tdx.enabled": {"op": "Exists"}}}],
             }
         ],
@@ -66,7 +76,7 @@ RULES = [
             {
                 "name": "amd.sev",
                 "labels": {"amd.feature.node.kubernetes.io/sev": "true"},
-                "extendedResources": {"sev.amd.com/asids": "@cpu.security.sev.asids"},
+                "extendedResources": {NFD_SEV_ASIDS: NFD_FEATURE_SEV_ASIDS},
                 "matchFeatures": [{"feature": "cpu.security", "matchExpressions": {"sev.enabled": {"op": "Exists"}}}],
             },
             {
@@ -99,7 +109,7 @@ def _pods(prefix: str, kind: str, count: int, phase: str = "Running") -> list[tu
 
 
 def default_plans() -> list[NodePlan]:
-    kubevirt = {"devices.kubevirt.io/kvm": "1k", "devices.kubevirt.io/tun": "1k", "devices.kubevirt.io/vhost-net": "1k"}
+    kubevirt = dict.fromkeys(KUBEVIRT_GENERIC_DEVICES, "1k")
     return [
         NodePlan(
             "tdx-1",
@@ -111,7 +121,7 @@ def default_plans() -> list[NodePlan]:
                 "registers": True,
             },
             labels=dict(TDX_LABEL),
-            extended={**kubevirt, "devices.kubevirt.io/tdx": "63", "tdx.intel.com/keys": "63"},
+            extended={**kubevirt, KUBEVIRT_TDX: "63", NFD_TDX_KEYS: "63"},
             pods=_pods("kata-web", "kata-tdx", 8)
             + _pods("td-vm", "kubevirt-tdx", 6)
             + _pods("kata-batch", "kata-tdx", 1, "Pending")
@@ -122,7 +132,7 @@ def default_plans() -> list[NodePlan]:
             "10.0.0.12",
             tree={"vendor": "intel", "capacity": {"tdx": 31}, "charges": [("kubepods.slice", "tdx", 3)]},
             labels=dict(TDX_LABEL),
-            extended={**kubevirt, "devices.kubevirt.io/tdx": "0", "tdx.intel.com/keys": "31"},
+            extended={**kubevirt, KUBEVIRT_TDX: "0", NFD_TDX_KEYS: "31"},
             pods=_pods("kata-api", "kata-tdx", 3),
         ),
         NodePlan(
@@ -135,7 +145,7 @@ def default_plans() -> list[NodePlan]:
                 "registers": True,
             },
             labels={"amd.feature.node.kubernetes.io/sev": "true", **SNP_LABEL},
-            extended={**kubevirt, "devices.kubevirt.io/sev": "110", "sev.amd.com/asids": "99"},
+            extended={**kubevirt, KUBEVIRT_SEV: "110", NFD_SEV_ASIDS: "99"},
             pods=_pods("snp-vm", "kubevirt-sev", 9),
         ),
         NodePlan(
@@ -163,9 +173,9 @@ def _pod_objects(plan: NodePlan, name: str) -> list[dict[str, Any]]:
         if kind == "kata-tdx":
             objects.append(k8s.kata_pod(pod_name, name, KATA_TDX, phase))
         elif kind == "kubevirt-tdx":
-            objects.append(k8s.virt_launcher_pod(pod_name, name, "devices.kubevirt.io/tdx", phase))
+            objects.append(k8s.virt_launcher_pod(pod_name, name, KUBEVIRT_TDX, phase))
         elif kind == "kubevirt-sev":
-            objects.append(k8s.virt_launcher_pod(pod_name, name, "devices.kubevirt.io/sev", phase))
+            objects.append(k8s.virt_launcher_pod(pod_name, name, KUBEVIRT_SEV, phase))
     return objects
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from teesim._collection import KUBEVIRT_GENERIC_DEVICES
+
 CREATED = "2026-11-20T08:00:00Z"
 HEARTBEAT = "2026-11-24T09:30:00Z"
 KUBELET = "v1.34.2"
@@ -172,7 +174,7 @@ def kata_pod(name: str, node_name: str, runtime_class: dict[str, Any], phase: st
 
 def virt_launcher_pod(vm: str, node_name: str, device: str, phase: str = "Running") -> dict[str, Any]:
     """KubeVirt's virt-launcher pod of a VMI, with the devices the VMI's confidential setup requests."""
-    devices = {"devices.kubevirt.io/kvm": "1", "devices.kubevirt.io/tun": "1", "devices.kubevirt.io/vhost-net": "1"}
+    devices = dict.fromkeys(KUBEVIRT_GENERIC_DEVICES, "1")
     devices[device] = "1"
     owner = {
         "apiVersion": "kubevirt.io/v1",

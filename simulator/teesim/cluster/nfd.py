@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from teesim._collection import parse_misc_text
+from teesim._collection import NFD_KEYS, parse_misc_text
 
 DEFAULT_SLEEP_INTERVAL = 60.0
-NFD_RESOURCES: dict[str, str] = {"tdx": "tdx.intel.com/keys", "sev_es": "sev-snp.amd.com/esids"}
+NFD_RESOURCES: dict[str, str] = dict(NFD_KEYS)
 CAPACITY_FILE = "sys/fs/cgroup/misc.capacity"
 
 Reader = Callable[[str], str]

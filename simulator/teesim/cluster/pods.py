@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from teesim._collection import NFD_SNP_ESIDS, NFD_TDX_KEYS
+
 
 class Phase(StrEnum):
     PENDING = "Pending"  # not bound to a node yet
@@ -57,8 +59,8 @@ class RuntimeClass:
 # deployed (tools/packaging/kata-deploy/binary/src/k8s/runtimeclasses.rs). Strategies may point the
 # overhead elsewhere; this is the default.
 RUNTIME_CLASSES: dict[str, RuntimeClass] = {
-    "kata-qemu-tdx": RuntimeClass("kata-qemu-tdx", {"tdx.intel.com/keys": 1}),
-    "kata-qemu-snp": RuntimeClass("kata-qemu-snp", {"sev-snp.amd.com/esids": 1}),
+    "kata-qemu-tdx": RuntimeClass("kata-qemu-tdx", {NFD_TDX_KEYS: 1}),
+    "kata-qemu-snp": RuntimeClass("kata-qemu-snp", {NFD_SNP_ESIDS: 1}),
 }
 # Which RuntimeClass a Kata guest of each misc resource uses.
 KATA_RUNTIME_CLASS: dict[str, str] = {"tdx": "kata-qemu-tdx", "sev_es": "kata-qemu-snp"}

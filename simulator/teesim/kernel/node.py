@@ -34,12 +34,12 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from teesim._collection import canonical_resource
+from teesim._collection import VENDOR_MISC_RESOURCES, canonical_resource
 from teesim.kernel.misc import MiscController
 from teesim.kernel.profiles import CURRENT, KernelProfile
 
 CGROUP_ROOT = "sys/fs/cgroup"
-VENDOR_RESOURCES: dict[str, tuple[str, ...]] = {"intel": ("tdx",), "amd": ("sev", "sev_es")}
+VENDOR_RESOURCES: dict[str, tuple[str, ...]] = dict(VENDOR_MISC_RESOURCES)
 DEFAULT_CAPACITY: dict[str, dict[str, int]] = {"intel": {"tdx": 63}, "amd": {"sev": 410, "sev_es": 99}}
 
 _BASE_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2"

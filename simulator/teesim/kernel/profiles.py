@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from teesim._collection import MISC_RESOURCES
+
 # The kernel's misc_res_name[] order; every file prints resources in this order.
-RESOURCE_ORDER: tuple[str, ...] = ("sev", "sev_es", "tdx")
+RESOURCE_ORDER: tuple[str, ...] = MISC_RESOURCES
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import grpc
 
+from teesim._collection import KUBEVIRT_TDX
 from teesim.kubelet import sockets
 from teesim.kubelet.devicemanager import API_VERSION, Device
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
@@ -266,7 +267,7 @@ class PluginServer:
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-root", required=True, help="node root holding sys/fs/cgroup and var/lib/kubelet")
-    parser.add_argument("--resource-name", default="devices.kubevirt.io/tdx", help="extended resource to advertise")
+    parser.add_argument("--resource-name", default=KUBEVIRT_TDX, help="extended resource to advertise")
     parser.add_argument("--misc-resource", default="tdx", help="misc cgroup resource: tdx, sev, sev_es (snp)")
     parser.add_argument("--kubelet-dir", help="kubelet directory (default: HOST_ROOT/var/lib/kubelet)")
     parser.add_argument("--socket-name", help="plugin socket file name (default: teesim-<misc-resource>.sock)")

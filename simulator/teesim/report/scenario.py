@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from teesim._collection import MISC_RESOURCES
 from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import FAULT_KINDS, FaultSpec, Range, WorkloadSpec, generate_arrivals
 from teesim.kernel.node import NodeSpec
@@ -191,7 +192,7 @@ def _workloads(raw: Any, where: str, node_names: set[str]) -> list[WorkloadSpec]
             raise
         except ValueError as exc:
             raise ScenarioError(f"{at}: {exc}") from None
-        if spec.resource not in ("tdx", "sev", "sev_es"):
+        if spec.resource not in MISC_RESOURCES:
             raise ScenarioError(f"{at}.resource: expected tdx, sev, sev_es (or snp), got {data.get('resource')!r}")
         if consumer is Consumer.KATA and spec.guest not in (Guest.TDX, Guest.SNP):
             raise ScenarioError(f"{at}: Kata confidential guests are TDX or SNP, not {spec.guest.value}")

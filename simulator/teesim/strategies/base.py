@@ -41,13 +41,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from teesim._collection import KUBEVIRT_KEYS, KUBEVIRT_SEV, KUBEVIRT_SEV_SLOTS
 from teesim.cluster.nfd import NFD_RESOURCES
 from teesim.cluster.pods import Consumer, Guest
 
-KUBEVIRT_KEYS: dict[str, str] = {"tdx": "devices.kubevirt.io/tdx", "sev_es": "devices.kubevirt.io/sev-esids"}
 KATA_KEYS: dict[str, str] = dict(NFD_RESOURCES)
-SEV_DEVICE = "devices.kubevirt.io/sev"
-SEV_DEVICE_SLOTS = 1000
+SEV_DEVICE = KUBEVIRT_SEV
+SEV_DEVICE_SLOTS = KUBEVIRT_SEV_SLOTS
 DRA_DRIVER = "tee-keys.teesim.dev"
 
 
