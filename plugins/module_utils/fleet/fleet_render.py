@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import all_findings
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import all_findings, all_problems
 
 CHART_LABEL = 200
 CHART_BAR = 220
@@ -109,7 +109,9 @@ def render_markdown(report) -> str:
             "**Fix:** %s" % _md(finding["fix"]),
             "",
         ]
-    lines += ["## Nodes not ready", ""]
+    lines += ["## Objects and files the report could not use", ""]
+    lines += ["- %s" % _md(problem) for problem in all_problems(report)] or ["None."]
+    lines += ["", "## Nodes not ready", ""]
     for node in report["nodes"]:
         if node["ready"]:
             continue
@@ -283,6 +285,10 @@ def render_html(report) -> str:
         "</div><h2>Findings and fixes</h2>",
         *(_finding_html(f) for f in findings),
         "" if findings else "<p>%s</p>" % ("No drift found." if report["kubernetes"] else "Drift not checked."),
+        "<h2>Objects and files the report could not use</h2>",
+        "<ul>%s</ul>" % "".join("<li>%s</li>" % _e(problem) for problem in all_problems(report))
+        if all_problems(report)
+        else "<p>None.</p>",
         "<h2>Nodes not ready</h2>",
         *(_not_ready_html(n) for n in report["nodes"] if not n["ready"]),
         "<h2>Preflight per node</h2>",

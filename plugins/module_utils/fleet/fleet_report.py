@@ -168,10 +168,19 @@ def _pool_has_data(pool) -> bool:
     return bool(pool["capacity"] or pool["in_use"] or pool["advertised"])
 
 
+def _finding_key(finding) -> tuple:
+    numbers = finding.get("numbers") or {}
+    return finding["id"], finding.get("resource"), numbers.get("runtime_class")
+
+
 def all_findings(report_nodes, fleet_findings) -> list[dict]:
-    """Every finding once: node findings, and fleet findings that no node carries (a copy sits on each node)."""
-    unattached = [f for f in fleet_findings if not (f.get("numbers") or {}).get("nodes_it_can_land_on")]
-    return [f for n in report_nodes for f in n["findings"]] + unattached
+    """Every finding once: node findings, and the fleet findings no reported node carries a copy of.
+
+    A fleet finding is copied onto each node it concerns, but only nodes in the inventory are reported: when
+    none of them is, the fleet finding itself must stay (in the summary, the HTML and the Markdown)."""
+    on_nodes = [f for n in report_nodes for f in n["findings"]]
+    carried = {_finding_key(f) for f in on_nodes}
+    return on_nodes + [f for f in fleet_findings if _finding_key(f) not in carried]
 
 
 def all_problems(report) -> list[str]:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
-from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import build_report
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import all_findings, build_report
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
@@ -106,3 +106,40 @@ def test_two_nodes_of_one_name_are_reported(fleet):
     problems = report_everything(hosts, corrupted)["problems"]
     assert any(f"Node {nodes[0]['metadata']['name']} appears 2 times" in p for p in problems)
     assert any("Node without a metadata.name" in p for p in problems)
+
+
+def test_every_problem_shows_in_the_html_and_markdown_reports(fleet):
+    hosts, objects = fleet
+    corrupted = copy.deepcopy(objects)
+    corrupted["node_feature_rules"]["items"][0]["spec"]["rules"] = 5
+    corrupted["nodes"]["items"][0]["status"]["capacity"]["tdx.intel.com/keys"] = "1Ex"
+    report = build_report(hosts, corrupted)
+    problems = report["problems"] + [p for node in report["nodes"] for p in node["problems"]]
+    assert len(problems) >= 2
+    markdown, page = render_markdown(report), render_html(report)
+    for problem in problems:
+        assert problem.split(":")[0].split()[-1] in markdown and problem.split(":")[0].split()[-1] in page
+    assert "spec.rules: must be a list" in markdown and "spec.rules: must be a list" in page
+
+
+def test_a_fleet_finding_stays_when_none_of_its_nodes_is_in_the_inventory(fleet):
+    """A RuntimeClass whose overhead nothing advertises concerns nodes outside the inventory: still reported."""
+    hosts, objects = fleet
+    full = build_report(hosts, objects)
+    unadvertised = [f for f in full["fleet_findings"] if f["id"] == "runtimeclass_unadvertised"]
+    assert unadvertised
+    landing = set(unadvertised[0]["numbers"]["nodes_it_can_land_on"])
+    others = [h for h in hosts if h["node"] not in landing]
+    report = build_report(others, objects)
+    key = (unadvertised[0]["id"], unadvertised[0]["resource"], unadvertised[0]["numbers"]["runtime_class"])
+
+    def same(finding):
+        return (finding["id"], finding["resource"], finding["numbers"].get("runtime_class")) == key
+
+    kept = [f for f in all_findings(report["nodes"], report["fleet_findings"]) if same(f)]
+    assert [f["node"] for f in kept] == [None]
+    title = unadvertised[0]["title"]
+    assert title in render_markdown(report) and title in render_html(report)
+    # With its nodes in the inventory it is counted once per node, not once more for the fleet.
+    counted = [f for f in all_findings(full["nodes"], full["fleet_findings"]) if same(f)]
+    assert sorted(f["node"] for f in counted) == sorted(landing)
