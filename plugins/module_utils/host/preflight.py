@@ -146,11 +146,29 @@ def _tdx_hardware_keys_text(msr):
     )
 
 
+# misc.capacity is written by the kernel (kernel/cgroup/misc.c, misc_cg_capacity_show): content it would never
+# write means the file read is not the live kernel's (a copy, a wrong bind mount, a container's own cgroupfs).
+UNREADABLE_CAPACITY_FIX = (
+    "read misc.capacity from the host's root cgroup: point host_root at the host's root filesystem with /sys "
+    "mounted (in a pod, the host's cgroup namespace or /proc/1/root), and check the file with "
+    "`cat /sys/fs/cgroup/misc.capacity`"
+)
+
+
+def _unknown_capacity(resource, entry) -> str:
+    """A SKIP's detail (a SKIP carries no remediation field): why the capacity is unknown, then what to do."""
+    reasons = "; ".join(entry.get("unknown") or ["it was not read"])
+    return "%s capacity unknown, because %s. To know it: %s" % (resource, reasons, UNREADABLE_CAPACITY_FIX)
+
+
 def _tdx_keys_check(facts, capacity, hardware):
     title = "TDX keys > 0"
     entry = (capacity.get("resources") or {}).get("tdx") or {}
     if entry.get("capacity"):
         return check("tdx.keys", title, PASS, "%d TDX keys in misc.capacity" % entry["capacity"], source="misc")
+    if entry.get("capacity") is None and entry.get("unknown"):
+        # An unreadable or garbled misc.capacity is not a capacity of 0: the BIOS/TDX-module fix would be wrong.
+        return check("tdx.keys", title, SKIP, _unknown_capacity("tdx", entry))
     counted, why = hardware.get("tdx_misc_resource"), hardware.get("tdx_misc_reason")
     msr = hardware.get("tdx") or {}
     if msr.get("readable"):
@@ -321,7 +339,7 @@ def _sev_keys_check(capacity):
     if not (capacity.get("misc_controller") or {}).get("present"):
         return check("sev.keys", title, SKIP, "no misc cgroup controller: ASIDs are not counted by this kernel")
     if entry.get("capacity") is None:
-        return check("sev.keys", title, SKIP, "sev_es capacity unknown: %s" % "; ".join(entry.get("unknown") or []))
+        return check("sev.keys", title, SKIP, _unknown_capacity("sev_es", entry))
     if entry["capacity"] > 0:
         return check("sev.keys", title, PASS, "%d SEV-ES/SNP ASIDs in misc.capacity" % entry["capacity"], source="misc")
     return check("sev.keys", title, FAIL, "misc.capacity has no sev_es ASIDs", ZERO_CAPACITY_HINTS["sev_es"])

@@ -272,3 +272,33 @@ def test_a_cpu_without_asids_says_so(tmp_path):
     root = build_tree(tmp_path, vendor="amd", capacity={"sev": 0, "sev_es": 0}, registers=True)
     asids = checks(preflight(root))["sev.asids"]
     assert asids["verdict"] == PASS and asids["detail"].startswith("CPUID 0x8000001F offers no ASIDs (max ASID 0")
+
+
+@pytest.mark.parametrize(
+    ("vendor", "resource", "check_id"), [("intel", "tdx", "tdx.keys"), ("amd", "sev_es", "sev.keys")], ids=str
+)
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda path: path.write_bytes(b"tdx sixty\nsev_es x\n"),
+        lambda path: path.write_bytes(b"\xff\xfe\x00garbage"),
+        lambda path: (path.unlink(), path.mkdir()),
+    ],
+    ids=["garbage", "binary", "directory"],
+)
+def test_an_unreadable_misc_capacity_is_unknown_because_never_capacity_0(tmp_path, vendor, resource, check_id, spoil):
+    root = build_tree(tmp_path, vendor=vendor)
+    spoil(root / "sys/fs/cgroup/misc.capacity")
+    verdict = preflight(root)
+    keys = checks(verdict)[check_id]
+    assert keys["verdict"] == SKIP and keys["detail"].startswith(f"{resource} capacity unknown, because ")
+    assert "misc.capacity" in keys["detail"] and "capacity is 0" not in keys["detail"]
+    assert "BIOS" not in keys["detail"] and "host_root" in keys["detail"]
+    assert not verdict["ready"]
+
+
+def test_an_empty_misc_capacity_is_the_kernel_saying_no_keys(tmp_path):
+    root = build_tree(tmp_path)
+    (root / "sys/fs/cgroup/misc.capacity").write_text("")
+    keys = checks(preflight(root))["tdx.keys"]
+    assert keys["verdict"] == FAIL and "capacity is 0" in keys["detail"]
