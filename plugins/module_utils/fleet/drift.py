@@ -295,6 +295,17 @@ def double_pool(node, resource, kernel, pools) -> list[dict]:
                 share,
             )
         )
+    if capacity is not None and numbers["worst_case_overcommit"] == 0:
+        # Fixed shares that sum to at most the capacity: two pools, but no guest can be placed on a missing key.
+        detail = "%s keys are split into %d fixed shares: %s, %d in all of %d: no overcommit." % (
+            resource,
+            len(active),
+            listed,
+            schedulable,
+            capacity,
+        )
+        fix = "nothing to fix; a share's unused keys are idle while the other runs out (one pool would share them)"
+        return [_finding(node, resource, "double_pool", INFO, "split key pool", numbers, detail, fix)]
     return [_finding(node, resource, "double_pool", CRITICAL, "double pool", numbers, detail, fix)]
 
 
@@ -335,7 +346,19 @@ def external_usage(node, resource, kernel, pools) -> list[dict]:
         "find the guests with `systemd-cgls` under the cgroups named above (libvirt puts its VMs in machine.slice)"
         % outside
     )
-    return [_finding(node, resource, "external_usage", CRITICAL, "keys used outside Kubernetes", numbers, detail, fix)]
+    severity = CRITICAL
+    if kernel["capacity"] is not None:
+        # Keys the advertisers leave out of Kubernetes' pool are a reservation; guests outside Kubernetes that fit
+        # in it never take a key the scheduler counts on.
+        numbers["reserved"] = max(kernel["capacity"] - sum(p["allocatable"] for p in _active(pools)), 0)
+        if numbers["reserved"] >= outside:
+            severity = INFO
+            detail += (
+                " The advertisers leave %d keys out of Kubernetes' pool: the reservation covers them."
+                % (numbers["reserved"])
+            )
+            fix = "nothing to fix while they stay within the reservation of %d keys" % numbers["reserved"]
+    return [_finding(node, resource, "external_usage", severity, "keys used outside Kubernetes", numbers, detail, fix)]
 
 
 def _nfd_sev_quirk(node, pool, kernel_sev, kernel_sev_es) -> list[dict]:

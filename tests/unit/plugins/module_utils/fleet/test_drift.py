@@ -99,13 +99,38 @@ def test_keys_used_outside_kubernetes_named_by_cgroup():
         "held_by_running_pods": 2,  # the pending pod's guest holds no key yet; the finished one none any more
         "outside_kubernetes": 6,
         "charged_outside_kubepods": {"machine.slice": 5, "system.slice": 1},
+        "reserved": 0,
     }
+    assert outside["severity"] == "critical"
     assert (
         "machine.slice (5), system.slice (1)" in outside["detail"]
         and "lower the advertised count by 6" in outside["fix"]
     )
     pools = result["nodes"]["n1"]["pools"]["tdx"]["advertised"]
     assert pools[0]["requested"] == 3 and pools[0]["held_by_running_pods"] == 2
+
+
+def test_keys_outside_kubernetes_within_a_reservation_are_not_critical():
+    """docs/fleet.md: a static NFD value below capacity is a reservation; guests outside Kubernetes that fit in it
+    take no key the scheduler counts on."""
+    cgroups = {"kubepods.slice": {"tdx": 2}, "machine.slice": {"tdx": 6}}
+    pods = [kata("k0", "n1"), kata("k1", "n1")]
+    covered = drift({"n1": host({"tdx": 63}, {"tdx": 8}, cgroups)}, [node("n1", {"tdx.intel.com/keys": "57"})], pods)
+    (outside,) = findings(covered, "n1", "external_usage")
+    assert outside["severity"] == "info" and outside["numbers"]["reserved"] == 6
+    short = drift({"n1": host({"tdx": 63}, {"tdx": 8}, cgroups)}, [node("n1", {"tdx.intel.com/keys": "58"})], pods)
+    (outside,) = findings(short, "n1", "external_usage")
+    assert outside["severity"] == "critical" and outside["numbers"]["reserved"] == 5
+
+
+def test_a_split_without_overcommit_is_not_critical():
+    """Two advertisers with fixed shares summing to the capacity: two pools, no guest placed on a missing key."""
+    nodes = [node("n1", {"tdx.intel.com/keys": "40", "devices.kubevirt.io/tdx": "23"})]
+    (split,) = findings(drift({"n1": host({"tdx": 63}, {"tdx": 0})}, nodes, []), "n1", "double_pool")
+    assert split["severity"] == "info" and split["numbers"]["worst_case_overcommit"] == 0
+    nodes = [node("n1", {"tdx.intel.com/keys": "40", "devices.kubevirt.io/tdx": "24"})]
+    (double,) = findings(drift({"n1": host({"tdx": 63}, {"tdx": 0})}, nodes, []), "n1", "double_pool")
+    assert double["severity"] == "critical" and double["numbers"]["worst_case_overcommit"] == 1
 
 
 def test_no_external_usage_when_pods_account_for_every_key():
