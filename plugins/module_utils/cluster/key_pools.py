@@ -28,17 +28,15 @@ nothing.
 
 from __future__ import annotations
 
-import re
-
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
 
 KATA = tee.KATA
 KUBEVIRT = tee.KUBEVIRT
 # The consumers a node may declare; external VMs request no extended resource, so there is nothing to plan.
 CONSUMERS = (KATA, KUBEVIRT)
 MODES = ("auto", "kubevirt", "nfd")
-NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 # Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
 VENDORS = {
@@ -78,8 +76,12 @@ def _node_input(raw: object, index: int) -> dict:
     if not isinstance(raw, dict):
         raise KeyPoolError("nodes[%d] must be a mapping with name, vendor and consumers, got %r" % (index, raw))
     name = raw.get("name")
-    if not isinstance(name, str) or not NODE_NAME.match(name):
-        raise KeyPoolError("nodes[%d].name %r is not a Kubernetes node name" % (index, name))
+    if not is_dns1123_subdomain(name):
+        raise KeyPoolError(
+            "nodes[%d].name %r is not a Kubernetes node name: at most 253 characters, dot-separated labels of "
+            "a-z, 0-9 and '-' that start and end with a letter or digit (set tee_k8s_node_name for that host)"
+            % (index, name)
+        )
     vendor = raw.get("vendor")
     if vendor not in VENDORS:
         raise KeyPoolError("node %s: vendor must be intel or amd, got %r (set tee_cpu_vendor)" % (name, vendor))

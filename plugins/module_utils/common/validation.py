@@ -9,6 +9,20 @@ are checked here, strictly, with messages naming the variable. Standard library 
 
 from __future__ import annotations
 
+import re
+
+# apimachinery pkg/util/validation/validation.go (IsDNS1123Subdomain, v0.36): dot-separated DNS-1123 labels of
+# [a-z0-9-], each starting and ending alphanumeric, at most 253 characters in all. Node names are such names.
+DNS1123_SUBDOMAIN_MAX = 253
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(r"%s(\.%s)*\Z" % (_DNS1123_LABEL, _DNS1123_LABEL))
+
+
+def is_dns1123_subdomain(name: object) -> bool:
+    """Whether ``name`` is a valid Kubernetes object name of the subdomain kind (Nodes, RuntimeClasses, ...)."""
+    return isinstance(name, str) and len(name) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.match(name))
+
+
 # What a string where a list belongs turns into, per element type: the reason it must be refused.
 _SPLIT_HINTS = {
     "strings": "a string would be split on commas, and commas belong inside kernel arguments (iommu=pt,nomerge)",

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift import MISC_RESOURCES, fleet_drift
 
 SCHEMA = "confidential.tee/fleet-report/v1"
@@ -25,9 +26,6 @@ _STATUS_KEYS = ("failed", "unreachable", "skipped", "msg")
 _GPU_KEYS = ("probed", "present", "cc_capable", "cc_state", "ready_state")
 
 
-# A Kubernetes node name is a DNS-1123 subdomain (apimachinery validation.IsDNS1123Subdomain): at most 253
-# characters of [a-z0-9.-], starting and ending alphanumeric.
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
 # Linux NAME_MAX (include/uapi/linux/limits.h): one path component is at most 255 bytes.
 NAME_MAX = 255
 METRICS_SUFFIX = ".prom"
@@ -40,7 +38,7 @@ def metrics_file_name(node: str) -> str:
     a DNS-1123 subdomain, non-ASCII) becomes a readable prefix, ``_`` (never in a valid node name, so never
     equal to a plain one) and 32 hex digits of the name's SHA-256: two names never collapse into one file.
     """
-    if _DNS1123_SUBDOMAIN.match(node) and len(node) + len(METRICS_SUFFIX) <= NAME_MAX:
+    if is_dns1123_subdomain(node) and len(node) + len(METRICS_SUFFIX) <= NAME_MAX:
         return node + METRICS_SUFFIX
     digest = hashlib.sha256(node.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     prefix = re.sub(r"[^a-z0-9.-]", "-", node.lower())[:64].strip(".") or "node"

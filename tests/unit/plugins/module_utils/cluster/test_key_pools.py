@@ -133,3 +133,14 @@ def test_foreign_rules_are_the_ones_advertising_key_resources():
     ]
     found = kp.foreign_key_rules(rules, own_names=["confidential-tee-keys"], remove_names=["amd64-tee-keys"])
     assert found == [{"name": "kata-tee-keys", "namespace": None, "resources": ["tdx.intel.com/keys"]}]
+
+
+@pytest.mark.parametrize("name", ["a..b", "a-.b", "Tdx-1", "tdx_1", "a" * 254])
+def test_node_names_are_dns1123_subdomains(name):
+    with pytest.raises(kp.KeyPoolError, match="is not a Kubernetes node name.*tee_k8s_node_name"):
+        kp.plan([node(name)])
+
+
+def test_a_valid_253_character_node_name_is_planned():
+    longest = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+    assert longest in kp.plan([node(longest)])["nodes"]

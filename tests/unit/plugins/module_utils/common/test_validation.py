@@ -7,6 +7,7 @@ import json
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
+    is_dns1123_subdomain,
     list_of_strings_problem,
 )
 
@@ -53,3 +54,20 @@ def test_no_validation_pattern_accepts_a_trailing_newline():
         if pattern.endswith("$")
     ]
     assert loose == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a", "tdx-1", "node.example.com", "0", ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61]), "a-b.c-d"],
+)
+def test_valid_node_names(name):
+    assert is_dns1123_subdomain(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "a..b", "a-.b", "a.-b", "-a", "a-", ".a", "a.", "A", "a_b", "nœud", "a" * 254, None, 5, ["a"]],
+    ids=repr,
+)
+def test_invalid_node_names(name):
+    assert not is_dns1123_subdomain(name)
