@@ -282,3 +282,25 @@ def test_stale_manifests_of_an_owner_are_pruned(render, tmp_path):
     ok(proc)
     assert "30-runtimeclass-kata-qemu-tdx.yaml" not in files  # no Kata node any more
     assert stranger.exists()  # files this collection did not write are never touched
+
+
+@pytest.mark.parametrize(
+    ("cluster_vars", "named"),
+    [
+        ({"tee_output": "maybe"}, "tee_output must be apply, manifests or machineconfig (got maybe"),
+        ({"tee_output": "Apply"}, "tee_output must be apply, manifests or machineconfig (got Apply"),
+        ({"tee_cluster_flavor": "k3s"}, "tee_cluster_flavor kubernetes or openshift (got k3s)"),
+        ({"tee_manifest_dir": ""}, "tee_manifest_dir a non-empty path string"),
+        ({"tee_manifest_dir": ["a", "b"]}, "tee_manifest_dir a non-empty path string"),
+    ],
+    ids=["unknown-output", "case-output", "flavor", "empty-dir", "list-dir"],
+)
+def test_cluster_wide_inputs_are_refused_before_anything_happens(render, cluster_vars, named):
+    proc, files = render({"tdx-1": {"vendor": "intel"}}, **cluster_vars)
+    assert proc.returncode != 0 and named in proc.flat, proc.flat[-3000:]
+    assert files == {}
+
+
+def test_an_empty_node_group_is_refused_instead_of_pruning_every_manifest(render):
+    proc, _files = render({})
+    assert proc.returncode != 0 and "must list at least one node" in proc.flat, proc.flat[-3000:]

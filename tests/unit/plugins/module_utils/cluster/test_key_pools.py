@@ -137,7 +137,7 @@ def test_foreign_rules_are_the_ones_advertising_key_resources():
 
 @pytest.mark.parametrize("name", ["a..b", "a-.b", "Tdx-1", "tdx_1", "a" * 254])
 def test_node_names_are_dns1123_subdomains(name):
-    with pytest.raises(kp.KeyPoolError, match="is not a Kubernetes node name.*tee_k8s_node_name"):
+    with pytest.raises(kp.KeyPoolError, match=r"is not a Kubernetes node name.*tee_k8s_node_name"):
         kp.plan([node(name)])
 
 
