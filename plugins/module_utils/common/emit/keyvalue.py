@@ -40,12 +40,12 @@ def line(key: str, value: object, name: str) -> str:
     if bad:
         raise refuse(name, "holds control characters (%s): a line break would add a setting" % describe(bad))
     if "#" in text:
-        raise refuse(name, "holds '#', which starts a comment in this file: %r" % text)
+        raise refuse(name, "holds '#', which starts a comment in this file")
     if any(ch.isspace() for ch in text):
-        raise refuse(name, "holds blanks, which the daemon drops or stops at: %r" % text)
+        raise refuse(name, "holds blanks, which the daemon drops or stops at")
     rendered = "%s = %s" % (key, text)
     if parse(rendered) != [(key, text)]:  # pragma: no cover - the checks above make this unreachable
-        raise refuse(name, "would not read back as written: %r" % text)
+        raise refuse(name, "would not read back as written")
     return rendered
 
 

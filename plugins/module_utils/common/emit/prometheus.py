@@ -47,7 +47,9 @@ def _number(value, name: str) -> str:
 def sample(name: str, labels: dict, value) -> str:
     """One sample line ``name{label="value",...} value``; labels keep the order given."""
     metric_name(name)
-    rendered = ",".join('%s="%s"' % (label_name(key, "label of %s" % name), label_value(val)) for key, val in labels.items())
+    rendered = ",".join(
+        '%s="%s"' % (label_name(key, "label of %s" % name), label_value(val)) for key, val in labels.items()
+    )
     return "%s{%s} %s" % (name, rendered, _number(value, name))
 
 
