@@ -11,7 +11,8 @@ digits. Elsewhere ``-``, ``.``, ``(``, ``)`` are plain text in CommonMark (a lin
 and ``]`` is always escaped), so ordinary names such as ``tdx-1`` or ``machine.slice (6)`` stay readable.
 
 Line breaks become spaces (the text is one inline run) and blanks at either end are dropped (CommonMark strips
-them from paragraphs, headings and cells). NUL is refused (CommonMark replaces it with U+FFFD).
+them from paragraphs, headings and cells). NUL (CommonMark replaces it with U+FFFD) and the other C0 controls
+but tab and line breaks are refused, as for HTML.
 
 Standard library only.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.confidential.tee.plugins.module_utils.common.emit import refuse
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import control_characters, describe, refuse
 
 _ALWAYS = frozenset("\\`*[]<>&#|~!{}")
 _AT_START = frozenset("-+=")
@@ -48,8 +49,9 @@ def _between_alphanumerics(string: str, index: int) -> bool:
 
 def _prepared(value: object, name: str) -> str:
     string = "" if value is None else str(value)
-    if "\x00" in string:
-        raise refuse(name, "holds a NUL character, which Markdown cannot show")
+    bad = control_characters(string, allowed="\t\n\r")
+    if bad:
+        raise refuse(name, "holds control characters (%s), which Markdown cannot show" % describe(bad))
     return _LINE_BREAK.sub(" ", string).strip(" \t")
 
 

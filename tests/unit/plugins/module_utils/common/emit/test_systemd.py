@@ -138,7 +138,9 @@ def test_a_hostile_qgs_dir_is_quoted_or_refused(tmp_path, qgs_dir):
 
 def test_ordinary_units_are_unchanged():
     plan = qgs_plan(V126, "unix", ["kubevirt"])
-    assert "ExecStartPost=+%s /var/run/tdx-qgs/qgs.socket 107 0660 30\n" % SOCKET_ACCESS_HELPER in plan.files[DROPIN_PATH]
+    assert (
+        "ExecStartPost=+%s /var/run/tdx-qgs/qgs.socket 107 0660 30\n" % SOCKET_ACCESS_HELPER in plan.files[DROPIN_PATH]
+    )
 
 
 @needs_analyze
