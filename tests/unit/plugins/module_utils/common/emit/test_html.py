@@ -2,10 +2,9 @@
 
 from html.parser import HTMLParser
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, html
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, html
 
 HOSTILE = st.text(st.sampled_from(list("<>&\"'=/ a;#\t\n\x00\x01é")) | st.characters(), max_size=20)
 
@@ -34,7 +33,7 @@ def _bad(value):
 @given(HOSTILE)
 def test_text_and_attributes_read_back_or_are_refused(value):
     try:
-        page = '<p title="%s">%s</p>' % (html.attr(value, "node_name"), html.text(value, "node_name"))
+        page = '<p title="{}">{}</p>'.format(html.attr(value, "node_name"), html.text(value, "node_name"))
     except EmitError as exc:
         assert "node_name" in str(exc) and _bad(value)
         return

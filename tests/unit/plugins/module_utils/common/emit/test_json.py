@@ -4,11 +4,10 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import json as emit_json
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 DATA = st.recursive(SCALARS, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=15)

@@ -1,14 +1,13 @@
 """emit.keyvalue: a value reads back identically through the readers' line rule, or is refused by name."""
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.registration import (
     parse_mpa_conf,
     update_mpa_conf,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, keyvalue
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 HOSTILE = st.text(st.sampled_from(list("ab0:/?=.# \t\n\r\x00\x0b\x7f\u00a0é")) | st.characters(), max_size=12)
 

@@ -4,11 +4,10 @@ from html.parser import HTMLParser
 
 import commonmark
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 PUNCTUATION = list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 PIECES = st.sampled_from([*PUNCTUATION, "a", "1", " ", "\t", "\n", "\r", "é", "<b>", "---", "1. ", "&amp;"])
@@ -51,8 +50,8 @@ def test_text_renders_as_itself(value, context):
 @settings(max_examples=100, deadline=None)
 @given(HOSTILE)
 def test_cells_render_as_themselves(value):
-    tags, shown = _rendered("| %s |" % markdown.cell(value))
-    assert tags == ["p"] and shown == "| %s |" % markdown.shown(value)
+    tags, shown = _rendered(f"| {markdown.cell(value)} |")
+    assert tags == ["p"] and shown == f"| {markdown.shown(value)} |"
 
 
 @pytest.mark.parametrize("value", ["a\x00b", "\x1f", "a\x7f"])

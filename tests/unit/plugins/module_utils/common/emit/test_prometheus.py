@@ -1,11 +1,10 @@
 """emit.prometheus: label values read back through the Prometheus client's parser; bad names refused."""
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, prometheus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-
-from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, prometheus
 
 HOSTILE = st.text(st.sampled_from(list('\\"\n{},= a#é')) | st.characters(blacklist_categories=("Cs",)), max_size=15)
 

@@ -4,9 +4,6 @@ import shutil
 import subprocess
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_version import (
     parse_dcap_version,
     qgs_behaviour,
@@ -18,7 +15,11 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_c
     qgs_plan,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, systemd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+# systemd's WHITESPACE (src/basic/string-util.h): what it strips around keys and values, nothing else.
+WHITESPACE = " \t\n\r"
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed (apt-get install systemd)")
 # Control characters, blanks, quotes, backslashes, specifiers, variables, separators and unicode.
@@ -41,14 +42,14 @@ def _settings(text):
     """``(section, key, value)`` per systemd.syntax(7): comments and blank lines skipped, split at the first '='."""
     section, found = None, []
     for line in text.split("\n"):
-        stripped = line.strip()
+        stripped = line.strip(WHITESPACE)
         if not stripped or stripped[0] in "#;":
             continue
         if stripped.startswith("["):
             section = stripped[1:-1]
             continue
         key, _equals, value = stripped.partition("=")
-        found.append((section, key.strip(), value.strip()))
+        found.append((section, key.strip(WHITESPACE), value.strip(WHITESPACE)))
     return found
 
 
@@ -138,9 +139,7 @@ def test_a_hostile_qgs_dir_is_quoted_or_refused(tmp_path, qgs_dir):
 
 def test_ordinary_units_are_unchanged():
     plan = qgs_plan(V126, "unix", ["kubevirt"])
-    assert (
-        "ExecStartPost=+%s /var/run/tdx-qgs/qgs.socket 107 0660 30\n" % SOCKET_ACCESS_HELPER in plan.files[DROPIN_PATH]
-    )
+    assert f"ExecStartPost=+{SOCKET_ACCESS_HELPER} /var/run/tdx-qgs/qgs.socket 107 0660 30\n" in plan.files[DROPIN_PATH]
 
 
 @needs_analyze
