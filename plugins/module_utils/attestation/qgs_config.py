@@ -24,6 +24,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_
     VSOCK_LAST_RESERVED_PORT,
     QgsBehaviour,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import keyvalue, systemd
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 
@@ -204,9 +205,9 @@ def render_qgs_conf(behaviour: QgsBehaviour, transport: str, vsock_port: int | N
             + (" (DCAP 1.24+ reads any port line, even 'port = 0', as vsock)." if behaviour.era != ERA_PRE_124 else ".")
         )
     else:
-        lines.append(f"port = {vsock_port}")
+        lines.append(keyvalue.line("port", vsock_port, "vsock_port"))
     if threads:
-        lines.append(f"number_threads = {threads}")
+        lines.append(keyvalue.line("number_threads", threads, "number_threads"))
     return "\n".join(lines) + "\n"
 
 
@@ -326,48 +327,59 @@ def qgs_plan(
 def _render_dropin(transport: str, vsock_port: int, group: str) -> str:
     # Named zz-*: drop-ins apply in lexical order and the package's own socket.conf (DCAP 1.26: UMask=0117) must
     # not override this file's UMask.
-    lines = [
-        "# Managed by confidential.tee.tdx_attestation.",
-        "[Service]",
-        "# The socket directory exists before QGS starts and is searchable by every client (DCAP < 1.24 never",
-        "# creates it; 1.24-1.25 create it 0700, which no client but qgsd can traverse).",
-        "RuntimeDirectory=tdx-qgs",
-        "RuntimeDirectoryMode=0755",
-        "# 0077 keeps the QCNL cache (~qgsd/.dcap-qcnl) private and usable: 1.26's UMask=0117 makes its directory",
-        "# drw-rw----, which qgsd itself cannot enter.",
-        "UMask=0077",
+    pairs = [
+        (None, "The socket directory exists before QGS starts and is searchable by every client (DCAP < 1.24 never"),
+        (None, "creates it; 1.24-1.25 create it 0700, which no client but qgsd can traverse)."),
+        ("RuntimeDirectory", "tdx-qgs"),
+        ("RuntimeDirectoryMode", "0755"),
+        (
+            None,
+            "0077 keeps the QCNL cache (~qgsd/.dcap-qcnl) private and usable: 1.26's UMask=0117 makes its directory",
+        ),
+        (None, "drw-rw----, which qgsd itself cannot enter."),
+        ("UMask", "0077"),
     ]
     if transport != "unix" and transport != "both" and vsock_port <= VSOCK_LAST_RESERVED_PORT:
-        lines.append("# vsock ports up to 1023 need CAP_NET_BIND_SERVICE (af_vsock.c LAST_RESERVED_PORT).")
-        lines.append("AmbientCapabilities=CAP_NET_BIND_SERVICE")
+        pairs.append((None, "vsock ports up to 1023 need CAP_NET_BIND_SERVICE (af_vsock.c LAST_RESERVED_PORT)."))
+        pairs.append(("AmbientCapabilities", "CAP_NET_BIND_SERVICE"))
     if transport in ("unix", "both"):
-        lines += [
-            f"# Clients connect only with write permission on the socket: give it group {group}, mode 0660.",
-            f"ExecStartPost=+{SOCKET_ACCESS_HELPER} {QGS_SOCKET} {group} 0660 30",
+        # One word per argument whatever the group holds: a blank, quote or line break cannot add an argument
+        # (a mode) or a setting. Rendered before the comment that names the group, which it thereby checks.
+        command = systemd.exec_args([SOCKET_ACCESS_HELPER, QGS_SOCKET, group, "0660", "30"], "socket_group")
+        pairs += [
+            (None, f"Clients connect only with write permission on the socket: give it group {group}, mode 0660."),
+            ("ExecStartPost", "+" + command),
         ]
-    return "\n".join(lines) + "\n"
+    return systemd.comment("Managed by confidential.tee.tdx_attestation.") + "\n" + systemd.section("Service", pairs)
 
 
 def _render_vsock_unit(qgs_dir: str, port: int, threads: int | None) -> str:
-    command = f"{qgs_dir}/qgs --no-daemon -p={port}" + (f" -n={threads}" if threads else "")
-    lines = [
-        "# Managed by confidential.tee.tdx_attestation: a second QGS for vsock clients (one QGS process",
-        "# listens on one transport; qgsd.service serves the Unix socket).",
-        "[Unit]",
-        f"Description=Intel(R) TD Quote Generation Service on vsock port {port}",
-        "After=network.target qgsd.service",
-        "",
-        "[Service]",
-        "Type=simple",
-        "User=qgsd",
-        f"Environment=LD_LIBRARY_PATH={qgs_dir}",
-        f"WorkingDirectory={qgs_dir}",
-        "UMask=0077",
-        f"ExecStart={command}",
-        "Restart=on-failure",
-        "RestartSec=15s",
+    argv = [f"{qgs_dir}/qgs", "--no-daemon", f"-p={port}"] + ([f"-n={threads}"] if threads else [])
+    service = [
+        ("Type", "simple"),
+        ("User", "qgsd"),
+        ("Environment", systemd.environment("LD_LIBRARY_PATH", qgs_dir, "qgs_dir")),
+        ("WorkingDirectory", systemd.path(qgs_dir, "qgs_dir")),
+        ("UMask", "0077"),
+        ("ExecStart", systemd.exec_args(argv, "qgs_dir")),
+        ("Restart", "on-failure"),
+        ("RestartSec", "15s"),
     ]
     if port <= VSOCK_LAST_RESERVED_PORT:
-        lines.append("AmbientCapabilities=CAP_NET_BIND_SERVICE")
-    lines += ["", "[Install]", "WantedBy=multi-user.target"]
-    return "\n".join(lines) + "\n"
+        service.append(("AmbientCapabilities", "CAP_NET_BIND_SERVICE"))
+    header = [
+        "Managed by confidential.tee.tdx_attestation: a second QGS for vsock clients (one QGS process",
+        "listens on one transport; qgsd.service serves the Unix socket).",
+    ]
+    unit = [
+        ("Description", systemd.value(f"Intel(R) TD Quote Generation Service on vsock port {port}", "vsock_port")),
+        ("After", "network.target qgsd.service"),
+    ]
+    return "\n".join(
+        [
+            *(systemd.comment(line) for line in header),
+            systemd.section("Unit", unit),
+            systemd.section("Service", service),
+            systemd.section("Install", [("WantedBy", "multi-user.target")]),
+        ]
+    )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import struct
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import keyvalue
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
 MPA_CONF = "/etc/mpa_registration.conf"
@@ -132,7 +133,8 @@ def _hint(key: str) -> str:
 
 
 def _render_line(key: str, value: str) -> str:
-    return f"{key.replace('_', ' ')} = {value}"
+    # A line break, '#' or blank in a value is refused naming the setting: it cannot add a second setting.
+    return keyvalue.line(key.replace("_", " "), value, key)
 
 
 def update_mpa_conf(text: str | None, settings: dict) -> str:

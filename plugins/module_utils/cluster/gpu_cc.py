@@ -30,8 +30,8 @@ import fnmatch
 import posixpath
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit.toml import TomlError, dumps
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
-from ansible_collections.confidential.tee.plugins.module_utils.common.toml_emit import TomlError, dumps
 
 # name: (first Kubernetes minor that knows it, first minor where it is on by default or None, why)
 KUBELET_GATES = {

@@ -26,8 +26,8 @@ import gzip
 import hashlib
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit.toml import TomlError, dumps
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
-from ansible_collections.confidential.tee.plugins.module_utils.common.toml_emit import TomlError, dumps
 
 ANNOTATION = "io.katacontainers.config.hypervisor.cc_init_data"
 VERSION = "0.1.0"

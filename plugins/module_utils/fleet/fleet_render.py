@@ -9,8 +9,7 @@ Every text from hosts and Kubernetes objects is escaped.
 
 from __future__ import annotations
 
-import html
-
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import html, markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import all_findings, all_problems
 
 CHART_LABEL = 200
@@ -69,7 +68,13 @@ def _failed_checks(node) -> list[dict]:
 
 
 def _md(text) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    # Runs of whitespace fold to one space (table cells stay on one line), then every character that could open
+    # Markdown syntax is escaped: host and Kubernetes text is shown, never rendered.
+    return markdown.text(" ".join(str(text).split()), "report text")
+
+
+def _md_cell(text) -> str:
+    return markdown.cell(" ".join(str(text).split()), "report table cell")
 
 
 def render_markdown(report) -> str:
@@ -79,22 +84,18 @@ def render_markdown(report) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for node in report["nodes"]:
-        lines.append(
-            "| %s |"
-            % " | ".join(
-                _md(cell)
-                for cell in (
-                    node["name"],
-                    node["verdict"],
-                    "yes" if node["ready"] else "**no**",
-                    node["technology"] or "-",
-                    node["kernel"] or "-",
-                    _keys_cell(node),
-                    _advertised_cell(node),
-                    _findings_cell(node),
-                )
+        cells = [_md_cell(node["name"]), _md_cell(node["verdict"]), "yes" if node["ready"] else "**no**"]
+        cells += [
+            _md_cell(cell)
+            for cell in (
+                node["technology"] or "-",
+                node["kernel"] or "-",
+                _keys_cell(node),
+                _advertised_cell(node),
+                _findings_cell(node),
             )
-        )
+        ]
+        lines.append("| %s |" % " | ".join(cells))
     lines += ["", "## Findings and fixes", ""]
     findings = all_findings(report["nodes"], report["fleet_findings"])
     if not findings:
@@ -102,7 +103,8 @@ def render_markdown(report) -> str:
     for finding in findings:
         where = finding["node"] or "fleet"
         lines += [
-            "### %s: %s (%s, %s)" % (_md(where), _md(finding["title"]), _md(finding["resource"]), finding["severity"]),
+            "### %s: %s (%s, %s)"
+            % (_md(where), _md(finding["title"]), _md(finding["resource"]), _md(finding["severity"])),
             "",
             _md(finding["detail"]),
             "",
@@ -125,7 +127,7 @@ def render_markdown(report) -> str:
         lines.append("")
     lines += ["## Preflight per node", ""]
     for node in report["nodes"]:
-        lines += ["### %s" % _md(node["name"]), "", "```", *(node["table"] or ["(no data)"]), "```", ""]
+        lines += ["### %s" % _md(node["name"]), "", markdown.code_block(node["table"] or ["(no data)"]), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -150,11 +152,15 @@ details{margin:6px 0}pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-siz
 
 
 def _e(text) -> str:
-    return html.escape("" if text is None else str(text), quote=True)
+    return html.text(text, "report text")
+
+
+def _a(text) -> str:
+    return html.attr(text, "report attribute")
 
 
 def _badge(verdict) -> str:
-    return '<span class="v %s">%s</span>' % (_e(verdict), _e(verdict))
+    return '<span class="v %s">%s</span>' % (_a(verdict), _e(verdict))
 
 
 def _bar_rows(resource, pool) -> list[tuple[str, int | None, int | None, str]]:
@@ -185,7 +191,7 @@ def render_chart(node_name, resource, pool) -> str:
     height = CHART_ROW * len(rows) + 4
     parts = [
         '<svg width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s key pools on %s">'
-        % (CHART_LABEL + CHART_BAR, height, CHART_LABEL + CHART_BAR, height, _e(resource), _e(node_name))
+        % (CHART_LABEL + CHART_BAR, height, CHART_LABEL + CHART_BAR, height, _a(resource), _a(node_name))
     ]
     for index, (label, length, filled, colour) in enumerate(rows):
         y = index * CHART_ROW + 2
@@ -228,7 +234,7 @@ def _finding_html(finding) -> str:
     return '<h3>%s: %s <span class="%s">(%s, %s)</span></h3><p>%s</p><div class="fix"><b>Fix:</b> %s</div>' % (
         _e(finding["node"] or "fleet"),
         _e(finding["title"]),
-        _e(finding["severity"]),
+        _a(finding["severity"]),
         _e(finding["resource"]),
         _e(finding["severity"]),
         _e(finding["detail"]),

@@ -15,6 +15,8 @@ keys fails at the root cgroup, which has no ``misc.events`` file, so alert on ``
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import prometheus as exposition
+
 METRICS = (
     # (name, type, help)
     ("tee_keys_capacity", "gauge", "TEE keys the host has for guests (misc.capacity, or the hardware where noted)."),
@@ -33,13 +35,8 @@ METRICS = (
 )
 
 
-def _label_value(value) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def _sample(name, labels, value) -> str:
-    rendered = ",".join('%s="%s"' % (key, _label_value(val)) for key, val in labels.items())
-    return "%s{%s} %s" % (name, rendered, int(value))
+    return exposition.sample(name, labels, int(value))
 
 
 def _pool_samples(node, samples) -> None:
@@ -109,5 +106,5 @@ def render_metrics(nodes) -> str:
     lines = []
     for name, kind, text in METRICS:
         if samples[name]:
-            lines += ["# HELP %s %s" % (name, text), "# TYPE %s %s" % (name, kind), *samples[name]]
+            lines += [exposition.help_line(name, text), exposition.type_line(name, kind), *samples[name]]
     return "\n".join(lines) + "\n" if lines else ""

@@ -61,6 +61,14 @@ def _importers() -> list[Path]:
     return [p for d in ("plugins", "tests", "simulator", "benchmarks", "scripts") for p in (repo / d).rglob("*.py")]
 
 
+def _defined_in(init: Path) -> set[str]:
+    """Top-level functions and classes of a package's ``__init__.py`` (importable names besides its modules)."""
+    if not init.is_file():
+        return set()
+    tree = ast.parse(init.read_text(), str(init))
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
 def test_every_collection_import_names_a_module_that_exists() -> None:
     """Every `...module_utils.<wing>.<module>` and `from ...module_utils.<wing> import a, b` names a real file."""
     missing = []
@@ -69,9 +77,18 @@ def test_every_collection_import_names_a_module_that_exists() -> None:
             if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PREFIX)):
                 continue
             dotted = node.module[len(PREFIX) :].split(".")
-            # `from ...module_utils.<wing> import <module>, ...` names modules; otherwise the module is named.
-            targets = [[*dotted, alias.name] for alias in node.names] if len(dotted) == 1 else [dotted]
-            missing += [
-                f"{path}: {'.'.join(t)}" for t in targets if not ROOT.joinpath(*t[:-1], t[-1] + ".py").is_file()
-            ]
+            # `from ...module_utils.<package> import <module or name>, ...` (a wing, or a package such as
+            # common/emit) names modules or what the package's __init__ defines; otherwise the module is named.
+            package = ROOT.joinpath(*dotted)
+            if package.is_dir():
+                targets = [[*dotted, alias.name] for alias in node.names]
+                defined = _defined_in(package / "__init__.py")
+                missing += [
+                    f"{path}: {'.'.join(t)}"
+                    for t in targets
+                    if not package.joinpath(t[-1] + ".py").is_file() and t[-1] not in defined
+                ]
+                continue
+            if not ROOT.joinpath(*dotted[:-1], dotted[-1] + ".py").is_file():
+                missing.append(f"{path}: {'.'.join(dotted)}")
     assert not missing, "\n".join(missing)

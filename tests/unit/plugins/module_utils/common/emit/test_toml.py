@@ -1,11 +1,11 @@
-"""toml_emit: canonical TOML that tomllib reads back to the same data."""
+"""emit.toml: canonical TOML that tomllib reads back to the same data."""
 
 from __future__ import annotations
 
 import tomllib
 
 import pytest
-from ansible_collections.confidential.tee.plugins.module_utils.common import toml_emit
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import toml as toml_emit
 from hypothesis import given
 from hypothesis import strategies as st
 

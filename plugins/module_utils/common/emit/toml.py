@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
@@ -21,7 +21,7 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _LITERAL_FORBIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-class TomlError(TeeError):
+class TomlError(EmitError):
     """Data that has no TOML representation; the message names the key path."""
 
 

@@ -1,0 +1,32 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""One emitter per output language the collection writes.
+
+Each emitter makes injection impossible by construction: a value either reads back exactly through that
+language's own parser, or it is refused with an :class:`EmitError` naming the variable the caller passed as
+``name=`` (the module option or role variable a user can fix). Callers never format these languages by hand.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
+
+class EmitError(TeeError):
+    """A value that has no safe form in the output language; the message names the variable."""
+
+
+def refuse(name: str, why: str) -> EmitError:
+    """The refusal for variable ``name``: callers ``raise refuse(name, "...")``."""
+    return EmitError("%s %s" % (name, why))
+
+
+def control_characters(text: str, allowed: str = "") -> list[str]:
+    """The C0 control characters and DEL in ``text`` (except those in ``allowed``), for refusal messages."""
+    return sorted({ch for ch in text if (ord(ch) < 0x20 or ord(ch) == 0x7F) and ch not in allowed})
+
+
+def describe(chars) -> str:
+    return ", ".join(repr(ch) for ch in chars)

@@ -1,0 +1,61 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""``key = value`` lines for the DCAP daemons' files (``/etc/qgs.conf``, ``/etc/mpa_registration.conf``).
+
+Both readers are line based: QGS (``QuoteGeneration/quote_wrapper/qgs/server_main.cpp``) drops every
+whitespace character of a line and skips lines starting with ``#``; the MPA
+(``tools/SGXPlatformRegistration/src/agent/src/AgentConfiguration.cpp``) trims blanks around the value, ends it at
+a blank and reads ``#`` as the start of a comment. :func:`parse` is the rule both agree on: one setting a line,
+split at the first ``=``, blanks trimmed, ``#`` comments and blank lines skipped. A value is written only when
+it reads back identically through :func:`parse` *and* through both daemons, so it may hold no whitespace
+(QGS would drop it, the MPA would stop at it), no ``#`` and no control character: none can add a line or a
+setting.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import (
+    EmitError,
+    control_characters,
+    describe,
+    refuse,
+)
+
+# Lower-case words separated by single spaces: "port", "number_threads", "proxy url".
+_KEY = re.compile(r"[a-z][a-z0-9_]*( [a-z][a-z0-9_]*)*\Z")
+
+
+def line(key: str, value: object, name: str) -> str:
+    """``key = value``, or :class:`EmitError` naming ``name`` when the value would not read back."""
+    if not _KEY.match(key):
+        raise EmitError("%r is not a key these files use" % key)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise refuse(name, "must be a string or an integer, got %s" % type(value).__name__)
+    text = str(value)
+    bad = control_characters(text)
+    if bad:
+        raise refuse(name, "holds control characters (%s): a line break would add a setting" % describe(bad))
+    if "#" in text:
+        raise refuse(name, "holds '#', which starts a comment in this file")
+    if any(ch.isspace() for ch in text):
+        raise refuse(name, "holds blanks, which the daemon drops or stops at")
+    rendered = "%s = %s" % (key, text)
+    if parse(rendered) != [(key, text)]:  # pragma: no cover - the checks above make this unreachable
+        raise refuse(name, "would not read back as written")
+    return rendered
+
+
+def parse(text: str) -> list[tuple[str, str]]:
+    """``(key, value)`` pairs as the readers' common line rule sees ``text``."""
+    pairs = []
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#") or "=" not in stripped:
+            continue
+        key, _equals, rest = stripped.partition("=")
+        pairs.append((key.strip(), rest.split("#", 1)[0].strip()))
+    return pairs

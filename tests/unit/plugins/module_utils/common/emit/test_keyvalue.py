@@ -1,0 +1,39 @@
+"""emit.keyvalue: a value reads back identically through the readers' line rule, or is refused by name."""
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.registration import (
+    parse_mpa_conf,
+    update_mpa_conf,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, keyvalue
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+HOSTILE = st.text(st.sampled_from(list("ab0:/?=.# \t\n\r\x00\x0b\x7f\u00a0é")) | st.characters(), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(HOSTILE)
+def test_values_read_back_or_are_refused(value):
+    try:
+        line = keyvalue.line("proxy url", value, "proxy_url")
+    except EmitError as exc:
+        assert "proxy_url" in str(exc)
+        assert "#" in value or any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value)
+        return
+    assert keyvalue.parse("# head\n" + line + "\nport = 1\n") == [("proxy url", value), ("port", "1")]
+
+
+def test_integers_are_written_plainly():
+    assert keyvalue.line("number_threads", 4, "number_threads") == "number_threads = 4"
+
+
+@pytest.mark.parametrize("url", ["http://p:3128\nsubscription key = " + "0" * 32, "http://p\r", "http://p #x"])
+def test_a_proxy_url_that_would_add_a_setting_is_refused_by_name(url):
+    with pytest.raises(EmitError, match="proxy_url"):
+        update_mpa_conf(None, {"proxy_type": "manual", "proxy_url": url})
+
+
+def test_an_ordinary_proxy_url_reads_back_through_the_mpa_rule():
+    text = update_mpa_conf(None, {"proxy_type": "manual", "proxy_url": "http://proxy.example:3128/?a=b"})
+    assert parse_mpa_conf(text)["settings"] == {"proxy_type": "manual", "proxy_url": "http://proxy.example:3128/?a=b"}
