@@ -16,6 +16,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_version import (
@@ -41,6 +42,11 @@ KATA_FALLBACK_VSOCK_PORT = 4050
 DROPIN_PATH = "/etc/systemd/system/qgsd.service.d/zz-confidential-tee.conf"
 VSOCK_UNIT_PATH = "/etc/systemd/system/qgsd-vsock.service"
 SOCKET_ACCESS_HELPER = "/usr/local/libexec/confidential-tee/qgs-socket-access"
+
+
+# shadow-utils' is_valid_user_name() (useradd/groupadd, 4.13, the default, non-relaxed rule), or a numeric gid:
+# what the socket-access helper can hand to chgrp. Anything else is refused before it reaches a unit file.
+GROUP_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,30}[A-Za-z0-9_.$-]?|[0-9]{1,10})\Z")
 
 
 class QgsConfigError(TeeError):
@@ -298,6 +304,12 @@ def qgs_plan(
     if threads is not None and not (isinstance(threads, int) and 0 <= threads <= 255):
         raise QgsConfigError(f"number_threads must be an integer 0..255, got {threads!r}")
     group = socket_group or default_socket_group(consumers)
+    if not GROUP_NAME.match(group):
+        raise QgsConfigError(
+            "socket_group (tdx_attestation_qgs_socket_group) %r is not a group name or number: use a name such as "
+            "qgsd or kvm (letters, digits, '_', '-' and '.', starting with a letter or '_', at most 32) or a gid"
+            % (group,)
+        )
     files = {
         "/etc/qgs.conf": render_qgs_conf(behaviour, transport, vsock_port, threads),
         DROPIN_PATH: _render_dropin(transport, vsock_port, group),

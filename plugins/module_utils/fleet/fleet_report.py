@@ -183,7 +183,7 @@ def all_findings(report_nodes, fleet_findings) -> list[dict]:
 
 def all_problems(report) -> list[str]:
     """Every problem once: the fleet's (files, RuntimeClasses), then each node's (its Node and pods)."""
-    return list(report["problems"]) + [p for node in report["nodes"] for p in node["problems"]]
+    return list(report.get("problems") or []) + [p for node in report["nodes"] for p in node.get("problems") or []]
 
 
 def _summary(nodes, fleet_findings) -> dict:

@@ -168,3 +168,15 @@ def test_impossible_requests_refused(behaviour, transport, consumers, port, frag
 def test_thread_count_checked():
     with pytest.raises(QgsConfigError, match=r"0\.\.255"):
         qgs_plan(V126, "unix", ["kata"], threads=300)
+
+
+@pytest.mark.parametrize("group", ["qgsd 0777 x", "a\nExecStartPre=/bin/sh", "kvm;id", "%n", "-x", "a" * 40, "grp\x00"])
+def test_a_socket_group_that_is_not_a_group_name_is_refused_naming_the_variable(group):
+    with pytest.raises(QgsConfigError, match="tdx_attestation_qgs_socket_group"):
+        qgs_plan(V126, "unix", ["kubevirt"], socket_group=group)
+
+
+@pytest.mark.parametrize("group", ["qgsd", "kvm", "_x", "svc-qemu.1", "107", "machine$"])
+def test_group_names_and_gids_pass(group):
+    plan = qgs_plan(V126, "unix", ["kubevirt"], socket_group=group)
+    assert plan.socket_group == group

@@ -8,6 +8,8 @@ its HTML, Markdown and metrics must still be produced, each in bounded time.
 from __future__ import annotations
 
 import copy
+import html
+import re
 import time
 
 import pytest
@@ -116,10 +118,11 @@ def test_every_problem_shows_in_the_html_and_markdown_reports(fleet):
     report = build_report(hosts, corrupted)
     problems = report["problems"] + [p for node in report["nodes"] for p in node["problems"]]
     assert len(problems) >= 2
-    markdown, page = render_markdown(report), render_html(report)
+    # As a reader sees them: Markdown's backslash escapes and HTML's entities undone.
+    markdown = re.sub(r"\\(.)", r"\1", render_markdown(report))
+    page = html.unescape(render_html(report))
     for problem in problems:
-        assert problem.split(":")[0].split()[-1] in markdown and problem.split(":")[0].split()[-1] in page
-    assert "spec.rules: must be a list" in markdown and "spec.rules: must be a list" in page
+        assert problem in markdown and problem in page
 
 
 def test_a_fleet_finding_stays_when_none_of_its_nodes_is_in_the_inventory(fleet):
