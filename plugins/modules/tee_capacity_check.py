@@ -105,6 +105,7 @@ checks:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.tee import MISC_REPORT_ORDER
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import read_misc_state
 
@@ -113,7 +114,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "host_root": {"type": "path", "default": "/"},
-            "resource": {"type": "str", "required": True, "choices": ["tdx", "sev", "sev_es", "snp"]},
+            # The vocabulary's misc resources in report order, and snp (SEV-SNP guests charge sev_es).
+            "resource": {"type": "str", "required": True, "choices": [*MISC_REPORT_ORDER, "snp"]},
             "min_capacity": {"type": "int", "default": 1},
             "min_free": {"type": "int"},
             "max_utilization": {"type": "float"},
