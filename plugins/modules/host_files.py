@@ -41,8 +41,8 @@ options:
       src:
         description:
           - Another host path (under O(host_root)) whose bytes this file gets, such as a generated CA certificate
-            copied into the trust store. It is read through the collection's host reader: regular files only,
-            symbolic links resolved inside O(host_root), at most 1 MiB.
+            copied into the trust store. It is read through the collection's host reader (regular files only,
+            symbolic links resolved inside O(host_root), at most 1 MiB).
         type: str
       mode:
         description:
