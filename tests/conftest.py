@@ -9,8 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Property tests draw the same examples on every run (derandomize), so that a green run here is a green run in
+# CI; TEE_HYPOTHESIS=explore draws new ones (and keeps what fails in .hypothesis/) when hunting for bugs.
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile("explore" if os.environ.get("TEE_HYPOTHESIS") == "explore" else "repeatable")
 BIN = Path(sys.executable).parent
 
 

@@ -45,6 +45,10 @@ _KEY_START = {
     name: re.compile(r"^[ \t]*" + pattern.replace("[[:blank:]]", "[ \t]") + r"[ \t]*=", re.IGNORECASE)
     for name, pattern in _KEYS.items()
 }
+# Any line that may hold the subscription key, however it is spaced, cased or spelled (subscription_key too).
+_ANY_KEY_LINE = re.compile(r"^[ \t]*subscription[ \t_-]*key", re.IGNORECASE)
+# A key worth naming in a message: a few words of letters, as every MPA setting is.
+_READABLE_NAME = re.compile(r"^[A-Za-z_ ]{1,24}\Z")
 PROXY_TYPES = ("default", "direct", "manual")
 LOG_LEVELS = ("none", "error", "warn", "info", "debug")
 
@@ -88,9 +92,18 @@ def parse_mpa_conf(text: str) -> dict:
                 settings[name] = _read_value(name, match.group(1))
                 break
         else:
-            shown = line if not _KEY_START["subscription_key"].match(line) else "subscription key = <hidden>"
-            invalid.append((number, shown))
+            invalid.append((number, _line_name(line)))
     return {"settings": settings, "invalid_lines": invalid}
+
+
+def _line_name(line: str) -> str:
+    """How a rejected line is quoted: its key when it reads as one, never its value (the subscription key, or a
+    proxy URL with credentials, however the line is spelled)."""
+    name, equals, _value = line.partition("=")
+    name = " ".join(name.split())
+    if equals and _READABLE_NAME.match(name):
+        return f"{name} = <redacted>"
+    return "<a line without a setting name, redacted>"
 
 
 def _read_value(name: str, value: str) -> str:
@@ -114,10 +127,8 @@ def check_mpa_settings(settings: dict) -> None:
             raise MpaConfigError(f"MPA setting {key} must be a string, got {type(value).__name__}")
         line = _render_line(key, value)
         if not _MATCHERS[key].match(line):
-            raise MpaConfigError(
-                f"MPA setting {key} = {value if key != 'subscription_key' else '<hidden>'!s} is not a "
-                f"value the agent accepts ({_hint(key)})"
-            )
+            # The value is not repeated: it may be the subscription key or a proxy URL with credentials.
+            raise MpaConfigError(f"MPA setting {key} is not a value the agent accepts ({_hint(key)})")
         if key in ("proxy_type", "log_level") and value.lower() not in (PROXY_TYPES + LOG_LEVELS):
             raise MpaConfigError(f"MPA setting {key} must be one of {_hint(key)}, got {value!r}")
 
@@ -160,8 +171,7 @@ def update_mpa_conf(text: str | None, settings: dict) -> str:
 
 def redact_mpa(text: str) -> str:
     return "\n".join(
-        re.sub(r"=.*", "= <redacted>", line) if _KEY_START["subscription_key"].match(line) else line
-        for line in text.split("\n")
+        re.sub(r"=.*", "= <redacted>", line) if _ANY_KEY_LINE.match(line) else line for line in text.split("\n")
     )
 
 

@@ -24,8 +24,11 @@ def refuse(name: str, why: str) -> EmitError:
 
 
 def control_characters(text: str, allowed: str = "") -> list[str]:
-    """The C0 control characters and DEL in ``text`` (except those in ``allowed``), for refusal messages."""
-    return sorted({ch for ch in text if (ord(ch) < 0x20 or ord(ch) == 0x7F) and ch not in allowed})
+    """The characters no output may carry (except those in ``allowed``), for refusal messages: C0 controls, DEL,
+    and lone surrogates (bytes that were not UTF-8, kept by surrogateescape), which no UTF-8 file can hold."""
+    return sorted(
+        {ch for ch in text if (ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF) and ch not in allowed}
+    )
 
 
 def describe(chars) -> str:

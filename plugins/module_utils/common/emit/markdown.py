@@ -20,6 +20,7 @@ Standard library only.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import control_characters, describe, refuse
 
@@ -52,7 +53,18 @@ def _prepared(value: object, name: str) -> str:
     bad = control_characters(string, allowed="\t\n\r")
     if bad:
         raise refuse(name, "holds control characters (%s), which Markdown cannot show" % describe(bad))
-    return _LINE_BREAK.sub(" ", string).strip(" \t")
+    return _strip_ends(_LINE_BREAK.sub(" ", string))
+
+
+def _strip_ends(string: str) -> str:
+    """Without the blanks a renderer drops around a paragraph: spaces, tabs and every other Unicode space (Zs,
+    such as U+00A0, which also keeps a ``**`` next to it from opening emphasis: CommonMark's flanking rule)."""
+    start, end = 0, len(string)
+    while start < end and (string[start] in " \t" or unicodedata.category(string[start]) == "Zs"):
+        start += 1
+    while end > start and (string[end - 1] in " \t" or unicodedata.category(string[end - 1]) == "Zs"):
+        end -= 1
+    return string[start:end]
 
 
 def text(value: object, name: str = "text") -> str:
@@ -77,7 +89,7 @@ def cell(value: object, name: str = "table cell") -> str:
 def shown(value: object) -> str:
     """What a CommonMark renderer shows for ``text(value)``: for tests and for checks of a report."""
     string = "" if value is None else str(value)
-    return _LINE_BREAK.sub(" ", string).strip(" \t")
+    return _strip_ends(_LINE_BREAK.sub(" ", string))
 
 
 def table(rows, header) -> str:

@@ -41,6 +41,15 @@ def _check_line_safe(text: str, name: str) -> None:
     bad = control_characters(text)
     if bad:
         raise refuse(name, "holds control characters (%s) that would break the unit file's lines" % describe(bad))
+    unclean = sorted({ch for ch in text if not _systemd_unichar(ord(ch))})
+    if unclean:
+        # systemd drops the whole assignment ("String is not UTF-8 clean, ignoring assignment").
+        raise refuse(name, "holds characters systemd rejects as not UTF-8 clean (%s)" % describe(unclean))
+
+
+def _systemd_unichar(code: int) -> bool:
+    """systemd's unichar_is_valid() (src/basic/utf8.c, v252): no surrogates and no Unicode noncharacters."""
+    return not (0xD800 <= code <= 0xDFFF or 0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE)
 
 
 def value(text: str, name: str) -> str:

@@ -101,9 +101,12 @@ def test_mpa_private_and_redacted(tmp_path):
 
 def test_mpa_invalid_existing_lines_named(tmp_path):
     (tmp_path / "etc").mkdir()
-    (tmp_path / "etc/mpa_registration.conf").write_text("log level = info\nnonsense\n")
-    with pytest.raises(ComponentError, match="line 2: 'nonsense'"):
+    key = "0123456789abcdef0123456789ABCDEF"
+    (tmp_path / "etc/mpa_registration.conf").write_text(f"log level = info\nnonsense\nsubscription_key = {key}\n")
+    with pytest.raises(ComponentError, match="line 2: '<a line without a setting name, redacted>'") as refused:
         plan("mpa", tmp_path)
+    # A refusal names the lines; it never quotes a value, least of all the subscription key.
+    assert "line 3: " in str(refused.value) and key not in str(refused.value)
 
 
 def test_unreadable_existing_file_is_an_error_not_a_silent_rewrite(tmp_path):

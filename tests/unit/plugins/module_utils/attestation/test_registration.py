@@ -48,19 +48,27 @@ def test_lines_as_the_agent_matches_them(line, settings):
 @pytest.mark.parametrize(
     ("line", "shown"),
     [
-        ("subscriptionkey = " + KEY, "subscriptionkey = " + KEY),
-        ("uefi path = relative/", "uefi path = relative/"),
-        ("pccs_url = https://x", "pccs_url = https://x"),
-        ("junk", "junk"),
+        # The issue 16 leak: a misspelled key line held the subscription key and was quoted whole.
+        ("subscriptionkey = " + KEY, "subscriptionkey = <redacted>"),
+        ("subscription_key = " + KEY, "subscription_key = <redacted>"),
+        ("uefi path = relative/", "uefi path = <redacted>"),
+        ("pccs_url = https://user:pass@x", "pccs_url = <redacted>"),
+        ("junk", "<a line without a setting name, redacted>"),
+        (KEY, "<a line without a setting name, redacted>"),
     ],
 )
-def test_other_lines_are_format_errors(line, shown):
+def test_other_lines_are_format_errors_named_never_quoted(line, shown):
     assert parse_mpa_conf(line) == {"settings": {}, "invalid_lines": [(1, shown)]}
 
 
 def test_invalid_subscription_key_lines_are_not_echoed():
     parsed = parse_mpa_conf("subscription key = 12345")
-    assert parsed["invalid_lines"] == [(1, "subscription key = <hidden>")]
+    assert parsed["invalid_lines"] == [(1, "subscription key = <redacted>")]
+
+
+@pytest.mark.parametrize("line", ["subscription_key = " + KEY, "  SUBSCRIPTION-KEY=" + KEY, "subscriptionkey=" + KEY])
+def test_redaction_catches_every_spelling_of_the_key_line(line):
+    assert KEY not in redact_mpa(line)
 
 
 def test_update_keeps_comments_replaces_and_appends():

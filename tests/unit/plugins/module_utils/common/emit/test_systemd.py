@@ -28,7 +28,15 @@ HOSTILE = st.text(st.sampled_from(list("ab0/ -_.\"'\\%$;#=\n\r\t\x00\x01\x7f√©‚Ç
 
 
 def _has_control(text):
-    return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+    """What no unit file can carry: C0 controls, DEL, and lone surrogates (not UTF-8 at all)."""
+    return any(
+        ord(ch) < 0x20
+        or ord(ch) == 0x7F
+        or 0xD800 <= ord(ch) <= 0xDFFF
+        or 0xFDD0 <= ord(ch) <= 0xFDEF
+        or (ord(ch) & 0xFFFE) == 0xFFFE
+        for ch in text
+    )
 
 
 def _verify(tmp_path, body, name="emit-test.service"):
