@@ -6,7 +6,9 @@ from __future__ import annotations
 import ipaddress
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_k8s import ManifestError, render
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_k8s import render
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import keyvalue
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
 
 def attestation_manifests(request):
@@ -15,7 +17,7 @@ def attestation_manifests(request):
         raise AnsibleFilterError("confidential.tee.attestation_manifests expects a dict of the role's settings")
     try:
         return render(request)
-    except (ManifestError, KeyError) as exc:
+    except (TeeError, KeyError) as exc:
         raise AnsibleFilterError(f"cannot render the attestation manifests: {exc}") from None
 
 
@@ -29,6 +31,18 @@ def subject_alt_name(name):
         return f"DNS:{name}"
 
 
+def pck_network_setting(pccs_url, use_secure_cert, user_token):
+    """PCKIDRetrievalTool's ``network_setting.conf``, through the one emitter for its line rule."""
+    try:
+        return keyvalue.pck_network_setting(pccs_url, bool(use_secure_cert), user_token)
+    except TeeError as exc:
+        raise AnsibleFilterError(f"cannot write network_setting.conf: {exc}") from None
+
+
 class FilterModule:
     def filters(self):
-        return {"attestation_manifests": attestation_manifests, "subject_alt_name": subject_alt_name}
+        return {
+            "attestation_manifests": attestation_manifests,
+            "pck_network_setting": pck_network_setting,
+            "subject_alt_name": subject_alt_name,
+        }

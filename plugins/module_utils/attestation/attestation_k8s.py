@@ -34,6 +34,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_c
     qgs_plan,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import keyvalue
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import file_name
 
@@ -280,12 +281,7 @@ def _registration_objects(request: dict, qcnl: dict) -> list[dict]:
     if not token:
         raise ManifestError("registration pck_retrieval needs the PCCS user token")
     url = qcnl.get("pccs_url") or pccs_service_url(request)
-    setting = (
-        "# Managed by confidential.tee.tdx_attestation: read by PCKIDRetrievalTool from its working directory.\n"
-        f"PCCS_URL={url}platforms\n"
-        f"USE_SECURE_CERT={'TRUE' if qcnl.get('use_secure_cert', True) else 'FALSE'}\n"
-        f"user_token={token}\n"
-    )
+    setting = keyvalue.pck_network_setting(url, qcnl.get("use_secure_cert", True), token)
     tool = {
         "name": "register",
         "image": request["registration_image"],

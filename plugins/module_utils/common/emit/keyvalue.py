@@ -59,3 +59,57 @@ def parse(text: str) -> list[tuple[str, str]]:
         key, _equals, rest = stripped.partition("=")
         pairs.append((key.strip(), rest.split("#", 1)[0].strip()))
     return pairs
+
+
+# PCKIDRetrievalTool's network_setting.conf (intel/confidential-computing.tee.dcap,
+# tools/PCKRetrievalTool/App/linux/network_wrapper.cpp, process_configuration_setting): each line has every
+# isspace() character removed, a line starting with '#' is skipped, the name before the first '=' is compared
+# upper-cased, and the value is the rest of the line as it stands ('=' and '#' included).
+_PCK_KEYS = ("PCCS_URL", "USE_SECURE_CERT", "PROXY_TYPE", "PROXY_URL", "USER_TOKEN", "TCB_UPDATE_TYPE")
+
+
+def pck_setting(key: str, value: object, name: str) -> str:
+    """One ``KEY=value`` line of ``network_setting.conf``, or :class:`EmitError` naming ``name``.
+
+    The value is never repeated in the message: it may be the PCCS user token."""
+    if key.upper() not in _PCK_KEYS:
+        raise EmitError("%r is not a setting PCKIDRetrievalTool reads" % key)
+    if not isinstance(value, str):
+        raise refuse(name, "must be a string, got %s" % type(value).__name__)
+    if control_characters(value) or any(ch.isspace() for ch in value):
+        raise refuse(name, "holds blanks or control characters, which the tool removes or reads as a new line")
+    if not value:
+        raise refuse(name, "is empty")
+    rendered = "%s=%s" % (key, value)
+    if pck_parse(rendered) != [(key.upper(), value)]:  # pragma: no cover - the checks above make this unreachable
+        raise refuse(name, "would not read back as written")
+    return rendered
+
+
+def pck_parse(text: str) -> list[tuple[str, str]]:
+    """``(NAME, value)`` pairs as PCKIDRetrievalTool reads ``network_setting.conf`` (see above)."""
+    pairs = []
+    for raw in text.split("\n"):
+        line_ = "".join(ch for ch in raw if ch not in " \t\n\v\f\r")
+        if not line_ or line_.startswith("#"):
+            continue
+        key, _equals, value = line_.partition("=")
+        pairs.append((key.upper(), value))
+    return pairs
+
+
+def pck_network_setting(pccs_url: str, use_secure_cert: bool, user_token: str) -> str:
+    """The whole ``network_setting.conf`` the roles and the Kubernetes form write for PCKIDRetrievalTool."""
+    return (
+        "\n".join(
+            [
+                "# Managed by confidential.tee.tdx_attestation: read by PCKIDRetrievalTool from its working directory.",
+                pck_setting("PCCS_URL", "%splatforms" % (pccs_url or ""), "tdx_attestation_pccs_url"),
+                pck_setting(
+                    "USE_SECURE_CERT", "TRUE" if use_secure_cert else "FALSE", "tdx_attestation_qcnl_use_secure_cert"
+                ),
+                pck_setting("user_token", user_token, "tdx_attestation_pccs_user_token"),
+            ]
+        )
+        + "\n"
+    )

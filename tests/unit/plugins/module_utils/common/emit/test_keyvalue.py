@@ -39,3 +39,34 @@ def test_a_proxy_url_that_would_add_a_setting_is_refused_by_name(url):
 def test_an_ordinary_proxy_url_reads_back_through_the_mpa_rule():
     text = update_mpa_conf(None, {"proxy_type": "manual", "proxy_url": "http://proxy.example:3128/?a=b"})
     assert parse_mpa_conf(text)["settings"] == {"proxy_type": "manual", "proxy_url": "http://proxy.example:3128/?a=b"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(HOSTILE)
+def test_pck_settings_read_back_as_the_tool_reads_them_or_are_refused(value):
+    """PCKIDRetrievalTool (network_wrapper.cpp) removes every blank of a line and splits at the first '='."""
+    try:
+        line = keyvalue.pck_setting("user_token", value, "tdx_attestation_pccs_user_token")
+    except EmitError as exc:
+        assert "tdx_attestation_pccs_user_token" in str(exc) and (value == "" or value not in str(exc))
+        return
+    assert keyvalue.pck_parse("PCCS_URL=https://p/\n" + line + "\n") == [
+        ("PCCS_URL", "https://p/"),
+        ("USER_TOKEN", value),
+    ]
+
+
+@pytest.mark.parametrize("token", ["tok\nPCCS_URL=https://evil/", "to ken", "tok\r", "tok\x00"])
+def test_a_token_that_would_add_or_change_a_setting_is_refused_without_repeating_it(token):
+    with pytest.raises(EmitError, match="tdx_attestation_pccs_user_token") as refused:
+        keyvalue.pck_network_setting("https://pccs:8081/sgx/certification/v4/", True, token)
+    assert token not in str(refused.value)
+
+
+def test_the_network_setting_file_reads_back():
+    text = keyvalue.pck_network_setting("https://pccs:8081/sgx/certification/v4/", False, "s3cr#t=x")
+    assert keyvalue.pck_parse(text) == [
+        ("PCCS_URL", "https://pccs:8081/sgx/certification/v4/platforms"),
+        ("USE_SECURE_CERT", "FALSE"),
+        ("USER_TOKEN", "s3cr#t=x"),
+    ]
