@@ -174,9 +174,21 @@ def kernel_pool(host, resource) -> dict:
         used = (cgroup.get("current") or {}).get(resource)
         if used:
             pool["by_cgroup"][cgroup["path"]] = used
+    pool["events_unknown"] = None
     if cgroups:
         counts = [(c.get("events") or {}).get(resource) for c in cgroups]
         pool["events"] = None if None in counts else sum(counts)
+        missing = [c.get("path") for c in cgroups if (c.get("events") or {}).get(resource) is None]
+        # kernel/cgroup/misc.c lists a resource in misc.events only while it has capacity (or events): with
+        # capacity, a missing count means the file was missing, unreadable or garbled (the host's problems say which).
+        if missing and pool["capacity"]:
+            pool["events_unknown"] = (
+                "misc.events of %s has no readable %s.max count: tee_misc_events_total left out"
+                % (
+                    ", ".join(sorted(missing)[:5]) + (" and %d more" % (len(missing) - 5) if len(missing) > 5 else ""),
+                    resource,
+                )
+            )
     return pool
 
 
@@ -574,6 +586,7 @@ def node_drift(node_name, host, node, pods, catalog) -> dict:
     ``node`` its Node object (``None``: not in the Kubernetes objects), ``pods`` every pod of the cluster."""
     problems: list[str] = []
     kernels = {resource: kernel_pool(host, resource) for resource in MISC_RESOURCES}
+    problems += ["%s %s" % (node_name, k["events_unknown"]) for k in kernels.values() if k["events_unknown"]]
     if node is None:
         pools = {resource: dict(kernels[resource], advertised=[]) for resource in MISC_RESOURCES}
         return {

@@ -348,3 +348,15 @@ def test_hostile_objects_are_no_crash(nodes, pods):
     }
     result = fleet_drift({"n1": host({"tdx": 63}, {"tdx": 1}), "n2": None}, kube)
     assert set(result["nodes"]) == {"n1", "n2"}
+
+
+def test_an_unreadable_misc_events_says_why_its_metric_is_missing():
+    readable = host({"tdx": 63}, {"tdx": 3}, {"kubepods.slice": {"tdx": 3}, "machine.slice": {"tdx": 0}})
+    assert drift({"n1": readable}, [node("n1", {"tdx.intel.com/keys": "63"})], [])["nodes"]["n1"]["problems"] == []
+    garbled = host({"tdx": 63}, {"tdx": 3}, {"kubepods.slice": {"tdx": 3}, "machine.slice": {"tdx": 0}})
+    garbled["capacity"]["cgroups"][1]["events"] = {"tdx": None}
+    result = drift({"n1": garbled}, [node("n1", {"tdx.intel.com/keys": "63"})], [])["nodes"]["n1"]
+    assert result["pools"]["tdx"]["events"] is None
+    assert result["problems"] == [
+        "n1 misc.events of machine.slice has no readable tdx.max count: tee_misc_events_total left out"
+    ]
