@@ -102,19 +102,26 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         return self.options
 
     def ListAndWatch(self, request, context):
-        def wake() -> None:
+        closing = False
+
+        def ended() -> None:
+            # gRPC stops pulling a stream's generator once the client cancels: cancelled while this generator
+            # sat at its ``yield``, it never runs again, so the end is noticed here too (unless we closed it).
             with self._cond:
+                if not closing and self._epoch == epoch:
+                    self.stream_lost.set()
                 self._cond.notify_all()
 
-        context.add_callback(wake)
         sent = -1
         with self._cond:
             epoch = self._epoch
+        context.add_callback(ended)
         while True:
             with self._cond:
                 while self._version == sent and self._epoch == epoch and context.is_active():
                     self._cond.wait(1.0)
                 if self._epoch != epoch:
+                    closing = True
                     return
                 if not context.is_active():
                     self.stream_lost.set()
