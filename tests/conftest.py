@@ -9,14 +9,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Property tests draw the same examples on every run (derandomize), so that a green run here is a green run in
 # CI; TEE_HYPOTHESIS=explore draws new ones (and keeps what fails in .hypothesis/) when hunting for bugs.
-settings.register_profile("repeatable", derandomize=True, database=None)
-settings.register_profile("explore")
+# Neither profile measures the machine: Hypothesis' 200 ms deadline per example and its too_slow health check
+# fail a busy shared two-core CI machine, not the code. A test's own @settings still choose its example count.
+ANY_LOAD = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("repeatable", derandomize=True, database=None, **ANY_LOAD)
+settings.register_profile("explore", **ANY_LOAD)
 settings.load_profile("explore" if os.environ.get("TEE_HYPOTHESIS") == "explore" else "repeatable")
 BIN = Path(sys.executable).parent
 

@@ -62,7 +62,11 @@ def report_everything(hosts, objects) -> dict:
 
 
 @given(data=st.data())
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 def test_any_field_corrupted_gives_a_report(fleet, data):
     hosts, objects = fleet
     paths = [p for p in _paths(objects) if p and "managedFields" not in p]

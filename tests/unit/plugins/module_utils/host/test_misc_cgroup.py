@@ -320,7 +320,7 @@ names = st.sampled_from(["tdx", "sev", "sev_es", "misc_x"])
 values = st.integers(min_value=0, max_value=mc.S64_MAX)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(capacity=st.binary(max_size=200), current=st.binary(max_size=200))
 def test_arbitrary_bytes_never_raise(fs, capacity, current):
     for path in list(fs.listdir("/")):
