@@ -179,6 +179,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import json as emit_json
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import (
@@ -300,7 +301,7 @@ def write_report(writer, report, dest, formats, per_node):
     if "markdown" in formats:
         writer.write(os.path.join(dest, "report.md"), render_markdown(report), "markdown", diff=True)
     if "json" in formats:
-        writer.write(os.path.join(dest, "report.json"), json.dumps(report, indent=2, sort_keys=True) + "\n", "json")
+        writer.write(os.path.join(dest, "report.json"), emit_json.dumps(report, "report"), "json")
     if "prometheus" in formats:
         writer.write(os.path.join(dest, "tee-fleet.prom"), render_metrics(report["nodes"]), "prometheus", diff=True)
         if per_node:

@@ -297,7 +297,8 @@ def test_huge_values_in_bounded_time():
         if canonical:
             assert quantity.canonical() == canonical
         assert parse_count(text)[0] in (None, INT64_MAX)
-        assert time.monotonic() - started < 0.5, text[:30]
+        # Microseconds of work: 10 s holds on any machine, while a value expanded digit by digit never returns.
+        assert time.monotonic() - started < 10, text[:30]
 
 
 @pytest.mark.parametrize(("raw", "count"), [("63", 63), ("1k", 1000), ("0", 0), ("2000m", 2), (7, 7), ("1e3", 1000)])
