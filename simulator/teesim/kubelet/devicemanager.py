@@ -8,7 +8,9 @@ out the same as on a real node:
   (:mod:`teesim.kubelet.names`). A resource is known to the manager (it has capacity) only once a
   ``ListAndWatch`` response arrived, as upstream creates ``healthyDevices[resource]`` there.
 * Every ``ListAndWatch`` response *replaces* the resource's device list; ``Healthy`` devices are
-  healthy, any other health string is unhealthy (``genericDeviceUpdateCallback``). Responses are
+  healthy, any other health string is unhealthy (``genericDeviceUpdateCallback``). An ID listed twice
+  in one response lands in the healthy set if any entry says ``Healthy`` and in the unhealthy set if
+  any entry says otherwise, so it can be in both and count twice in capacity. Responses are
   keyed by resource name only: a stream that is still open updates the list even after a newer
   registration of the same resource (upstream's callback does not check which client sent it).
 * Node capacity = healthy + unhealthy, allocatable = healthy (``GetCapacity``).
@@ -27,7 +29,8 @@ out the same as on a real node:
 * A kubelet restart loses every endpoint and device list but keeps the checkpoint: the pod-to-device
   assignments and the names of every registered resource. Each of those comes back with a stopped
   endpoint and no devices, i.e. capacity 0, until its plugin registers again or the grace period
-  drops it.
+  drops it. A restored endpoint has no plugin options (``opts: nil``), so ``PreStartContainer`` is
+  skipped for it; a stopped endpoint that kept its options refuses the call (``errEndpointStopped``).
 
 ``pod_generation`` changes whenever the set of pods or their devices changes (what a pod-resources
 ``List`` would answer): in-process readers cache on it. Only this class changes it.
@@ -46,6 +49,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from teesim.kubelet.gofmt import go_quote
 from teesim.kubelet.names import (
     API_VERSION,
     SUPPORTED_VERSIONS,
@@ -116,7 +120,12 @@ class PodRef:
 
 @dataclass
 class Endpoint:
-    """The kubelet's connection to one plugin; ``generation`` identifies its ListAndWatch stream."""
+    """The kubelet's connection to one plugin; ``generation`` identifies its ListAndWatch stream.
+
+    ``options_known`` is False for an endpoint restored from the checkpoint after a kubelet restart:
+    upstream's ``readCheckpoint`` stores it with ``opts: nil`` (manager.go, v1.34), so every option
+    reads as off until the plugin registers again.
+    """
 
     resource: str
     generation: int
@@ -124,10 +133,19 @@ class Endpoint:
     pre_start_required: bool = False
     get_preferred_allocation_available: bool = False
     stopped_at: float | None = None
+    options_known: bool = True
 
     @property
     def stopped(self) -> bool:
         return self.stopped_at is not None
+
+    def stopped_error(self) -> str:
+        """``errEndpointStopped`` (``endpoint %v has been stopped``, devicemanager/types.go, v1.34).
+
+        Go prints the endpoint struct there (a mutex, the gRPC client's address, the stop time); those
+        have no counterpart here, so teesim prints ``&{<resource name>}`` in its place.
+        """
+        return f"endpoint &{{{self.resource}}} has been stopped"
 
 
 @dataclass
@@ -252,9 +270,10 @@ class DeviceManager:
         for item in devices:
             dev = item if isinstance(item, Device) else Device(*item)
             device_id = dev.id
-            if device_id in healthy or device_id in unhealthy:
-                continue
-            listed.append(device_id)
+            if device_id not in healthy and device_id not in unhealthy:
+                listed.append(device_id)
+            # genericDeviceUpdateCallback (manager.go, v1.34) inserts every entry into the set its health
+            # names, with no duplicate check: an ID listed Healthy and Unhealthy is in both sets.
             if dev.health == HEALTHY:
                 healthy.add(device_id)
             else:
@@ -297,7 +316,9 @@ class DeviceManager:
         self._open = set()
         for res in registered:
             self._generation += 1
-            self._endpoints[res] = Endpoint(resource=res, generation=self._generation, stopped_at=now)
+            self._endpoints[res] = Endpoint(
+                resource=res, generation=self._generation, stopped_at=now, options_known=False
+            )
         self._pods_changed()
         self._changed()
 
@@ -408,9 +429,10 @@ class DeviceManager:
     def _check_held(self, pod: PodRef, container: str, resource: str, count: int) -> list[str] | None:
         held = self._pod_devices.get(pod.key, {}).get(container, {}).get(resource)
         if held is not None and len(held) != count:
+            # devicesToAllocate (manager.go, v1.34): "pod %q container %q changed request for resource %q ...".
             raise AllocationError(
-                f"pod {pod.key!r} container {container!r} changed request for resource {resource!r} "
-                f"from {len(held)} to {count}"
+                f"pod {go_quote(pod.key)} container {go_quote(container)} changed request for resource "
+                f"{go_quote(resource)} from {len(held)} to {count}"
             )
         return held
 
@@ -490,6 +512,28 @@ class DeviceManager:
                 at = bisect_left(free, device)
                 if at < len(free) and free[at] == device:
                     del free[at]
+
+    def pre_start_devices(
+        self, pod: PodRef, container: str, resource: str, *, now: float | None = None
+    ) -> list[str] | None:
+        """``callPreStartContainerIfNeeded`` up to the RPC (manager.go and endpoint.go, v1.34): the device IDs
+        to send in ``PreStartContainer``, or None when the call is skipped. Raises with upstream's words."""
+        ep = self._endpoints.get(resource)
+        if ep is None or self._expired(resource, now):
+            # GetCapacity deletes an endpoint past its grace period; lookups then miss it.
+            raise AllocationError(f"endpoint not found in cache for a registered resource: {resource}")
+        if not ep.options_known or not ep.pre_start_required:
+            return None  # "eI.opts == nil || !eI.opts.PreStartRequired": skipped, the container starts
+        devices = self._pod_devices.get(pod.key, {}).get(container, {}).get(resource)
+        if devices is None:
+            raise AllocationError(
+                f"no devices found allocated in local cache for pod {pod.key}, container {container}, "
+                f"resource {resource}"
+            )
+        if ep.stopped:
+            # endpointImpl.preStartContainer checks isStopped before dialling anything.
+            raise AllocationError(f"device plugin PreStartContainer rpc failed with err: {ep.stopped_error()}")
+        return list(devices)
 
     def allocate(
         self,

@@ -11,15 +11,22 @@ Follows ``pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go`` (``Register``)
   253 - len("requests.") = 244), and at most 63 alphanumerics, ``-``, ``_`` or ``.`` after it,
   starting and ending alphanumeric.
 
+Go's ``regexp`` anchors ``$`` at the very end of the text (RE2 without the ``m`` flag), while Python's
+``$`` also matches before a final newline: ``example.com/tdx\\n`` is *invalid* upstream (the name part
+``tdx\\n`` fails ``qualifiedNameRegexp`` in ``k8s.io/apimachinery/pkg/util/validation/validation.go``,
+v1.34), so every pattern here is applied with ``fullmatch``.
+
 The kubelet answers with its own fixed sentences (``errUnsupportedVersion``,
 ``errInvalidResourceName``); :class:`RegistrationError` carries that exact text, plus ``reason``,
-teesim's explanation of *which* rule failed (the kubelet says only "is invalid").
+teesim's explanation of *which* rule failed (the kubelet says only "is invalid"). Names in the
+kubelet's sentences are quoted as Go's ``%q`` quotes them (:func:`teesim.kubelet.gofmt.go_quote`).
 """
 
 from __future__ import annotations
 
-import json
 import re
+
+from teesim.kubelet.gofmt import go_quote
 
 API_VERSION = "v1beta1"
 SUPPORTED_VERSIONS = (API_VERSION,)
@@ -28,8 +35,10 @@ MAX_SUBDOMAIN = 253
 MAX_NAME_PART = 63
 MAX_PLUGIN_DOMAIN = MAX_SUBDOMAIN - len(QUOTA_PREFIX)
 
-_QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# qualifiedNameFmt and dns1123SubdomainFmt (k8s.io/apimachinery/pkg/util/validation/validation.go,
+# v1.34), used with fullmatch: Go's "^...$" never matches before a trailing newline.
+_QUALIFIED_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class RegistrationError(ValueError):
@@ -43,11 +52,6 @@ class RegistrationError(ValueError):
         self.reason = reason or message
 
 
-def go_quote(value: str) -> str:
-    """Go's ``%q`` for a string (close enough for resource names: double quotes, escapes)."""
-    return json.dumps(value, ensure_ascii=False)
-
-
 def extended_resource_name_problem(name: str) -> str | None:
     """Why ``name`` is not an extended resource name, or None when the kubelet accepts it."""
     if "/" not in name:
@@ -59,14 +63,14 @@ def extended_resource_name_problem(name: str) -> str | None:
     prefix, _, short = name.rpartition("/")
     if "/" in prefix:
         return f"{name!r} has more than one '/'"
-    if not prefix or not _DNS1123_SUBDOMAIN_RE.match(prefix):
+    if not prefix or not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
         return f"prefix {prefix!r} of {name!r} is not a DNS-1123 subdomain (lower-case alphanumerics, '-', '.')"
     if len(prefix) > MAX_PLUGIN_DOMAIN:
         return (
             f"prefix of {name!r} is {len(prefix)} characters; with the quota prefix {QUOTA_PREFIX!r} "
             f"it must stay within {MAX_SUBDOMAIN}, so at most {MAX_PLUGIN_DOMAIN}"
         )
-    if not short or len(short) > MAX_NAME_PART or not _QUALIFIED_NAME_RE.match(short):
+    if not short or len(short) > MAX_NAME_PART or not _QUALIFIED_NAME_RE.fullmatch(short):
         return (
             f"name part {short!r} of {name!r} is not a qualified name "
             f"(<= {MAX_NAME_PART} alphanumerics, '-', '_', '.', alphanumeric at both ends)"

@@ -81,6 +81,20 @@ class PodRegistry:
             pod = self._pods[ref.key] = PodObject(ref)
         return pod
 
+    def get(self, ref: PodRef) -> PodObject | None:
+        return self._pods.get(ref.key)
+
+    def find(self, namespace: str, name: str) -> PodObject | None:
+        """``GetPodByName``: the pod bound to this node with that namespace and name, finished or not,
+        until the API server deletes it."""
+        for pod in self._pods.values():
+            if pod.ref.namespace == namespace and pod.ref.name == name:
+                return pod
+        return None
+
+    def delete(self, ref: PodRef) -> None:
+        self._pods.pop(ref.key, None)
+
     def finish(self, ref: PodRef) -> None:
         pod = self._pods.get(ref.key)
         if pod is not None:

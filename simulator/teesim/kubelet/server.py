@@ -48,12 +48,19 @@ from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
 from teesim.kubelet.generated.podresources.v1 import api_pb2_grpc as pr_grpc
+from teesim.kubelet.gofmt import go_rpc_error
 from teesim.kubelet.names import RegistrationError, check_registration
 from teesim.kubelet.podlist import PodListServer, PodRegistry
 from teesim.kubelet.ratelimit import RATE_LIMIT_MESSAGE, TokenBucket
 
 log = logging.getLogger(__name__)
-RPC_TIMEOUT = 10.0
+# Deadlines of the kubelet's calls into a plugin (None: none at all). PreStartContainer gets
+# KubeletPreStartContainerRPCTimeoutInSecs = 30 (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/constants.go,
+# applied in devicemanager/endpoint.go, v1.34); Allocate and GetPreferredAllocation run on the caller's
+# context, which ManagerImpl.Allocate makes with context.TODO(): no deadline.
+PRE_START_CONTAINER_TIMEOUT = 30.0
+ALLOCATE_TIMEOUT: float | None = None
+PREFERRED_ALLOCATION_TIMEOUT: float | None = None
 
 
 @dataclass
@@ -70,12 +77,24 @@ class _PluginClient:
     closing: bool = False
 
 
-def _plugin_call(what: str, method: Callable[..., Any], request: Any) -> Any:
-    """One admission-time RPC to a plugin; its failure fails the pod's admission."""
+def _rpc_error_text(exc: grpc.RpcError) -> str:
+    """What the Go kubelet's ``%v`` of this RPC error prints (``rpc error: code = ... desc = ...``)."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    number = code.value[0] if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN.value[0]
+    details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
+    return go_rpc_error(number, details or "")
+
+
+def _plugin_call(method: Callable[..., Any], request: Any, timeout: float | None, wrap: str = "") -> Any:
+    """One RPC to a plugin; its failure fails the pod's admission or the container's start.
+
+    ``wrap`` is the kubelet's prefix for this call's error (empty: the error is returned as it is,
+    as ``allocateContainerResources`` does with ``Allocate``'s).
+    """
     try:
-        return method(request, timeout=RPC_TIMEOUT)
+        return method(request, timeout=timeout)
     except grpc.RpcError as exc:
-        raise AllocationError(f"{what} failed: {exc.details()}") from exc
+        raise AllocationError(f"{wrap}{_rpc_error_text(exc)}") from exc
 
 
 class _Registration(dp_grpc.RegistrationServicer):
@@ -125,9 +144,12 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
     def Get(self, request, context):
         self._admit_call(context)
         with self._kubelet._lock:
-            pod = self._kubelet.device_manager.find_pod(request.pod_namespace, request.pod_name)
-            if pod is not None:
-                return pr.GetPodResourcesResponse(pod_resources=self._kubelet._pod_resources(pod))
+            # server_v1.go (v1.34) looks the pod up in the pod manager (GetPodByName), which keeps a
+            # terminated pod until the API server deletes it, and does not call UpdateAllocatedDevices:
+            # such a pod is answered with whatever devices the checkpoint still holds for it.
+            obj = self._kubelet.pods.find(request.pod_namespace, request.pod_name)
+            if obj is not None:
+                return pr.GetPodResourcesResponse(pod_resources=self._kubelet._pod_resources(obj.ref))
         # A plain fmt.Errorf upstream, so the status code is Unknown.
         context.abort(grpc.StatusCode.UNKNOWN, f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
 
@@ -336,21 +358,33 @@ class Kubelet:
 
     # -- pods ----------------------------------------------------------------------------------------
 
+    def _live_client(self, resource: str) -> _PluginClient:
+        """The client behind ``m.endpoints[resource]``; raises the kubelet's words for a missing or a
+        stopped endpoint (``allocateContainerResources``, ``endpointImpl.allocate``, v1.34)."""
+        endpoint = self.device_manager.endpoint(resource)
+        if endpoint is None or not self.device_manager.registered(resource, self.clock()):
+            raise AllocationError(f"unknown Device Plugin {resource}")
+        client = self._clients.get(resource)
+        if endpoint.stopped or client is None or client.generation != endpoint.generation:
+            raise AllocationError(endpoint.stopped_error())
+        return client
+
     def _choose(self, pod: PodRef, container: str, resource: str, count: int) -> tuple[list[str], _PluginClient]:
         """Pick the devices (asking the plugin for its preference) without recording them."""
         with self._lock:
             dm = self.device_manager
             dm.release_finished_pods()
             ids = dm.devices_to_allocate(pod, container, resource, count, now=self.clock())
-            client = self._clients.get(resource)
-            if client is None:
-                raise AllocationError(f"unknown Device Plugin {resource}")
+            endpoint = dm.endpoint(resource)
+            ask = endpoint is not None and endpoint.options_known and endpoint.get_preferred_allocation_available
+            client = self._clients.get(resource) if ask else None
             available = sorted(set(dm.healthy_ids(resource)) - dm.allocated_ids(resource))
-        if client.options.get_preferred_allocation_available:
-            preferred = self._preferred(client, available, count)
+        if ask:
+            preferred = self._preferred(client, endpoint, available, count)
             with self._lock:
                 ids = self.device_manager.devices_to_allocate(pod, container, resource, count, preferred)
-        return ids, client
+        with self._lock:
+            return ids, self._live_client(resource)
 
     def allocate(self, pod: PodRef, container: str, resource: str, count: int) -> dp.ContainerAllocateResponse:
         """Admit one container's request for ``count`` devices of ``resource`` (raises AllocationError)."""
@@ -365,7 +399,8 @@ class Kubelet:
                     return dp.ContainerAllocateResponse()
             ids, client = self._choose(pod, container, resource, count)
             request = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)])
-            response = _plugin_call(f"Allocate of {resource} devices {ids}", client.stub.Allocate, request)
+            # allocateContainerResources returns Allocate's error as it is (no prefix).
+            response = _plugin_call(client.stub.Allocate, request, ALLOCATE_TIMEOUT)
             if not response.container_responses:
                 raise AllocationError(f"no containers return in allocation response {response}")
             with self._lock:
@@ -375,35 +410,42 @@ class Kubelet:
             return response.container_responses[0]
 
     def start_container(self, pod: PodRef, container: str) -> int:
-        """The runtime is about to start the container: ``PreStartContainer`` for every device-plugin
-        resource whose plugin asked for it (``pre_start_required``). Returns the number of calls."""
-        with self._lock:
-            held = self.device_manager.pod_devices(pod).get(container, {})
-            calls = [(res, ids, self._clients.get(res)) for res, ids in sorted(held.items()) if ids]
-        made = 0
-        for resource, ids, client in calls:
-            if client is None:
-                raise AllocationError(f"endpoint not found in cache for a registered resource: {resource}")
-            if not client.options.pre_start_required:
-                continue
-            try:
-                client.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=RPC_TIMEOUT)
-            except grpc.RpcError as exc:
-                raise AllocationError(f"device plugin PreStartContainer rpc failed with err: {exc.details()}") from exc
-            made += 1
-        return made
+        """The runtime is about to start the container (``GetDeviceRunContainerOptions``, manager.go, v1.34):
+        for every device-plugin resource the container requests, ``callPreStartContainerIfNeeded``.
+        Returns the number of ``PreStartContainer`` calls made; raises with the kubelet's words.
 
-    def _preferred(self, client: _PluginClient, available: list[str], count: int) -> list[str] | None:
+        A stopped endpoint refuses (``endpoint ... has been stopped``); one restored from the checkpoint
+        after a restart has no options and is skipped; one past its grace period is not found.
+        """
+        calls = []
+        with self._lock:
+            dm, now = self.device_manager, self.clock()
+            obj = self.pods.upsert(pod)
+            for resource, count in sorted(obj.containers.get(container, {}).items()):
+                if count == 0 or not dm.is_device_plugin_resource(resource, now):
+                    continue
+                devices = dm.pre_start_devices(pod, container, resource, now=now)
+                if devices is not None:
+                    calls.append((resource, devices, self._clients.get(resource)))
+        for resource, devices, client in calls:
+            prefix = "device plugin PreStartContainer rpc failed with err: "
+            if client is None:
+                raise AllocationError(prefix + self.device_manager.endpoint(resource).stopped_error())
+            request = dp.PreStartContainerRequest(devices_ids=devices)
+            _plugin_call(client.stub.PreStartContainer, request, PRE_START_CONTAINER_TIMEOUT, prefix)
+        return len(calls)
+
+    def _preferred(self, client: _PluginClient | None, endpoint, available: list[str], count: int) -> list[str] | None:
+        prefix = "device plugin GetPreferredAllocation rpc failed with err: "
+        if endpoint.stopped or client is None:
+            raise AllocationError(prefix + endpoint.stopped_error())
         request = dp.PreferredAllocationRequest(
             container_requests=[
                 dp.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=count)
             ]
         )
-        try:
-            response = client.stub.GetPreferredAllocation(request, timeout=RPC_TIMEOUT)
-        except grpc.RpcError as exc:
-            # The kubelet treats a failing preference as an admission error too.
-            raise AllocationError(f"device plugin GetPreferredAllocation rpc failed with err: {exc.details()}") from exc
+        # callGetPreferredAllocationIfAvailable: a failing preference fails the admission too.
+        response = _plugin_call(client.stub.GetPreferredAllocation, request, PREFERRED_ALLOCATION_TIMEOUT, prefix)
         if not response.container_responses:
             return None
         return list(response.container_responses[0].deviceIDs)
@@ -456,6 +498,15 @@ class Kubelet:
             self.pods.finish(pod)
             self._changed.notify_all()
 
+    def delete_pod(self, pod: PodRef) -> None:
+        """The API server deleted the pod: the pod manager forgets it (``Get`` then fails with "not
+        found"); a pod deleted while running is finished first."""
+        with self._lock:
+            self.device_manager.finish_pod(pod)
+            self.pods.delete(pod)
+            self._containers.pop(pod.key, None)
+            self._changed.notify_all()
+
     def _pod_list_snapshot(self) -> dict[str, Any]:
         with self._lock:
             return self.pods.pod_list()
@@ -463,7 +514,11 @@ class Kubelet:
     def _pod_resources(self, pod: PodRef) -> pr.PodResources:
         devices = self.device_manager.pod_devices(pod)
         containers = []
-        for name in self._containers.get(pod.key, []):
+        names = self._containers.get(pod.key)
+        if names is None:
+            obj = self.pods.get(pod)
+            names = list(obj.containers) if obj is not None else []
+        for name in names:
             per_resource = devices.get(name, {})
             containers.append(
                 pr.ContainerResources(

@@ -153,7 +153,8 @@ def test_allocation_is_per_container_and_sticks(dm):
     side = dm.allocate(pod, "sidecar", RES, 1)
     assert dm.allocated_ids(RES) == set(first) | set(side)
     assert dm.pod_devices(pod) == {"compute": {RES: first}, "sidecar": {RES: side}}
-    with pytest.raises(AllocationError, match=r"pod 'default/vm-a' container 'compute' changed request .* from 2 to 3"):
+    # devicesToAllocate quotes with Go's %q (manager.go, v1.34): double quotes, not Python's repr.
+    with pytest.raises(AllocationError, match=r'pod "default/vm-a" container "compute" changed request .* from 2 to 3'):
         dm.allocate(pod, "compute", RES, 3)
 
 
