@@ -43,7 +43,7 @@ from typing import Any
 import grpc
 
 from teesim.kubelet import sockets
-from teesim.kubelet.devicemanager import AllocationError, Device, DeviceManager, PodRef
+from teesim.kubelet.devicemanager import AllocationError, Device, DeviceManager, Endpoint, PodRef
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
@@ -420,8 +420,9 @@ class Kubelet:
         calls = []
         with self._lock:
             dm, now = self.device_manager, self.clock()
-            obj = self.pods.upsert(pod)
-            for resource, count in sorted(obj.containers.get(container, {}).items()):
+            obj = self.pods.get(pod)
+            requests = obj.containers.get(container, {}) if obj is not None else {}
+            for resource, count in sorted(requests.items()):
                 if count == 0 or not dm.is_device_plugin_resource(resource, now):
                     continue
                 devices = dm.pre_start_devices(pod, container, resource, now=now)
@@ -435,7 +436,9 @@ class Kubelet:
             _plugin_call(client.stub.PreStartContainer, request, PRE_START_CONTAINER_TIMEOUT, prefix)
         return len(calls)
 
-    def _preferred(self, client: _PluginClient | None, endpoint, available: list[str], count: int) -> list[str] | None:
+    def _preferred(
+        self, client: _PluginClient | None, endpoint: Endpoint, available: list[str], count: int
+    ) -> list[str] | None:
         prefix = "device plugin GetPreferredAllocation rpc failed with err: "
         if endpoint.stopped or client is None:
             raise AllocationError(prefix + endpoint.stopped_error())
