@@ -9,7 +9,7 @@ import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from teesim.kubelet.gofmt import GO_CODE_NAMES, go_quote, go_rpc_error
+from teesim.kubelet.gofmt import GO_CODE_NAMES, _escape_rune, go_quote, go_rpc_error
 
 
 # Go src/strconv/quote_test.go (go1.24), the ``quotetests`` table's ``in`` and ``out`` columns.
@@ -70,6 +70,27 @@ def test_go_quote_round_trips_and_never_breaks_a_line(text):
     # Go's escapes for valid UTF-8 are all valid Python string escapes with the same meaning.
     assert ast.literal_eval(quoted) == text
     assert not any(ch in quoted for ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _quote_through_python_decoder(data: bytes) -> str:
+    """A second reading of the same rule: Python's UTF-8 decoder marks each maximal ill-formed subpart
+    (a lead byte and the continuation bytes it accepted), and Go rejects each of those bytes on its own."""
+    out, at = [], 0
+    while at < len(data):
+        try:
+            text = data[at:].decode()
+            out.extend(_escape_rune(ord(ch)) for ch in text)
+            break
+        except UnicodeDecodeError as exc:
+            out.extend(_escape_rune(ord(ch)) for ch in data[at : at + exc.start].decode())
+            out.extend(f"\\x{byte:02x}" for byte in data[at + exc.start : at + exc.end])
+            at += exc.end
+    return '"' + "".join(out) + '"'
+
+
+@given(st.binary(max_size=40))
+def test_go_quote_of_any_bytes_agrees_with_the_python_decoder(data):
+    assert go_quote(data) == _quote_through_python_decoder(data)
 
 
 @pytest.mark.parametrize(
