@@ -234,7 +234,7 @@ def serve(
     (spec,) = scenario.world.nodes
     kubelet = Kubelet(root, rng=random.Random(f"{scenario.seed}/{spec.name}/devices"))
     sim = ServeSimulation(scenario, kubelet, NodeWriter(RealDirBackend(root)))
-    wanted = sim.strategy.plugin_resources()
+    wanted = sim.plugin_resources()
     kubelet.start()
     runner = Plugins(plugins, plugin_env(kubelet, wanted), report_dir)
     try:

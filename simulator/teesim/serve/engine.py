@@ -120,6 +120,8 @@ class _Inbox:
 class ServeSimulation(Simulation):
     """One node of ``scenario`` in real time against ``kubelet`` (started, rooted where the files go)."""
 
+    strategy: ServedStrategy
+
     def __init__(self, scenario: Scenario, kubelet: Kubelet, writer: NodeWriter):
         check_servable(scenario)
         strategy = ServedStrategy.of(scenario.serve or ServeSpec(dict(KUBEVIRT_KEYS), {}, True))
@@ -137,6 +139,10 @@ class ServeSimulation(Simulation):
         kubelet.clock = self.clock.elapsed
         self._written_revision: object = None
         self.sync_files()
+
+    def plugin_resources(self) -> list[tuple[str, str]]:
+        """(misc resource, name) external plugins must advertise here: those with keys on this node."""
+        return [(m, n) for m, n in self.strategy.plugin_resources() if self.node.capacity(m) > 0]
 
     # -- what the gRPC threads bring in ------------------------------------------------------------
     def _devices_changed_elsewhere(self) -> None:
