@@ -80,6 +80,9 @@ class PacedClock(VirtualClock):
                 self.now = max(self.now, min(self.elapsed(), target))
                 self.wakeups += 1
                 hooks.before()
+                # A pseudo-event: the scheduler and the report look at the node as it is now.
+                if after_each is not None:
+                    after_each(self.now)
                 hooks.settle(self.now, after_each)
                 continue
             left = target - self.elapsed()
