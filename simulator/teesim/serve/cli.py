@@ -130,10 +130,24 @@ def plugin_env(kubelet: Kubelet, resources: list[tuple[str, str]]) -> dict[str, 
     }
 
 
+def split_command(command: str) -> list[str]:
+    """A ``--plugin`` command split as a shell would split it (no shell runs it); refused when empty or
+    unbalanced, before anything starts."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"--plugin {command!r}: {exc}") from None
+    if not argv:
+        raise ValueError("--plugin '': empty command")
+    return argv
+
+
 class Plugins:
     """The ``--plugin`` processes: started with the node's environment, stopped at the end."""
 
     def __init__(self, commands: list[str], env: dict[str, str], logs: Path | None):
+        for command in commands:
+            split_command(command)
         self.commands = commands
         self.env = env
         self.logs = logs
@@ -142,11 +156,11 @@ class Plugins:
     def start(self) -> None:
         full_env = {**os.environ, **self.env}
         for index, command in enumerate(self.commands, 1):
-            argv = [Template(arg).safe_substitute(self.env) for arg in shlex.split(command)]
-            if not argv:
-                raise ValueError(f"--plugin {command!r}: empty command")
+            argv = [Template(arg).safe_substitute(self.env) for arg in split_command(command)]
             log = open(self.logs / f"plugin-{index}.log", "w", encoding="utf-8") if self.logs else None  # noqa: SIM115
-            out = log if log is not None else sys.stderr
+            # Without --report the plugin writes to serve's stderr (file descriptor 2): stdout stays the
+            # ready line and the table.
+            out = log if log is not None else 2
             try:
                 proc = subprocess.Popen(
                     argv, env=full_env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -154,7 +168,7 @@ class Plugins:
             except OSError as exc:
                 if log is not None:
                     log.close()
-                raise ValueError(f"--plugin {command!r}: cannot start {argv[0]!r}: {exc.strerror}") from None
+                raise ValueError(f"--plugin {command!r}: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
             self.procs.append((command, proc, log))
 
     def stop(self, timeout: float = 5.0) -> list[dict[str, Any]]:
@@ -227,9 +241,11 @@ def serve(
     plugins: list[str],
     report_dir: Path | None,
     registration_timeout: float,
-    say: TextIO = sys.stdout,
+    say: TextIO | None = None,
 ) -> dict[str, Any]:
-    """Run ``scenario`` against the plugins; returns the served run's report entry."""
+    """Run ``scenario`` against the plugins; returns the served run's report entry (the ready line goes to
+    ``say``, stdout by default)."""
+    say = say or sys.stdout
     root.mkdir(parents=True, exist_ok=True)
     (spec,) = scenario.world.nodes
     kubelet = Kubelet(root, rng=random.Random(f"{scenario.seed}/{spec.name}/devices"))
@@ -251,6 +267,10 @@ def serve(
         started = time.monotonic()
         sim.run(recorder)
         wall = time.monotonic() - started
+    except BaseException as exc:
+        # Whoever waits on the readiness file learns that the run is over, and why.
+        write_state(root, {"state": "failed", "error": str(exc) or type(exc).__name__})
+        raise
     finally:
         done = runner.stop()
         kubelet.stop()
@@ -265,6 +285,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, seed=args.seed)
     root = Path(args.root)
     sockets.check_socket_path(sockets.registration_socket(sockets.kubelet_dir(root.resolve())))
+    for command in args.plugin or []:
+        split_command(command)
     report_dir = Path(args.report) if args.report else None
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)

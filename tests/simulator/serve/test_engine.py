@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 from teesim.cli import main
 from teesim.cluster.pods import Consumer, Guest
@@ -11,6 +16,7 @@ from teesim.serve.engine import ServedStrategy, check_servable
 
 KV, NFD = "devices.kubevirt.io/tdx", "tdx.intel.com/keys"
 NODE = {"name": "n", "vendor": "intel", "capacity": {"tdx": 4}}
+SHORT = Path(__file__).resolve().parents[1] / "external_plugins" / "serve-short.yaml"
 
 
 def scenario(**extra):
@@ -107,3 +113,30 @@ def test_fail_on_holds_only_when_its_condition_does():
         f"not-registered: never registered: {KV}",
         "plugin-exit: p exited with 1 before the end",
     ]
+
+
+def test_a_plugin_that_cannot_start_ends_the_run_with_state_failed(tmp_path, capsys):
+    root = Path(tempfile.mkdtemp(prefix="ts-", dir="/tmp"))
+    try:
+        argv = ["serve", str(SHORT), "--root", str(root), "--plugin", "/nonexistent/plugin", "--compare", "none"]
+        assert main(argv) == 2
+        state = json.loads((root / "teesim-serve.json").read_text(encoding="utf-8"))
+        sockets = list((root / "var/lib/kubelet/device-plugins").iterdir())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert state == {
+        "state": "failed",
+        "error": "--plugin '/nonexistent/plugin': cannot start '/nonexistent/plugin': No such file or directory",
+    }
+    assert sockets == []  # the kubelet stopped and took its sockets with it
+    out, err = capsys.readouterr()
+    assert out.startswith("teesim serve: ready {")
+    assert "teesim serve: error: --plugin '/nonexistent/plugin'" in err
+
+
+def test_an_unbalanced_plugin_command_is_refused_before_anything_starts(capsys):
+    root = Path(tempfile.mkdtemp(prefix="ts-", dir="/tmp")) / "never"
+    assert main(["serve", str(SHORT), "--root", str(root), "--plugin", "node 'plugin.js"]) == 2
+    assert '--plugin "node \'plugin.js": No closing quotation' in capsys.readouterr().err
+    assert not root.exists()
+    root.parent.rmdir()

@@ -6,9 +6,9 @@ kubelet's status sync land a few milliseconds apart instead of at the same insta
 devices at random, and the process asks pod-resources only every ``--list-refresh`` (1 s) while
 ``misc.current`` is unchanged, where the in-process model asks at every poll, so a failed VMI's device
 stays the plugin's own for up to a second (docs/simulator-grpc.md explains it). On the bundled 40 s
-scenario (17 arrivals, 8 keys, seed 3) eleven runs on the 2-core development machine gave, against
+scenario (17 arrivals, 8 keys, seed 3) twelve runs on the 2-core development machine gave, against
 ``teesim run``'s 15 launched, 2 failed launches and none outside the race window: launched 13 to 15,
-failed launches 1 to 4, one KubeVirt failure outside the race window in 3 of the 11. The tolerance
+failed launches 1 to 4, one KubeVirt failure outside the race window in 4 of the 12. The tolerance
 below is that: +-3 failed launches, +-3 guests launched, at most one failure outside the race window
 more. Every instant's lateness is measured (``serve.lag_s``); when
 the machine is so loaded that an instant ran more than 0.25 s late (half the plugin's poll interval),
