@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from heapq import heappop
+from functools import partial
 from typing import Protocol
 
 from teesim.cluster.clock import VirtualClock
@@ -29,7 +29,7 @@ AfterEach = Callable[[float], None]
 
 class Hooks(Protocol):
     def before(self) -> None:
-        """Called before each scenario callback: take in what the gRPC threads changed."""
+        """Take in what the gRPC threads changed while the lock was free."""
 
     def has_news(self) -> bool:
         """Whether something outside the schedule happened (a device list, an admission to make)."""
@@ -67,7 +67,8 @@ class PacedClock(VirtualClock):
                     break
                 when = instants[0]
                 self.lag.append(max(self.elapsed() - when, 0.0))
-                self._run_instant(when, after_each)
+                # That one instant's bucket, as the virtual clock runs it; the hooks settle after each event.
+                VirtualClock.run(self, when, partial(self._after_event, after_each))
         self.now = until
 
     def _wait(self, target: float, after_each: AfterEach | None) -> None:
@@ -90,25 +91,8 @@ class PacedClock(VirtualClock):
                 return
             self.cond.wait(left)
 
-    def _run_instant(self, when: float, after_each: AfterEach | None) -> None:
-        """The bucket of ``when``, as :meth:`VirtualClock.run` runs it, with the hooks around each event."""
-        hooks = self.hooks
-        assert hooks is not None
-        bucket = self._buckets[when]
-        self.now = when
-        done = 0
-        try:
-            while done < len(bucket):
-                callback = bucket[done]
-                done += 1
-                hooks.before()
-                callback()
-                self.events_run += 1
-                if after_each is not None:
-                    after_each(when)
-                hooks.settle(when, after_each)
-        finally:
-            del bucket[:done]
-        if not bucket:
-            heappop(self._instants)
-            del self._buckets[when]
+    def _after_event(self, after_each: AfterEach | None, now: float) -> None:
+        if after_each is not None:
+            after_each(now)
+        assert self.hooks is not None
+        self.hooks.settle(now, after_each)

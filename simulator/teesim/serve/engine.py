@@ -23,6 +23,7 @@ scenario), more than one node, DRA, KubeVirt's generic ``/dev/sev`` plugin.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -132,6 +133,7 @@ class ServeSimulation(Simulation):
         self.clock = PacedClock(kubelet.state_changed)
         self.clock.hooks = self
         self.inbox = _Inbox()
+        self._thread = threading.get_ident()
         (self.node,) = self.nodes.values()
         # The node's device manager is the real kubelet's: registered plugins are what it counts.
         kubelet.device_manager.on_change = self._devices_changed_elsewhere
@@ -146,7 +148,10 @@ class ServeSimulation(Simulation):
 
     # -- what the gRPC threads bring in ------------------------------------------------------------
     def _devices_changed_elsewhere(self) -> None:
-        self.inbox.devices_changed = True
+        if threading.get_ident() == self._thread:
+            self.node.devices_changed()  # the engine's own change (an allocation, a pod's end): now
+        else:
+            self.inbox.devices_changed = True  # a gRPC thread's: taken in by before()
 
     def before(self) -> None:
         if self.inbox.devices_changed:
