@@ -1,6 +1,6 @@
 """``teesim serve SCENARIO --root DIR``: a simulated TEE node in real time for anyone's device plugin.
 
-The run, in order (the plugin-author contract is ``docs/simulator-grpc.md#teesim-serve``):
+The run, in order (the plugin-author contract is in ``docs/simulator-grpc.md``, "teesim serve"):
 
 1. the node's host tree is written under ``DIR`` (``sys/fs/cgroup/misc.*``, ``sys/module``, ``proc``,
    ``dev`` ...) and the kubelet listens on ``DIR/var/lib/kubelet/device-plugins/kubelet.sock`` and
@@ -26,6 +26,7 @@ import argparse
 import os
 import random
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,13 +37,14 @@ from typing import Any, TextIO
 
 from teesim._collection import collection_module
 from teesim.kernel.backends import NodeWriter, RealDirBackend
+from teesim.kernel.node import Node
 from teesim.kubelet import sockets
 from teesim.kubelet.server import Kubelet
 from teesim.report.metrics import MetricsRecorder, percentile
 from teesim.report.render import format_table, write_timelines
 from teesim.report.runner import run_scenario, scenario_header
 from teesim.report.scenario import Scenario, load_scenario
-from teesim.serve.engine import SERVED, ServeSimulation
+from teesim.serve.engine import SERVED, ServeSimulation, check_servable
 from teesim.strategies.base import STRATEGIES
 
 emit_json = collection_module("plugins.module_utils.common.emit.json")
@@ -116,6 +118,26 @@ def write_state(root: Path, state: dict[str, Any]) -> Path:
     tmp.write_text(emit_json.dumps(state, "teesim-serve.json"), encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def prepare_root(root: Path, tree: list[str]) -> None:
+    """``root`` empty (or new), or one a previous serve run left (its ``teesim-serve.json`` says so): then
+    the subtrees serve writes (``tree``, relative) are removed first, so no stale file of that run (a
+    guest's cgroup, a plugin's socket) is read as this run's. Anything else is refused, never deleted."""
+    if not root.exists():
+        root.mkdir(parents=True)
+        return
+    if not root.is_dir():
+        raise ValueError(f"--root {root}: not a directory")
+    if not any(root.iterdir()):
+        return
+    if not (root / READY_FILE).is_file():
+        raise ValueError(
+            f"--root {root}: the directory is not empty and no teesim serve run left it (no {READY_FILE}); "
+            "serve writes a node tree there: give an empty or new directory"
+        )
+    for relpath in tree:
+        shutil.rmtree(root / relpath, ignore_errors=True)
 
 
 def plugin_env(kubelet: Kubelet, resources: list[tuple[str, str]]) -> dict[str, str]:
@@ -246,8 +268,10 @@ def serve(
     """Run ``scenario`` against the plugins; returns the served run's report entry (the ready line goes to
     ``say``, stdout by default)."""
     say = say or sys.stdout
-    root.mkdir(parents=True, exist_ok=True)
+    check_servable(scenario)
     (spec,) = scenario.world.nodes
+    tree = sorted({path.split("/", 1)[0] for path in Node(spec).files()} | {sockets.KUBELET_DIR})
+    prepare_root(root, tree)
     kubelet = Kubelet(root, rng=random.Random(f"{scenario.seed}/{spec.name}/devices"))
     sim = ServeSimulation(scenario, kubelet, NodeWriter(RealDirBackend(root)))
     wanted = sim.plugin_resources()
@@ -283,6 +307,7 @@ def serve(
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, seed=args.seed)
+    check_servable(scenario)
     root = Path(args.root)
     sockets.check_socket_path(sockets.registration_socket(sockets.kubelet_dir(root.resolve())))
     for command in args.plugin or []:

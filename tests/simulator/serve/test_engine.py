@@ -11,7 +11,7 @@ import pytest
 from teesim.cli import main
 from teesim.cluster.pods import Consumer, Guest
 from teesim.report.scenario import ScenarioError, load_scenario, parse_scenario
-from teesim.serve.cli import FAIL_ON, fail_on
+from teesim.serve.cli import FAIL_ON, fail_on, prepare_root
 from teesim.serve.engine import ServedStrategy, check_servable
 
 KV, NFD = "devices.kubevirt.io/tdx", "tdx.intel.com/keys"
@@ -79,7 +79,8 @@ def test_the_cli_says_what_is_wrong_and_exits_2(tmp_path, capsys):
     path = tmp_path / "two.yaml"
     path.write_text("nodes: [{name: n, capacity: {tdx: 2}, count: 2}]\nworkloads: []\n", encoding="utf-8")
     assert main(["serve", str(path), "--root", str(tmp_path / "root")]) == 2
-    assert "teesim serve: error:" in capsys.readouterr().err
+    assert "teesim serve: error: " in (err := capsys.readouterr().err)
+    assert "runs one node, the scenario has 2; keep one" in err
     long_root = tmp_path / ("x" * 120)
     assert main(["serve", "serve-double-pool-tdx", "--root", str(long_root)]) == 2
     assert "over the 107-byte limit" in capsys.readouterr().err
@@ -140,3 +141,21 @@ def test_an_unbalanced_plugin_command_is_refused_before_anything_starts(capsys):
     assert '--plugin "node \'plugin.js": No closing quotation' in capsys.readouterr().err
     assert not root.exists()
     root.parent.rmdir()
+
+
+def test_a_root_with_someone_elses_files_is_refused_and_a_previous_runs_is_cleaned(tmp_path):
+    mine = tmp_path / "data"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("x", encoding="utf-8")
+    with pytest.raises(ValueError, match="not empty and no teesim serve run left it"):
+        prepare_root(mine, ["sys", "var"])
+    assert (mine / "keep.txt").exists()
+    previous = tmp_path / "previous"
+    (previous / "sys/fs/cgroup/machine.slice").mkdir(parents=True)
+    (previous / "teesim-serve.json").write_text("{}", encoding="utf-8")
+    (previous / "notes").write_text("x", encoding="utf-8")
+    prepare_root(previous, ["sys", "var"])
+    assert not (previous / "sys").exists()
+    assert (previous / "notes").exists()  # only what serve writes goes
+    prepare_root(tmp_path / "new" / "root", ["sys"])
+    assert (tmp_path / "new" / "root").is_dir()

@@ -49,7 +49,7 @@ def test_reconciling_plugin_through_serve_agrees_with_teesim_run(tmp_path):
     )
     command = [
         *(sys.executable, "-m", "teesim.cli", "serve", "serve-double-pool-tdx", "--root", str(root)),
-        *("--report", str(report_dir), "--compare", "reconciling", "--no-png", "--plugin", plugin),
+        *("--report", str(report_dir), "--compare", "reconciling", "--plugin", plugin),
         *("--fail-on", "not-registered", "--fail-on", "plugin-exit"),
     ]
     try:
@@ -76,7 +76,7 @@ def test_reconciling_plugin_through_serve_agrees_with_teesim_run(tmp_path):
     assert serve["wall_s"] >= 40.0
     assert sum(metrics["launched"].values()) + metrics["pending_at_end"] + metrics["failed_launches"] >= 1
     assert metrics["detection"]["not_measured"]
-    assert "external-plugin" in (report_dir / "report.json").read_text(encoding="utf-8")
+    assert (report_dir / "timeline-tdx-node.png").read_bytes().startswith(b"\x89PNG")
 
     if serve["lag_s"]["max"] > MAX_LAG_S:
         pytest.skip(f"the machine ran instants up to {serve['lag_s']['max']} s late: no comparison")
