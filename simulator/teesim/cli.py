@@ -18,8 +18,9 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "teesim.cluster.fleet",
     "teesim.report.cli",
     "teesim.grpc_run",
+    "teesim.serve.cli",
 )
-OPTIONAL_MODULES: frozenset[str] = frozenset({"teesim.grpc_run"})
+OPTIONAL_MODULES: frozenset[str] = frozenset({"teesim.grpc_run", "teesim.serve.cli"})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,8 +8,8 @@ from pathlib import Path
 import teesim
 
 LAYERS = ["_collection", "kernel", "kubelet", "plugins", "cluster", "strategies", "report", "cli"]
-# Subcommand modules registered by the CLI (e.g. teesim.grpc_run) sit at the top with it.
-TOP = {"cli", "grpc_run"}
+# Subcommand modules registered by the CLI (e.g. teesim.grpc_run, teesim.serve) sit at the top with it.
+TOP = {"cli", "grpc_run", "serve"}
 
 
 def _layer(module: str) -> int:

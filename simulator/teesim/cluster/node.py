@@ -210,6 +210,11 @@ class SimNode:
         self.devices_touched = True
         self._touch()
 
+    def devices_changed(self) -> None:
+        """The device manager changed where its ``on_change`` could not say so (another thread's
+        change, taken in by ``teesim serve`` on the simulation's own thread)."""
+        self._devices_changed()
+
     def watch_dra(self) -> None:
         """Hear about changes of the DRA pools the wiring put on this node."""
         for pool in self.dra.values():

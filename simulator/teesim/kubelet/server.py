@@ -194,6 +194,12 @@ class Kubelet:
         self.updated_at = 0.0
 
     @property
+    def state_changed(self) -> threading.Condition:
+        """Notified after every change of the kubelet's state; its lock is the state lock, which every
+        gRPC thread holds while it changes the device manager (``teesim serve`` runs under it)."""
+        return self._changed
+
+    @property
     def pods_url(self) -> str | None:
         """``http://127.0.0.1:PORT/pods``: the pod objects bound to this node (None when not served)."""
         return self._pod_list.url if self._pod_list is not None else None

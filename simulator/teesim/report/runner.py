@@ -78,6 +78,16 @@ def run_scenario(
             "timeline": recorder.timeline_data(),
         }
     elapsed = time.perf_counter() - started
+    return {
+        **scenario_header(scenario),
+        "strategies": results,
+        # Kept out of "strategies" so that the same seed gives byte-identical JSON apart from this.
+        "_runtime": {"wall_s": round(elapsed, 3), "events": total_events},
+    }
+
+
+def scenario_header(scenario: Scenario) -> dict[str, Any]:
+    """What a report says about the scenario, whatever ran it."""
     world = scenario.world
     return {
         "scenario": scenario.name,
@@ -95,7 +105,4 @@ def run_scenario(
         ],
         "arrivals": len(world.arrivals),
         "faults": [{"kind": f.kind, "at": f.at, "node": f.node} for f in world.faults],
-        "strategies": results,
-        # Kept out of "strategies" so that the same seed gives byte-identical JSON apart from this.
-        "_runtime": {"wall_s": round(elapsed, 3), "events": total_events},
     }

@@ -20,6 +20,10 @@ Format (every key except ``nodes`` and ``workloads`` optional)::
     faults:
       - {kind: kubelet-restart, node: node-a-1, at: 900}
       - {kind: sysfs-unreadable, node: node-a-1, at: 1200, duration: 120, file: misc.current}
+    serve:                    # only `teesim serve` reads it (defaults shown): the resource names
+      kubevirt: {tdx: devices.kubevirt.io/tdx, sev_es: devices.kubevirt.io/sev-esids}  # a VMI requests
+      kata: {tdx: tdx.intel.com/keys, sev_es: sev-snp.amd.com/esids}  # Kata's RuntimeClass overhead
+      nfd: true               # NFD's rule advertises Kata's names from misc.capacity
 
 ``count`` on a node makes ``name-1`` ... ``name-N``. A duration or delay is a number or ``[low, high]``.
 Every error names the file and the key that is wrong.
@@ -34,16 +38,29 @@ from typing import Any
 
 import yaml
 
-from teesim._collection import MISC_RESOURCES
+from teesim._collection import KUBEVIRT_KEYS, MISC_RESOURCES, NFD_KEYS
 from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import FAULT_KINDS, FaultSpec, Range, WorkloadSpec, generate_arrivals
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import get_profile
+from teesim.kubelet.names import extended_resource_name_problem
 from teesim.strategies.simulation import Settings, World
 
 
 class ScenarioError(ValueError):
     """A scenario file that cannot be used, with the place and the fix."""
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """What ``teesim serve`` needs beyond the world: the extended resource each consumer asks for per
+    misc resource (a VMI's ``compute`` container request, a Kata RuntimeClass's ``overhead.podFixed``;
+    a misc resource left out means that consumer requests no key for it) and whether NFD's rule
+    advertises Kata's names from ``misc.capacity`` next to the external plugins."""
+
+    kubevirt: dict[str, str]
+    kata: dict[str, str]
+    nfd: bool = True
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,7 @@ class Scenario:
     seed: int
     world: World
     source: str
+    serve: ServeSpec | None = None
 
 
 def bundled_scenarios() -> dict[str, Path]:
@@ -298,10 +316,43 @@ def _settings(raw: Any, where: str, node_names: set[str]) -> Settings:
     return Settings(**values)
 
 
+def _names(raw: Any, where: str, default: dict[str, str]) -> dict[str, str]:
+    if raw is None:
+        return dict(default)
+    data = _mapping(raw, where)
+    out: dict[str, str] = {}
+    for misc, name in data.items():
+        if misc not in MISC_RESOURCES:
+            choices = ", ".join(MISC_RESOURCES)
+            raise ScenarioError(f"{where}: unknown misc resource {misc!r}; expected one of {choices}")
+        problem = extended_resource_name_problem(name) if isinstance(name, str) else "not a string"
+        if problem is not None:
+            raise ScenarioError(f"{where}.{misc}: {name!r} is not an extended resource name: {problem}")
+        out[str(misc)] = name
+    return out
+
+
+def _serve(raw: Any, where: str) -> ServeSpec | None:
+    if raw is None:
+        return None
+    data = _mapping(raw, where)
+    _check_keys(data, {"kubevirt", "kata", "nfd"}, where)
+    nfd = data.get("nfd", True)
+    if not isinstance(nfd, bool):
+        raise ScenarioError(f"{where}.nfd: expected true or false, got {nfd!r}")
+    kata_default = {m: n for m, n in NFD_KEYS.items() if m in KUBEVIRT_KEYS}
+    return ServeSpec(
+        _names(data.get("kubevirt"), f"{where}.kubevirt", dict(KUBEVIRT_KEYS)),
+        _names(data.get("kata"), f"{where}.kata", kata_default),
+        nfd,
+    )
+
+
 def parse_scenario(data: Any, source: str = "<scenario>", seed: int | None = None) -> Scenario:
     """Validate a loaded YAML document; ``seed`` overrides the file's."""
     root = _mapping(data, source)
-    _check_keys(root, {"name", "description", "seed", "duration", "settings", "nodes", "workloads", "faults"}, source)
+    allowed = {"name", "description", "seed", "duration", "settings", "nodes", "workloads", "faults", "serve"}
+    _check_keys(root, allowed, source)
     nodes = _nodes(root.get("nodes"), f"{source}: nodes")
     names = {n.name for n in nodes}
     workloads = _workloads(root.get("workloads", []), f"{source}: workloads", names)
@@ -320,7 +371,12 @@ def parse_scenario(data: Any, source: str = "<scenario>", seed: int | None = Non
         seed=used_seed,
     )
     return Scenario(
-        str(root.get("name", Path(source).stem)), str(root.get("description", "")), used_seed, world, source
+        str(root.get("name", Path(source).stem)),
+        str(root.get("description", "")),
+        used_seed,
+        world,
+        source,
+        _serve(root.get("serve"), f"{source}: serve"),
     )
 
 

@@ -59,6 +59,7 @@ class Advertiser(StrEnum):
     UNIFIED = "unified"
     NFD = "nfd"
     DRA = "dra"
+    EXTERNAL = "external"  # device plugins outside teesim, run against ``teesim serve``
 
 
 class Role(StrEnum):

@@ -319,6 +319,11 @@ class Simulation:
         return next((p for p in self.plugins[node.name] if p.resource_name == resource), None)
 
     def _admit(self, node: SimNode, pod: Pod) -> None:
+        if self._allocate_devices(node, pod):
+            self._admitted(node, pod)
+
+    def _allocate_devices(self, node: SimNode, pod: Pod) -> bool:
+        """The device manager's ``Allocate`` per container request; False (the pod failed) on error."""
         ref, now = self._ref(pod), self.clock.now
         for resource, count in sorted(pod.requests.items()):
             if not node.devices.is_device_plugin_resource(resource, now):
@@ -326,12 +331,20 @@ class Simulation:
             try:
                 ids = node.devices.allocate(ref, pod.container, resource, count, now=now)
             except AllocationError as exc:
-                message = f"UnexpectedAdmissionError: Allocate failed due to {exc}, which is unexpected"
-                self._fail(node, pod, "admission", RuntimeError(message))
-                return
+                self._admission_error(node, pod, exc)
+                return False
             plugin = self._plugin(node, resource)
             if plugin is not None and ids:
                 plugin.allocate(ids)
+        return True
+
+    def _admission_error(self, node: SimNode, pod: Pod, exc: AllocationError) -> None:
+        message = f"UnexpectedAdmissionError: Allocate failed due to {exc}, which is unexpected"
+        self._fail(node, pod, "admission", RuntimeError(message))
+
+    def _admitted(self, node: SimNode, pod: Pod) -> None:
+        """Devices allocated: the resource predicate, then the guest's launch ``launch_delay`` later."""
+        ref = self._ref(pod)
         rejection = self._predicate(node, pod)
         if rejection is not None:
             self._fail(node, pod, "admission", RuntimeError(str(rejection)))
