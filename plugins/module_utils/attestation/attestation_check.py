@@ -125,13 +125,37 @@ class Chain:
                 self.version = parse_dcap_version(found)
         except DcapVersionError as exc:
             return result("dcap_version", FAIL, str(exc), "set dcap_version to the installed DCAP release")
-        era = qgs_behaviour(self.version).era
-        return result("dcap_version", PASS, f"DCAP {self.version} ({self.version_source}): QGS behaves as {era}")
+        behaviour = qgs_behaviour(self.version)
+        # What the installed release cannot do is a failure, never a PASS of a file it would not act on.
+        refusal = behaviour.refusal(self.request.transport)
+        if refusal:
+            return result(
+                "dcap_version",
+                FAIL,
+                f"DCAP {self.version} ({self.version_source}): {refusal}",
+                "install DCAP 1.26 or later (tdx-qgs), or set transport to what this release serves",
+                source=behaviour.source,
+            )
+        cut = f"values cut at {behaviour.value_cut} characters" if behaviour.value_cut else "values read whole"
+        return result(
+            "dcap_version",
+            PASS,
+            f"DCAP {self.version} ({self.version_source}): QGS behaves as {behaviour.era} ({cut})",
+            source=behaviour.source,
+        )
 
     def _expected_main(self) -> tuple[str, int | None]:
         return ("vsock", self.request.vsock_port) if self.request.transport == "vsock" else ("unix", None)
 
     def check_qgs_config(self) -> dict:
+        if self.version and qgs_behaviour(self.version).refusal(self.request.transport):
+            return result(
+                "qgs_config",
+                FAIL,
+                f"DCAP {self.version} cannot serve transport {self.request.transport} "
+                "whatever /etc/qgs.conf says (dcap_version)",
+                "see dcap_version",
+            )
         read = self.reader.read("etc/qgs.conf", record=False)
         text = read.text() if read.data is not None else None
         if read.problem:

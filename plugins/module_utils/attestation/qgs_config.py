@@ -4,8 +4,9 @@
 
 :func:`effective_qgs` follows ``server_main.cpp`` of each release line (see :mod:`dcap_version`): every
 whitespace character is removed from a line before anything else (``po rt = 1`` is ``port=1``), lines starting
-with ``#`` and lines without ``=`` are skipped, an empty name is fatal, values are cut at 255 characters and
-read with ``strtoul`` (a sign is accepted, anything after the digits is fatal, so ``4050 # vsock`` stops QGS).
+with ``#`` and lines without ``=`` are skipped, an empty name is fatal, values are cut at 255 characters (from
+1.19; 1.14 to 1.18 read the whole value, see :attr:`QgsBehaviour.value_cut`) and read with ``strtoul`` (a
+sign is accepted, anything after the digits is fatal, so ``4050 # vsock`` stops QGS).
 
 :func:`qgs_plan` turns a transport choice (``unix``, ``vsock``, ``both``) and a consumer list (``kubevirt``,
 ``kata``) into the files to write: ``/etc/qgs.conf``, a systemd drop-in for ``qgsd.service`` and, for
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_version import (
+    ERA_114,
     ERA_PRE_124,
     UINT_MAX,
     VSOCK_LAST_RESERVED_PORT,
@@ -93,14 +95,25 @@ def strtoul(value: str) -> tuple[int, str, bool]:
     return number, value[end:], False
 
 
-def _config_lines(text: str):
-    """``(line number, name, value)`` for each line QGS looks at, exactly as its loop sees them."""
+def _config_lines(text: str, cut: int | None = 255):
+    """``(line number, name, value)`` for each line QGS looks at, exactly as its loop sees them.
+
+    ``cut``: the release's value buffer (:attr:`QgsBehaviour.value_cut`); ``None`` hands the whole value on."""
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = "".join(ch for ch in raw if ch not in _WHITESPACE)
-        if not line or line.startswith("#") or "=" not in line:
+        name, value = _qgs_line(raw)
+        if name is None:
             continue
-        name, _equals, value = line.partition("=")
-        yield number, name, value[:255]
+        yield number, name, value if cut is None else value[:cut]
+
+
+def _qgs_line(raw: str) -> tuple[str | None, str]:
+    """``(name, value)`` of one line as QGS's loop sees it, or ``(None, "")`` for a line it skips."""
+    line = "".join(ch for ch in raw if ch not in _WHITESPACE)
+    # c_str(): the value ends at a NUL byte (strtoul never sees past it).
+    if not line or line.startswith("#") or "=" not in line:
+        return None, ""
+    name, _equals, value = line.partition("=")
+    return name, value.split("\0", 1)[0]
 
 
 def _read_number(value: str, limit: int, empty_fatal: bool) -> int | None:
@@ -115,7 +128,7 @@ def effective_qgs(text: str | None, behaviour: QgsBehaviour, argv: list[str] | N
     flags = _parse_flags(argv or [], behaviour)
     if isinstance(flags, str):
         return QgsEffective(None, fatal=flags)
-    if behaviour.era == ERA_PRE_124:
+    if behaviour.era in (ERA_114, ERA_PRE_124):
         return _effective_pre_124(text, behaviour, *flags)
     return _effective_124(text, behaviour, *flags)
 
@@ -124,20 +137,28 @@ def _effective_pre_124(text, behaviour, cli_port, cli_threads) -> QgsEffective:
     # Before 1.24 the command line is read first and the file only fills values that are still 0.
     port, threads = cli_port or 0, cli_threads or 0
     effective = QgsEffective("unix")
-    if (port == 0 or threads == 0) and text is None:
+    # 1.14 has no threads: it reads the file only while the port is 0, and every port line (the last wins).
+    wants_file = port == 0 or (behaviour.reads_threads and threads == 0)
+    if wants_file and text is None:
         effective.notes.append("/etc/qgs.conf is missing: QGS logs 'Failed to open config file' and uses defaults")
-    elif port == 0 or threads == 0:
-        for number, name, value in _config_lines(text):
+    elif wants_file:
+        for number, name, value in _config_lines(text, behaviour.value_cut):
             if not name:
                 return _fatal("'Wrong config format': a line starts with '='", number)
-            if not port and name == "port":
+            if (not port or behaviour.duplicate_lines == "last") and name == "port":
                 port = _read_number(value, behaviour.max_port, False)
                 if port is None:
                     return _fatal(f"'Please input valid port number': port = {value!r}", number)
-            elif not threads and name == "number_threads":
+            elif behaviour.reads_threads and not threads and name == "number_threads":
                 threads = _read_number(value, 255, False)
                 if threads is None:
                     return _fatal(f"'Please input valid thread number[0, 255]': number_threads = {value!r}", number)
+    if not port and behaviour.port_required:
+        return QgsEffective(
+            None,
+            fatal=f"'Please provide valid port number in cmdline or /etc/qgs.conf': DCAP {behaviour.release} "
+            "listens on vsock only and has no port",
+        )
     if port:
         effective.transport, effective.port = "vsock", port
     effective.threads = threads
@@ -151,7 +172,7 @@ def _effective_124(text, behaviour, cli_port, cli_threads) -> QgsEffective:
     effective = QgsEffective("unix")
     if text is None:
         effective.notes.append("/etc/qgs.conf is missing: QGS logs 'Failed to open config file' and uses defaults")
-    for number, name, value in _config_lines(text or ""):
+    for number, name, value in _config_lines(text or "", behaviour.value_cut):
         if not name:
             return _fatal("'Wrong config format': a line starts with '='", number)
         if name == "port":
@@ -180,10 +201,13 @@ def _fatal(message: str, line: int) -> QgsEffective:
 def _parse_flags(argv: list[str], behaviour: QgsBehaviour) -> tuple[int | None, int | None] | str:
     """``(port, threads)`` from QGS's command line, or the usage error QGS would exit with."""
     port = threads = None
+    if behaviour.era == ERA_114 and len(argv) > 2:
+        return "more than two command-line arguments (DCAP 1.14 prints its usage and exits)"
+    flags = ("-p=", "-n=") if behaviour.reads_threads else ("-p=",)
     for arg in argv:
-        if arg == "--no-daemon" or (arg.startswith("-l=") and behaviour.era != ERA_PRE_124):
+        if arg == "--no-daemon" or (arg.startswith("-l=") and behaviour.era not in (ERA_114, ERA_PRE_124)):
             continue
-        if arg.startswith(("-p=", "-n=")):
+        if arg.startswith(flags):
             digits = arg[3:]
             limit = behaviour.max_port if arg.startswith("-p=") else 255
             # strspn(digits) == strlen: only ASCII digits, and an empty value reads as 0.
@@ -225,6 +249,8 @@ def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
         raise QgsConfigError(
             f"vsock port 0 cannot be configured on DCAP {behaviour.era}: port = 0 selects the Unix socket"
         )
+    if port == 0 and behaviour.port_zero_means == "fatal":
+        raise QgsConfigError(f"vsock port 0 cannot be configured on DCAP {behaviour.release}: QGS exits without a port")
     upper = min(behaviour.max_port, UINT_MAX - 1)
     if not 0 <= port <= upper:
         raise QgsConfigError(f"vsock port {port} is out of range for DCAP {behaviour.era} (0..{upper})")
@@ -299,6 +325,14 @@ def qgs_plan(
 ) -> QgsPlan:
     """What to write so that QGS of ``behaviour``'s release listens on ``transport`` for ``consumers``."""
     warnings = _check_request(transport, consumers, vsock_port)
+    refusal = behaviour.refusal(transport)
+    if refusal:
+        raise QgsConfigError(refusal)
+    if threads and not behaviour.reads_threads:
+        raise QgsConfigError(
+            f"number_threads (tdx_attestation_qgs_threads) {threads}: DCAP {behaviour.release}'s QGS has no thread "
+            "setting (it arrived in 1.15) and would ignore it; leave it 0"
+        )
     if transport != "unix":
         check_vsock_port(behaviour, vsock_port)
     if threads is not None and not (isinstance(threads, int) and 0 <= threads <= 255):

@@ -258,3 +258,16 @@ def test_vsock_needs_loopback_for_kata(host):
     (root / "sys/module/vsock_loopback").mkdir(parents=True)
     checks, _results = run(root, url, transport="vsock", consumers=["kata"])
     assert checks["vsock_loopback"]["status"] == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("version", "transport", "fragment"),
+    [("1.14", "unix", "vsock only"), ("1.14", "both", "vsock only"), ("1.12", "unix", "ships no QGS")],
+)
+def test_release_without_the_transport_fails_instead_of_passing(host, version, transport, fragment):
+    # The hostile tester's case: 1.14 with unix/both passed because qgs.conf alone looked right.
+    root, url = host
+    checks, results = run(root, url, dcap_version=version, transport=transport)
+    assert checks["dcap_version"]["status"] == "FAIL" and fragment in checks["dcap_version"]["message"]
+    assert checks["qgs_config"]["status"] == "FAIL"
+    assert not summarize(results)["ok"]
