@@ -12,7 +12,10 @@ author:
   - confidential.tee maintainers (@confidential-tee)
 description:
   - Writes one component's configuration and reads it back the way that component reads it.
-  - C(qgs) writes C(/etc/qgs.conf) for the DCAP release on the host (C(port) changed meaning in DCAP 1.24), a
+  - C(qgs) edits C(/etc/qgs.conf) in place for the DCAP release on the host (C(port) changed meaning in DCAP 1.24):
+    only C(port) and, when O(number_threads) is given, C(number_threads) change; comments, unknown keys and the
+    package's C(number_threads) stay. A release that cannot serve O(transport) (DCAP 1.12/1.13 have no QGS, 1.14
+    no Unix socket) is refused. It also writes a
     systemd drop-in for C(qgsd.service) (socket directory, C(UMask=0077), socket group and mode for the
     consumers) and, for O(transport=both), a second unit C(qgsd-vsock.service).
   - C(qcnl) edits C(/etc/sgx_default_qcnl.conf), JSON with comments, keeping every comment and unmanaged key.

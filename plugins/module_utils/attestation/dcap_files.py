@@ -137,9 +137,18 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             socket_group=params["socket_group"],
             qgs_dir=params["qgs_dir"],
             extra_clients=params["extra_clients"],
+            current_conf=_read(reader, "etc/qgs.conf"),
         )
     except ValueError as exc:
         raise ComponentError(f"{exc} (DCAP {version})") from None
+    effective = effective_qgs(plan.files["/etc/qgs.conf"], behaviour)
+    # The file is edited, not replaced: a line of the administrator's that QGS rejects stops it here, named.
+    wanted = "unix" if params["transport"] in ("unix", "both") else "vsock"
+    if effective.transport != wanted:
+        raise ComponentError(
+            f"/etc/qgs.conf, edited for transport {params['transport']}, would make QGS of DCAP {version} use "
+            f"{effective.describe()}; fix that line of /etc/qgs.conf (the role changes only port and number_threads)"
+        )
     both = ["qgsd.service"] + (["qgsd-vsock.service"] if params["transport"] == "both" else [])
     files = [
         FileSpec("/etc/qgs.conf", plan.files["/etc/qgs.conf"], units=both),
@@ -150,7 +159,6 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             units=["qgsd-vsock.service", "daemon-reload"] if VSOCK_UNIT_PATH in plan.files else ["daemon-reload"],
         ),
     ]
-    effective = effective_qgs(plan.files["/etc/qgs.conf"], behaviour)
     return ComponentPlan(
         files=files,
         effective={"transport": effective.transport, "port": effective.port, "threads": effective.threads},

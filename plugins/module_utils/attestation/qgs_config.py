@@ -241,6 +241,23 @@ def render_qgs_conf(behaviour: QgsBehaviour, transport: str, vsock_port: int | N
     return "\n".join(lines) + "\n"
 
 
+def update_qgs_conf(
+    current: str | None, behaviour: QgsBehaviour, transport: str, vsock_port: int | None, threads: int | None
+) -> str:
+    """/etc/qgs.conf edited in place: only ``port`` (and ``number_threads`` when given) change.
+
+    The administrator's comments, unknown keys and the package's ``number_threads = 4`` stay, so QGS's thread
+    count never changes unasked; a missing or empty file is written whole (:func:`render_qgs_conf`)."""
+    if current is None or not current.strip():
+        return render_qgs_conf(behaviour, transport, vsock_port, threads)
+    settings: dict = {"port": None if transport in ("unix", "both") else vsock_port}
+    if threads:
+        settings["number_threads"] = threads
+    return keyvalue.qgs_edit(
+        current, settings, {"port": "tdx_attestation_qgs_vsock_port", "number_threads": "tdx_attestation_qgs_threads"}
+    )
+
+
 def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
     """A vsock port this release accepts as such, or :class:`QgsConfigError` saying why not."""
     if isinstance(port, bool) or not isinstance(port, int):
@@ -322,6 +339,7 @@ def qgs_plan(
     socket_group: str | None = None,
     qgs_dir: str = "/opt/intel/tdx-qgs",
     extra_clients: list[dict] | None = None,
+    current_conf: str | None = None,
 ) -> QgsPlan:
     """What to write so that QGS of ``behaviour``'s release listens on ``transport`` for ``consumers``."""
     warnings = _check_request(transport, consumers, vsock_port)
@@ -345,7 +363,7 @@ def qgs_plan(
             % (group,)
         )
     files = {
-        "/etc/qgs.conf": render_qgs_conf(behaviour, transport, vsock_port, threads),
+        "/etc/qgs.conf": update_qgs_conf(current_conf, behaviour, transport, vsock_port, threads),
         DROPIN_PATH: _render_dropin(transport, vsock_port, group),
     }
     listeners = []
