@@ -34,6 +34,10 @@ DEFAULT_JSON = """{
 """
 
 
+# The package's file with an administrator's comment and a key QGS does not know (issue 18: kept as they are).
+PACKAGE_QGS = "# site: 8 cores\n#set port number\nport = 4050\nnumber_threads = 4\nfuture_key = 1\n"
+
+
 def leaks(output: str) -> list[str]:
     values = list(SECRETS.values())
     values += [hashlib.sha512(value.encode()).hexdigest() for value in values]
@@ -47,6 +51,7 @@ def host_tree(tmp_path):
     (root / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\npccs:x:991:991::/opt:/sbin/nologin\n")
     (root / "etc/group").write_text("root:x:0:\npccs:x:991:\n")
     (root / "etc/sgx_default_qcnl.conf").write_text('{\n  // the package comment\n  "retry_times": 6\n}\n')
+    (root / "etc/qgs.conf").write_text(PACKAGE_QGS)
     (root / "var/lib/dpkg").mkdir(parents=True)
     (root / "var/lib/dpkg/status").write_text(
         "Package: tdx-qgs\nStatus: install ok installed\nVersion: 1.24.100.3-noble1\n"
@@ -85,13 +90,17 @@ def test_host_form_converges_idempotent_checkable_and_silent_about_secrets(ansib
     assert "<redacted>" in first.stdout  # the diff of production.json and the MPA file, secrets masked
 
     conf = (host_tree / "etc/qgs.conf").read_text()
-    # DCAP 1.24 (the tree's dpkg status): the Unix socket needs no port line at all.
-    assert not [line for line in conf.splitlines() if "".join(line.split()).startswith("port")]
+    # DCAP 1.24 (the tree's dpkg status): the Unix socket needs no port line at all; everything else stays.
+    assert conf == PACKAGE_QGS.replace("port = 4050\n", "")
+    assert "-port = 4050" in first.stdout and "-number_threads" not in first.stdout  # the diff: only that line
     qcnl = (host_tree / "etc/sgx_default_qcnl.conf").read_text()
     assert "// the package comment" in qcnl and '"pccs_url": "https://localhost:8081/sgx/certification/v4/"' in qcnl
     production = host_tree / "opt/intel/sgx-dcap-pccs/config/production.json"
     assert stat.S_IMODE(production.stat().st_mode) == 0o600 and production.stat().st_uid == 991
-    assert stat.S_IMODE((host_tree / "opt/intel/sgx-dcap-pccs/ssl_key/private.pem").stat().st_mode) == 0o600
+    key = (host_tree / "opt/intel/sgx-dcap-pccs/ssl_key/private.pem").stat()
+    # A mounted host_root: the key belongs to the host's pccs (uid 991 in the tree), which can reach it.
+    assert stat.S_IMODE(key.st_mode) == 0o600 and key.st_uid == 991
+    assert stat.S_IMODE((host_tree / "opt/intel/sgx-dcap-pccs/ssl_key").stat().st_mode) & 0o001
     assert stat.S_IMODE((host_tree / "etc/mpa_registration.conf").stat().st_mode) == 0o600
     assert "PASS qgs_config" in first.stdout and "FAIL qgs_socket" in first.stdout  # no QGS runs in a tree
 
@@ -144,3 +153,17 @@ def test_cluster_form_writes_one_valid_file_per_object(ansible_playbook_cli, tmp
     left = sorted(path.name for path in manifests.iterdir())
     # The registration Secret and DaemonSet are no longer rendered: cluster_objects pruned them.
     assert "05-secret-tdx-attestation-pck-retrieval-setting.yaml" not in left and len(left) == 7
+
+
+@pytest.mark.slow
+def test_host_form_refuses_what_pccs_would_ignore_or_misread(ansible_playbook_cli, tmp_path, host_tree):
+    # One run, the first refusal stops it: a config/local.json that overrides the production.json written.
+    (host_tree / "opt/intel/sgx-dcap-pccs/config/local.json").write_text('{"hosts": "0.0.0.0"}\n')
+    refused = play(ansible_playbook_cli, tmp_path, {**host_vars(host_tree), "tdx_attestation_pccs_listen": ""})
+    assert refused.returncode != 0
+    assert "listen on every interface" in refused.stdout and "tdx_attestation_pccs_listen" in refused.stdout
+    assert not (host_tree / "opt/intel/sgx-dcap-pccs/config/production.json").exists()
+    assert leaks(refused.stdout + refused.stderr) == []
+    refused = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
+    assert refused.returncode != 0 and "config/local.json would override the production.json" in refused.stdout
+    assert not (host_tree / "opt/intel/sgx-dcap-pccs/config/production.json").exists()

@@ -26,10 +26,10 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_
     qgs_behaviour,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.pccs_config import (
-    OVERRIDING_FILES,
     PCCS_DIR,
     config_problems,
     effective_config,
+    overrides_on_host,
     token_matches,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qcnl_config import QCNL_PATH, qcnl_effective
@@ -39,6 +39,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_c
     effective_qgs,
     socket_clients,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_unit import merge_unit, unit_problems
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.registration import (
     PCK_MARKER,
     STATUS_VARIABLE,
@@ -67,6 +68,7 @@ class ChainRequest:
     expect_pccs_url: str | None = None
     pccs_local: bool = False
     pccs_dir: str = PCCS_DIR
+    pccs_user: str = "pccs"
     user_token: str | None = None
     admin_token: str | None = None
     ca_bundle: str | None = None
@@ -95,6 +97,7 @@ class Chain:
         for step in (
             self.check_version,
             self.check_qgs_config,
+            self.check_unit,
             self.check_socket,
             self.check_socket_clients,
             self.check_vsock,
@@ -183,6 +186,30 @@ class Chain:
             f"consumers need {wanted}, but /etc/qgs.conf makes QGS of DCAP {era} use {effective.describe()}",
             fix,
             meanings={era: eff.describe() for era, eff in meanings.items()},
+        )
+
+    def check_unit(self) -> dict:
+        merged = merge_unit(self.reader)
+        if merged.fragment is None:
+            return result("qgs_unit", SKIP, "qgsd.service is not on the systemd search path (dcap_version)")
+        # Whether KubeVirt's QEMU reaches the socket is socket_access's to say: an ACL would do as well as our helper.
+        problems = unit_problems(merged, self.request.transport, None, False)
+        files = ", ".join([merged.fragment, *merged.dropins])
+        if problems:
+            return result(
+                "qgs_unit",
+                FAIL,
+                f"qgsd.service as systemd merges {files}: " + "; ".join(problems),
+                "run the confidential.tee.tdx_attestation role (its drop-in zz-confidential-tee.conf sorts after "
+                "Intel's socket.conf), or fix the drop-in named; then systemctl daemon-reload and restart qgsd",
+                dropins=merged.dropins,
+            )
+        return result(
+            "qgs_unit",
+            PASS,
+            f"qgsd.service as systemd merges {files}: UMask {merged.last('UMask') or '0022 (default)'}, "
+            f"RuntimeDirectoryMode {merged.last('RuntimeDirectoryMode') or '0755 (default)'}",
+            dropins=merged.dropins,
         )
 
     def check_socket(self) -> dict:
@@ -426,9 +453,8 @@ class Chain:
         config, problems = effective_config(default.text(), production.text())
         if config is not None:
             problems += config_problems(config)
-        for name in OVERRIDING_FILES:
-            if self.reader.exists(f"{base}/config/{name}"):
-                problems.append(f"config/{name} exists and overrides production.json (node-config reads it later)")
+        for name in overrides_on_host(self.reader, base):
+            problems.append(f"config/{name} exists and overrides production.json (node-config merges it later)")
         st = self.reader.stat(f"{base}/config/production.json")
         if st and stat.S_IMODE(st.st_mode) & 0o077:
             problems.append(f"config/production.json is mode {stat.S_IMODE(st.st_mode):04o}: it holds the API key")
@@ -437,6 +463,8 @@ class Chain:
             problems.append("ssl_key/private.pem is missing: PCCS stops ('The private key or certificate ... missing')")
         elif stat.S_IMODE(key.st_mode) & 0o077:
             problems.append(f"ssl_key/private.pem is mode {stat.S_IMODE(key.st_mode):04o}, readable beyond its owner")
+        else:
+            problems += self._key_readable(base)
         if not self.reader.exists(f"{base}/ssl_key/file.crt"):
             problems.append("ssl_key/file.crt is missing: PCCS stops")
         self.pccs_config = config
@@ -453,6 +481,20 @@ class Chain:
             f"{self.request.pccs_dir} config valid: HTTPS_PORT {config['HTTPS_PORT']}, hosts {config.get('hosts')}, "
             f"CachingFillMode {config['CachingFillMode']}, DB_CONFIG {config['DB_CONFIG']}",
         )
+
+    def _key_readable(self, base: str) -> list[str]:
+        """pccs_server.js reads ssl_key/private.pem as the service user (pccs.service User=pccs): can it?"""
+        user = self.request.pccs_user
+        who = socket_access.host_identity(self.reader, user)
+        if who is None:
+            return [f"the PCCS service user {user!r} is not in the host's /etc/passwd: pccs.service cannot start"]
+        verdict = socket_access.can_read(self.request.host_root, f"/{base}/ssl_key/private.pem", who)
+        if verdict["allowed"]:
+            return []
+        return [
+            f"ssl_key/private.pem cannot be read by {user} (uid {who.uid}): {verdict['reason']}; PCCS stops at "
+            f"start (give it owner {user}, mode 0600, and search permission on ssl_key/)"
+        ]
 
     def check_pccs_tokens(self) -> dict:
         tokens = {"user": self.request.user_token, "admin": self.request.admin_token}

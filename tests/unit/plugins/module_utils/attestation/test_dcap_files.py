@@ -137,3 +137,24 @@ def test_qgs_conf_line_qgs_rejects_is_named_not_kept_silently(tmp_path):
     with pytest.raises(ComponentError) as raised:
         plan("qgs", tmp_path)
     assert "QGS exits at start (line 1)" in str(raised.value) and "number_threads" in str(raised.value)
+
+
+def test_pccs_refuses_hosts_empty_and_a_file_that_overrides_production_json(tmp_path):
+    config = tmp_path / "opt/intel/sgx-dcap-pccs/config"
+    config.mkdir(parents=True)
+    (config / "default.json").write_text(DEFAULT)
+    with pytest.raises(ComponentError, match="listen on every interface"):
+        plan("pccs", tmp_path, settings={"hosts": ""}, secrets=SECRETS)
+    (config / "local.json").write_text('{"hosts": "0.0.0.0"}')
+    with pytest.raises(ComponentError) as raised:
+        plan("pccs", tmp_path, secrets=SECRETS)
+    assert "config/local.json would override the production.json" in str(raised.value)
+
+
+def test_qcnl_insecure_cert_is_written_with_a_warning(tmp_path):
+    result = plan(
+        "qcnl", tmp_path, settings={"pccs_url": "https://p:8081/sgx/certification/v4/", "use_secure_cert": False}
+    )
+    assert result.effective["use_secure_cert"] is False and "use_secure_cert is false" in result.warnings[0]
+    with pytest.raises(ComponentError, match="is empty"):
+        plan("qcnl", tmp_path, settings={"pccs_url": ""})
