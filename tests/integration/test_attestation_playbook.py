@@ -103,6 +103,11 @@ def test_host_form_converges_idempotent_checkable_and_silent_about_secrets(ansib
     assert stat.S_IMODE((host_tree / "opt/intel/sgx-dcap-pccs/ssl_key").stat().st_mode) & 0o001
     assert stat.S_IMODE((host_tree / "etc/mpa_registration.conf").stat().st_mode) == 0o600
     assert "PASS qgs_config" in first.stdout and "FAIL qgs_socket" in first.stdout  # no QGS runs in a tree
+    # transport auto with no Kata version: both listeners, each saying whom it serves (issue 18).
+    # (the report is printed folded: look for pieces no fold can split)
+    assert "PASS qgs_transport: transport both" in first.stdout and "Kata version is unknown" in first.stdout
+    assert (host_tree / "etc/systemd/system/qgsd-vsock.service").is_file()
+    assert (host_tree / "etc/modules-load.d").is_dir()  # vsock_loopback for Kata's vsock
 
     second = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
@@ -167,3 +172,18 @@ def test_host_form_refuses_what_pccs_would_ignore_or_misread(ansible_playbook_cl
     refused = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
     assert refused.returncode != 0 and "config/local.json would override the production.json" in refused.stdout
     assert not (host_tree / "opt/intel/sgx-dcap-pccs/config/production.json").exists()
+
+    # Kata 3.32 asks on the Unix socket: auto serves it alone; the vsock unit of the runs above is removed.
+    (host_tree / "opt/intel/sgx-dcap-pccs/config/local.json").unlink()
+    kata_332 = play(ansible_playbook_cli, tmp_path, {**host_vars(host_tree), "tdx_attestation_kata_version": "3.32.0"})
+    assert kata_332.returncode == 0, kata_332.stdout[-3000:]
+    assert "PASS qgs_transport: transport unix" in kata_332.stdout
+    assert not (host_tree / "etc/systemd/system/qgsd-vsock.service").exists()
+    # An explicit transport Kata 3.31 cannot use is refused before anything is written.
+    mismatch = {
+        **host_vars(host_tree),
+        "tdx_attestation_kata_version": "3.31.0",
+        "tdx_attestation_qgs_transport": "unix",
+    }
+    refused = play(ansible_playbook_cli, tmp_path, mismatch)
+    assert refused.returncode != 0 and "asks QGS on vsock port 4050" in refused.stdout

@@ -35,8 +35,11 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.pccs_
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qcnl_config import QCNL_PATH, qcnl_effective
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_config import (
     KATA_FALLBACK_VSOCK_PORT,
+    QgsConfigError,
     default_socket_group,
     effective_qgs,
+    resolve_transport,
+    served_consumers,
     socket_clients,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_unit import merge_unit, unit_problems
@@ -60,6 +63,7 @@ class ChainRequest:
     host_root: str = "/"
     dcap_version: str = "auto"
     transport: str = "unix"
+    kata_version: str | None = None
     consumers: list[str] = field(default_factory=lambda: ["kubevirt", "kata"])
     vsock_port: int = KATA_FALLBACK_VSOCK_PORT
     socket_group: str | None = None
@@ -92,9 +96,12 @@ class Chain:
         self.qcnl: dict | None = None
         self.pccs_config: dict | None = None
         self.results: list[dict] = []
+        # "auto" becomes what the consumers need (check_transport); an explicit transport stays as given.
+        self.transport = request.transport if request.transport != "auto" else "both"
 
     def run(self) -> list[dict]:
         for step in (
+            self.check_transport,
             self.check_version,
             self.check_qgs_config,
             self.check_unit,
@@ -115,6 +122,26 @@ class Chain:
 
     # ------------------------------------------------------------------ QGS
 
+    def check_transport(self) -> dict:
+        """Which listener serves which consumer, from the Kata and KubeVirt versions given."""
+        kata = self.request.kata_version
+        try:
+            self.transport, notes = resolve_transport(self.request.transport, self.request.consumers, kata)
+        except QgsConfigError as exc:
+            return result("qgs_transport", FAIL, str(exc), "run the role with tdx_attestation_qgs_transport auto")
+        serves = served_consumers(self.transport, self.request.consumers, kata)
+        shown = "; ".join(
+            f"{'Unix socket ' + QGS_SOCKET if kind == 'unix' else f'vsock port {self.request.vsock_port}'} serves "
+            + (", ".join(serves[kind]) or "no consumer")
+            for kind in serves
+        )
+        return result(
+            "qgs_transport",
+            PASS,
+            f"transport {self.transport}: {shown}" + (f" ({'; '.join(notes)})" if notes else ""),
+            serves=serves,
+        )
+
     def check_version(self) -> dict:
         wanted = self.request.dcap_version
         try:
@@ -130,7 +157,7 @@ class Chain:
             return result("dcap_version", FAIL, str(exc), "set dcap_version to the installed DCAP release")
         behaviour = qgs_behaviour(self.version)
         # What the installed release cannot do is a failure, never a PASS of a file it would not act on.
-        refusal = behaviour.refusal(self.request.transport)
+        refusal = behaviour.refusal(self.transport)
         if refusal:
             return result(
                 "dcap_version",
@@ -148,14 +175,14 @@ class Chain:
         )
 
     def _expected_main(self) -> tuple[str, int | None]:
-        return ("vsock", self.request.vsock_port) if self.request.transport == "vsock" else ("unix", None)
+        return ("vsock", self.request.vsock_port) if self.transport == "vsock" else ("unix", None)
 
     def check_qgs_config(self) -> dict:
-        if self.version and qgs_behaviour(self.version).refusal(self.request.transport):
+        if self.version and qgs_behaviour(self.version).refusal(self.transport):
             return result(
                 "qgs_config",
                 FAIL,
-                f"DCAP {self.version} cannot serve transport {self.request.transport} "
+                f"DCAP {self.version} cannot serve transport {self.transport} "
                 "whatever /etc/qgs.conf says (dcap_version)",
                 "see dcap_version",
             )
@@ -193,7 +220,7 @@ class Chain:
         if merged.fragment is None:
             return result("qgs_unit", SKIP, "qgsd.service is not on the systemd search path (dcap_version)")
         # Whether KubeVirt's QEMU reaches the socket is socket_access's to say: an ACL would do as well as our helper.
-        problems = unit_problems(merged, self.request.transport, None, False)
+        problems = unit_problems(merged, self.transport, None, False)
         files = ", ".join([merged.fragment, *merged.dropins])
         if problems:
             return result(
@@ -213,7 +240,7 @@ class Chain:
         )
 
     def check_socket(self) -> dict:
-        if self.request.transport == "vsock":
+        if self.transport == "vsock":
             return result("qgs_socket", SKIP, "transport is vsock: QGS serves no Unix socket")
         st = self.reader.stat(QGS_SOCKET)
         if not st:
@@ -256,7 +283,7 @@ class Chain:
         return self.reader.resolve(QGS_SOCKET)
 
     def check_socket_clients(self) -> list[dict]:
-        if self.request.transport == "vsock":
+        if self.transport == "vsock":
             return []
         clients = socket_clients(self.request.consumers, self.request.extra_clients)
         if not self.reader.is_socket(QGS_SOCKET):
@@ -290,7 +317,7 @@ class Chain:
         )
 
     def check_vsock(self) -> list[dict]:
-        if self.request.transport == "unix":
+        if self.transport == "unix":
             return [result("qgs_vsock", SKIP, "transport is unix: no vsock listener is configured")]
         port = self.request.vsock_port
         outcomes = []

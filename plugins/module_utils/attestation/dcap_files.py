@@ -142,18 +142,19 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             qgs_dir=params["qgs_dir"],
             extra_clients=params["extra_clients"],
             current_conf=_read(reader, "etc/qgs.conf"),
+            kata_version=params.get("kata_version"),
         )
     except ValueError as exc:
         raise ComponentError(f"{exc} (DCAP {version})") from None
     effective = effective_qgs(plan.files["/etc/qgs.conf"], behaviour)
     # The file is edited, not replaced: a line of the administrator's that QGS rejects stops it here, named.
-    wanted = "unix" if params["transport"] in ("unix", "both") else "vsock"
+    wanted = "unix" if plan.transport in ("unix", "both") else "vsock"
     if effective.transport != wanted:
         raise ComponentError(
-            f"/etc/qgs.conf, edited for transport {params['transport']}, would make QGS of DCAP {version} use "
+            f"/etc/qgs.conf, edited for transport {plan.transport}, would make QGS of DCAP {version} use "
             f"{effective.describe()}; fix that line of /etc/qgs.conf (the role changes only port and number_threads)"
         )
-    both = ["qgsd.service"] + (["qgsd-vsock.service"] if params["transport"] == "both" else [])
+    both = ["qgsd.service"] + (["qgsd-vsock.service"] if plan.transport == "both" else [])
     files = [
         FileSpec("/etc/qgs.conf", plan.files["/etc/qgs.conf"], units=both),
         FileSpec(DROPIN_PATH, plan.files[DROPIN_PATH], units=["qgsd.service", "daemon-reload"]),
@@ -163,7 +164,7 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             units=["qgsd-vsock.service", "daemon-reload"] if VSOCK_UNIT_PATH in plan.files else ["daemon-reload"],
         ),
     ]
-    unit = verify_unit(reader, plan, params)
+    unit = verify_unit(reader, plan, params["consumers"])
     return ComponentPlan(
         files=files,
         effective={"transport": effective.transport, "port": effective.port, "threads": effective.threads},
@@ -172,6 +173,7 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             "dcap_version": str(version),
             "dcap_version_source": source,
             "era": behaviour.era,
+            "transport": plan.transport,
             "listeners": plan.listeners,
             "socket_group": plan.socket_group,
             "socket_mode": f"{plan.socket_mode:04o}",
@@ -182,13 +184,13 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
     )
 
 
-def verify_unit(reader, plan, params: dict) -> dict:
+def verify_unit(reader, plan, consumers: list[str]) -> dict:
     """qgsd.service merged as systemd will merge it once our drop-in is written: refuse what does not compose."""
     merged = merge_unit(reader, planned={DROPIN_PATH: plan.files[DROPIN_PATH]})
     if merged.fragment is None:
         # Check mode before the package is installed, or a bare tree: nothing to merge with yet.
         return {"verified": False, "reason": "qgsd.service is not installed: the merge is checked after install"}
-    problems = unit_problems(merged, params["transport"], SOCKET_ACCESS_HELPER, "kubevirt" in params["consumers"])
+    problems = unit_problems(merged, plan.transport, SOCKET_ACCESS_HELPER, "kubevirt" in consumers)
     if problems:
         raise ComponentError(
             "qgsd.service with our drop-in would not serve the consumers, as systemd merges "

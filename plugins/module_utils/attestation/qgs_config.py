@@ -34,6 +34,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.tee import
 ULONG_MAX = 0xFFFFFFFFFFFFFFFF
 _WHITESPACE = " \t\n\v\f\r"
 TRANSPORTS = ("unix", "vsock", "both")
+AUTO = "auto"
 CONSUMERS = ("kubevirt", "kata")
 # KubeVirt: virt-launcher runs QEMU as util.NonRootUID (107) with runAsGroup and fsGroup 107
 # (pkg/util/util.go, pkg/virt-controller/services/template.go). Kata runs QEMU as root unless rootless.
@@ -41,6 +42,15 @@ KUBEVIRT_QEMU = {"name": "kubevirt", "uid": 107, "gid": 107, "groups": [107]}
 KATA_QEMU = {"name": "kata", "uid": 0, "gid": 0, "groups": []}
 # Kata's fallback when the socket is missing (src/runtime/pkg/govmm/qemu/qemu.go, runtime-rs utils.rs).
 KATA_FALLBACK_VSOCK_PORT = 4050
+# Which transport each consumer asks QGS on (checked against):
+# * KubeVirt passes QEMU only a Unix socket path (KubeVirt CR spec.configuration.confidentialCompute.tdx.attestation
+#   .qgsSocketPath, default /var/run/tdx-qgs/qgs.socket; virt-launcher's tdx-guest quote-generation-socket is
+#   type unix), every release with TDX support (v1.6 to v1.8);
+# * Kata Containers up to 3.31 gives QEMU {"type":"vsock","cid":"2","port":"4050"}
+#   (configuration-qemu-tdx.toml tdx_quote_generation_service_socket_port = 4050; 0 selects the socket since
+#   kata-containers PR #11057); from 3.32 the default is the Unix socket (PR #12436, runtime and runtime-rs).
+KATA_UNIX_DEFAULT = (3, 32)
+_KATA_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+~].*)?\Z")
 DROPIN_PATH = "/etc/systemd/system/qgsd.service.d/zz-confidential-tee.conf"
 VSOCK_UNIT_PATH = "/etc/systemd/system/qgsd-vsock.service"
 SOCKET_ACCESS_HELPER = "/usr/local/libexec/confidential-tee/qgs-socket-access"
@@ -278,6 +288,7 @@ def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
 class QgsPlan:
     """Files that make QGS serve the consumers, and what the socket must look like afterwards."""
 
+    transport: str
     files: dict[str, str]
     listeners: list[dict]
     socket_group: str | None
@@ -302,6 +313,80 @@ def socket_clients(consumers: list[str], extra: list[dict] | None = None) -> lis
         clients.append(dict(KATA_QEMU))
     clients.extend(dict(client) for client in extra or [])
     return clients
+
+
+def parse_kata_version(text: object) -> tuple[int, int] | None:
+    """``3.31.0`` or ``v3.32`` -> ``(3, 31)``; empty or ``None`` -> ``None`` (unknown); anything else refused."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    match = _KATA_VERSION.match(str(text).strip())
+    if not match or int(match.group(1)) < 1:
+        raise QgsConfigError(
+            f"tdx_attestation_kata_version {text!r} is not a Kata Containers release: write it as '3.31.0' (or leave "
+            "it empty when unknown)"
+        )
+    return int(match.group(1)), int(match.group(2))
+
+
+def consumer_transports(consumers: list[str], kata_version: object = None) -> dict[str, list[str]]:
+    """For each consumer, the transports it may ask QGS on (two when its version is unknown)."""
+    needs: dict[str, list[str]] = {}
+    for consumer in consumers:
+        if consumer == "kubevirt":
+            needs[consumer] = ["unix"]
+        elif consumer == "kata":
+            version = parse_kata_version(kata_version)
+            if version is None:
+                needs[consumer] = ["unix", "vsock"]
+            else:
+                needs[consumer] = ["unix"] if version >= KATA_UNIX_DEFAULT else ["vsock"]
+    return needs
+
+
+def resolve_transport(transport: str, consumers: list[str], kata_version: object = None) -> tuple[str, list[str]]:
+    """``(transport, notes)``: ``auto`` chosen from the consumers' versions; an explicit one checked against them."""
+    needs = consumer_transports(consumers, kata_version)
+    wanted = {kind for kinds in needs.values() for kind in kinds}
+    chosen = "both" if wanted == {"unix", "vsock"} else (wanted.pop() if wanted else "unix")
+    notes = []
+    if "kata" in consumers and parse_kata_version(kata_version) is None:
+        notes.append(
+            "the Kata version is unknown (tdx_attestation_kata_version): Kata up to 3.31 asks QGS on vsock port "
+            f"{KATA_FALLBACK_VSOCK_PORT}, 3.32+ on the Unix socket"
+            + (", so both are served" if transport == AUTO else "")
+        )
+    if transport == AUTO:
+        return chosen, notes
+    served = {"unix": {"unix"}, "vsock": {"vsock"}, "both": {"unix", "vsock"}}.get(transport, set())
+    for consumer, kinds in needs.items():
+        if len(kinds) == 1 and kinds[0] not in served:
+            raise QgsConfigError(_mismatch(consumer, kinds[0], transport, kata_version))
+    return transport, notes
+
+
+def _mismatch(consumer: str, needed: str, transport: str, kata_version: object) -> str:
+    if consumer == "kata" and needed == "vsock":
+        return (
+            f"Kata {kata_version} asks QGS on vsock port {KATA_FALLBACK_VSOCK_PORT} (its default before 3.32) but "
+            f"transport is {transport}: set tdx_attestation_qgs_transport to both or auto, or set "
+            "tdx_quote_generation_service_socket_port = 0 in Kata's configuration-qemu-tdx.toml"
+        )
+    if consumer == "kata":
+        return (
+            f"Kata {kata_version} asks QGS on the Unix socket {QGS_SOCKET} (its default from 3.32) but transport is "
+            f"{transport}: set tdx_attestation_qgs_transport to unix, both or auto"
+        )
+    return (
+        "KubeVirt passes only a Unix socket path to QEMU (KubeVirt CR "
+        "spec.configuration.confidentialCompute.tdx.attestation.qgsSocketPath): choose transport unix, both or auto"
+    )
+
+
+def served_consumers(transport: str, consumers: list[str], kata_version: object = None) -> dict[str, list[str]]:
+    """Which consumers each listener (``unix``, ``vsock``) serves under ``transport``."""
+    offered = {"unix": ["unix"], "vsock": ["vsock"], "both": ["unix", "vsock"]}[transport]
+    needs = consumer_transports(consumers, kata_version)
+    return {kind: [name for name, kinds in needs.items() if kind in kinds] for kind in offered}
 
 
 def _check_request(transport: str, consumers: list[str], vsock_port: int) -> list[str]:
@@ -340,9 +425,15 @@ def qgs_plan(
     qgs_dir: str = "/opt/intel/tdx-qgs",
     extra_clients: list[dict] | None = None,
     current_conf: str | None = None,
+    kata_version: object = None,
 ) -> QgsPlan:
-    """What to write so that QGS of ``behaviour``'s release listens on ``transport`` for ``consumers``."""
-    warnings = _check_request(transport, consumers, vsock_port)
+    """What to write so that QGS of ``behaviour``'s release listens on ``transport`` for ``consumers``.
+
+    ``transport`` ``auto`` is chosen from the consumers (and ``kata_version``); an explicit one is checked."""
+    notes: list[str] = []
+    if transport in (*TRANSPORTS, AUTO) and isinstance(consumers, list):
+        transport, notes = resolve_transport(transport, consumers, kata_version)
+    warnings = notes + _check_request(transport, consumers, vsock_port)
     refusal = behaviour.refusal(transport)
     if refusal:
         raise QgsConfigError(refusal)
@@ -366,17 +457,21 @@ def qgs_plan(
         "/etc/qgs.conf": update_qgs_conf(current_conf, behaviour, transport, vsock_port, threads),
         DROPIN_PATH: _render_dropin(transport, vsock_port, group),
     }
+    serves = served_consumers(transport, consumers, kata_version)
     listeners = []
     units = ["qgsd.service"]
     if transport in ("unix", "both"):
-        listeners.append({"unit": "qgsd.service", "transport": "unix", "path": QGS_SOCKET})
+        listeners.append({"unit": "qgsd.service", "transport": "unix", "path": QGS_SOCKET, "serves": serves["unix"]})
     else:
-        listeners.append({"unit": "qgsd.service", "transport": "vsock", "port": vsock_port})
+        listeners.append({"unit": "qgsd.service", "transport": "vsock", "port": vsock_port, "serves": serves["vsock"]})
     if transport == "both":
         files[VSOCK_UNIT_PATH] = _render_vsock_unit(qgs_dir, vsock_port, threads)
-        listeners.append({"unit": "qgsd-vsock.service", "transport": "vsock", "port": vsock_port})
+        listeners.append(
+            {"unit": "qgsd-vsock.service", "transport": "vsock", "port": vsock_port, "serves": serves["vsock"]}
+        )
         units.append("qgsd-vsock.service")
     return QgsPlan(
+        transport=transport,
         files=files,
         listeners=listeners,
         socket_group=group if transport != "vsock" else None,

@@ -92,6 +92,7 @@ def test_healthy_chain(host):
     root, url = host
     checks, results = run(root, url, pccs_local=True, user_token="user-t", admin_token="admin-t")
     assert statuses(checks) == {
+        "qgs_transport": "PASS",
         "dcap_version": "PASS",
         "qgs_config": "PASS",
         "qgs_unit": "PASS",
@@ -110,7 +111,7 @@ def test_healthy_chain(host):
     assert "group 107" in checks["qgs_socket"]["message"]
     assert "the kernel's permission rules" in checks["socket_access:kubevirt"]["message"]  # mounted root: model only
     assert summarize(results)["ok"] is (os.geteuid() == 0)
-    assert report_lines(results)[0].startswith("PASS dcap_version: DCAP 1.26 (dpkg: tdx-qgs 1.26.100.1)")
+    assert report_lines(results)[1].startswith("PASS dcap_version: DCAP 1.26 (dpkg: tdx-qgs 1.26.100.1)")
 
 
 @pytest.mark.parametrize(
@@ -324,3 +325,19 @@ def test_qgs_unit_fails_with_intels_126_dropin_alone(host):
     checks, _results = run(root, url)
     assert checks["qgs_unit"]["status"] == "FAIL" and "UMask=0117" in checks["qgs_unit"]["message"]
     assert "socket.conf" in checks["qgs_unit"]["message"] and "zz-confidential-tee.conf" in checks["qgs_unit"]["fix"]
+
+
+@pytest.mark.parametrize(
+    ("transport", "kata", "status", "fragment"),
+    [
+        ("auto", "3.32.0", "PASS", "transport unix: Unix socket /var/run/tdx-qgs/qgs.socket serves kubevirt, kata"),
+        ("auto", "3.31.2", "PASS", "serves kubevirt; vsock port 4050 serves kata"),
+        ("auto", None, "PASS", "Kata version is unknown"),
+        ("unix", "3.31.0", "FAIL", "asks QGS on vsock port 4050"),
+        ("unix", "3.32.0", "PASS", "serves kubevirt, kata"),
+    ],
+)
+def test_each_transport_says_which_consumer_it_serves(host, transport, kata, status, fragment):
+    root, url = host
+    checks, _results = run(root, url, transport=transport, kata_version=kata)
+    assert checks["qgs_transport"]["status"] == status and fragment in checks["qgs_transport"]["message"]

@@ -236,3 +236,36 @@ def test_plan_for_dcap_114_vsock_writes_a_port():
     assert effective_qgs(plan.files["/etc/qgs.conf"], V114).port == 4050
     with pytest.raises(QgsConfigError):
         qgs_plan(V114, "vsock", ["kata"], vsock_port=0)
+
+
+@pytest.mark.parametrize(
+    ("consumers", "kata", "transport", "serves"),
+    [
+        (["kubevirt"], None, "unix", {"unix": ["kubevirt"]}),
+        (["kata"], "3.31.0", "vsock", {"vsock": ["kata"]}),
+        (["kata"], "v3.32.1", "unix", {"unix": ["kata"]}),
+        (["kubevirt", "kata"], "3.32.0", "unix", {"unix": ["kubevirt", "kata"]}),
+        (["kubevirt", "kata"], "3.31.0", "both", {"unix": ["kubevirt"], "vsock": ["kata"]}),
+        (["kubevirt", "kata"], "", "both", {"unix": ["kubevirt", "kata"], "vsock": ["kata"]}),
+    ],
+)
+def test_auto_transport_per_consumer_version(consumers, kata, transport, serves):
+    plan = qgs_plan(V126, "auto", consumers, kata_version=kata)
+    assert plan.transport == transport
+    assert {item["transport"]: item["serves"] for item in plan.listeners} == serves
+    assert (VSOCK_UNIT_PATH in plan.files) is (transport == "both")
+
+
+@pytest.mark.parametrize(
+    ("transport", "consumers", "kata", "fragment"),
+    [
+        ("unix", ["kata"], "3.31.0", "asks QGS on vsock port 4050"),
+        ("vsock", ["kata"], "3.32.0", "asks QGS on the Unix socket"),
+        ("vsock", ["kubevirt"], None, "only a Unix socket path"),
+        ("auto", ["kata"], "three", "not a Kata Containers release"),
+    ],
+)
+def test_explicit_transport_a_consumer_cannot_use_is_refused(transport, consumers, kata, fragment):
+    with pytest.raises(QgsConfigError) as raised:
+        qgs_plan(V126, transport, consumers, kata_version=kata)
+    assert fragment in str(raised.value)
