@@ -151,30 +151,7 @@ def qgs_behaviour(version: DcapVersion) -> QgsBehaviour:
     """The QGS facts of ``version``: the version table (none, 1.14, 1.15-1.23, 1.24-1.25, 1.26+)."""
     release = str(version)
     if version < DcapVersion(1, 15):
-        return QgsBehaviour(
-            era=ERA_114,
-            unix_socket_when="never (vsock only)",
-            port_zero_means="fatal",
-            max_port=UINT_MAX,
-            duplicate_lines="last",
-            empty_port_fatal=True,
-            creates_socket_dir_mode=None,
-            forces_socket_dir_mode=None,
-            socket_mode=None,
-            client_group=None,
-            packaged_umask=None,
-            packaged_conf_is_vsock=True,
-            cmdline_always_overrides=False,
-            release=release,
-            has_qgs=version >= DcapVersion(1, 14),
-            unix_socket=False,
-            reads_threads=False,
-            value_cut=None,
-            port_required=True,
-            source=f"{_MIRROR} DCAP_{release}: QuoteGeneration/quote_wrapper/qgs/server_main.cpp"
-            if version >= DcapVersion(1, 14)
-            else f"{_MIRROR} DCAP_{release}: no QuoteGeneration/quote_wrapper/qgs",
-        )
+        return _before_115(version)
     if version < DcapVersion(1, 24):
         return QgsBehaviour(
             era=ERA_PRE_124,
@@ -228,6 +205,35 @@ def qgs_behaviour(version: DcapVersion) -> QgsBehaviour:
         cmdline_always_overrides=True,
         release=release,
         source=f"{_NEW_MIRROR}: QuoteGeneration/installer/linux/common/tdx-qgs/startup.sh ({release} packaging)",
+    )
+
+
+def _before_115(version: DcapVersion) -> QgsBehaviour:
+    """The 1.12 to 1.14 row: no QGS before 1.14, vsock only in 1.14."""
+    release = str(version)
+    return QgsBehaviour(
+        era=ERA_114,
+        unix_socket_when="never (vsock only)",
+        port_zero_means="fatal",
+        max_port=UINT_MAX,
+        duplicate_lines="last",
+        empty_port_fatal=True,
+        creates_socket_dir_mode=None,
+        forces_socket_dir_mode=None,
+        socket_mode=None,
+        client_group=None,
+        packaged_umask=None,
+        packaged_conf_is_vsock=True,
+        cmdline_always_overrides=False,
+        release=release,
+        has_qgs=version >= DcapVersion(1, 14),
+        unix_socket=False,
+        reads_threads=False,
+        value_cut=None,
+        port_required=True,
+        source=f"{_MIRROR} DCAP_{release}: QuoteGeneration/quote_wrapper/qgs/server_main.cpp"
+        if version >= DcapVersion(1, 14)
+        else f"{_MIRROR} DCAP_{release}: no QuoteGeneration/quote_wrapper/qgs",
     )
 
 
