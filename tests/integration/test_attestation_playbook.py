@@ -38,6 +38,9 @@ DEFAULT_JSON = """{
 PACKAGE_QGS = "# site: 8 cores\n#set port number\nport = 4050\nnumber_threads = 4\nfuture_key = 1\n"
 
 
+INTEL_DROPIN = "[Service]\nRuntimeDirectory=tdx-qgs\nRuntimeDirectoryMode=0755\nUMask=0117\n"
+
+
 def leaks(output: str) -> list[str]:
     values = list(SECRETS.values())
     values += [hashlib.sha512(value.encode()).hexdigest() for value in values]
@@ -52,6 +55,11 @@ def host_tree(tmp_path):
     (root / "etc/group").write_text("root:x:0:\npccs:x:991:\n")
     (root / "etc/sgx_default_qcnl.conf").write_text('{\n  // the package comment\n  "retry_times": 6\n}\n')
     (root / "etc/qgs.conf").write_text(PACKAGE_QGS)
+    # The package's unit and the drop-in Intel's installer writes from DCAP 1.26 (UMask=0117): ours must win.
+    (root / "lib/systemd/system").mkdir(parents=True)
+    (root / "lib/systemd/system/qgsd.service").write_text("[Service]\nUser=qgsd\nExecStart=/opt/intel/tdx-qgs/qgs\n")
+    (root / "etc/systemd/system/qgsd.service.d").mkdir(parents=True)
+    (root / "etc/systemd/system/qgsd.service.d/socket.conf").write_text(INTEL_DROPIN)
     (root / "var/lib/dpkg").mkdir(parents=True)
     (root / "var/lib/dpkg/status").write_text(
         "Package: tdx-qgs\nStatus: install ok installed\nVersion: 1.24.100.3-noble1\n"
@@ -103,6 +111,8 @@ def test_host_form_converges_idempotent_checkable_and_silent_about_secrets(ansib
     assert stat.S_IMODE((host_tree / "opt/intel/sgx-dcap-pccs/ssl_key").stat().st_mode) & 0o001
     assert stat.S_IMODE((host_tree / "etc/mpa_registration.conf").stat().st_mode) == 0o600
     assert "PASS qgs_config" in first.stdout and "FAIL qgs_socket" in first.stdout  # no QGS runs in a tree
+    # qgsd.service as systemd merges the unit, Intel's socket.conf and ours: ours (zz-*) decides the umask.
+    assert "PASS qgs_unit" in first.stdout and "UMask 0077" in first.stdout
     # transport auto with no Kata version: both listeners, each saying whom it serves (issue 18).
     # (the report is printed folded: look for pieces no fold can split)
     assert "PASS qgs_transport: transport both" in first.stdout and "Kata version is unknown" in first.stdout
@@ -173,8 +183,15 @@ def test_host_form_refuses_what_pccs_would_ignore_or_misread(ansible_playbook_cl
     assert refused.returncode != 0 and "config/local.json would override the production.json" in refused.stdout
     assert not (host_tree / "opt/intel/sgx-dcap-pccs/config/production.json").exists()
 
-    # Kata 3.32 asks on the Unix socket: auto serves it alone; the vsock unit of the runs above is removed.
+    # A site drop-in sorting after ours that puts 1.26's UMask back: the merge is refused before any write.
     (host_tree / "opt/intel/sgx-dcap-pccs/config/local.json").unlink()
+    site = host_tree / "etc/systemd/system/qgsd.service.d/zzz-site.conf"
+    site.write_text("[Service]\nUMask=0117\n")
+    refused = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
+    assert refused.returncode != 0 and "zzz-site.conf" in refused.stdout and "UMask=0117" in refused.stdout
+    site.unlink()
+
+    # Kata 3.32 asks on the Unix socket: auto serves it alone; the vsock unit of the runs above is removed.
     kata_332 = play(ansible_playbook_cli, tmp_path, {**host_vars(host_tree), "tdx_attestation_kata_version": "3.32.0"})
     assert kata_332.returncode == 0, kata_332.stdout[-3000:]
     assert "PASS qgs_transport: transport unix" in kata_332.stdout

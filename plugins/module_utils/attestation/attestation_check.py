@@ -42,7 +42,12 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_c
     served_consumers,
     socket_clients,
 )
-from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_unit import merge_unit, unit_problems
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_unit import (
+    disagreement,
+    merge_unit,
+    systemd_view,
+    unit_problems,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.registration import (
     PCK_MARKER,
     STATUS_VARIABLE,
@@ -221,6 +226,11 @@ class Chain:
             return result("qgs_unit", SKIP, "qgsd.service is not on the systemd search path (dcap_version)")
         # Whether KubeVirt's QEMU reaches the socket is socket_access's to say: an ACL would do as well as our helper.
         problems = unit_problems(merged, self.transport, None, False)
+        # On the host itself, systemd's own view of the loaded unit is the truth the merge must agree with.
+        shown = systemd_view(min(self.request.timeout, 10.0)) if self.request.probe and self._live_root() else None
+        differs = disagreement(merged, shown) if shown else None
+        if differs:
+            problems.append(differs)
         files = ", ".join([merged.fragment, *merged.dropins])
         if problems:
             return result(

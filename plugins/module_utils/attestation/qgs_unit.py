@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
+
 UNIT = "qgsd.service"
 # systemd's system unit search path, highest priority first (systemd.unit(5), "Unit File Load Path").
 SEARCH_PATH = (
@@ -204,3 +206,33 @@ def unit_problems(merged: MergedUnit, transport: str, helper: str | None, kubevi
             "virt-launcher (uid/gid 107, whose groups come from the pod, not the host's /etc/group) cannot connect"
         )
     return problems
+
+
+def systemd_view(timeout: float = 10.0) -> dict | None:
+    """What the running systemd has loaded for ``qgsd.service`` (``systemctl show``), or ``None`` when unavailable.
+
+    Only meaningful on the host's own root: it is systemd's answer, including whether the files on disk changed
+    since the last ``daemon-reload`` (``NeedDaemonReload``), which the merge from the files cannot know."""
+    argv = ["systemctl", "show", "-p", "UMask", "-p", "RuntimeDirectoryMode", "-p", "NeedDaemonReload", UNIT]
+    try:
+        completed = run_bounded(argv, timeout, limit=16 * 1024)
+    except OSError:
+        return None
+    if completed.rc != 0:
+        return None
+    shown = {}
+    for line in completed.stdout.decode("utf-8", "replace").splitlines():
+        key, _equals, value = line.partition("=")
+        shown[key.strip()] = value.strip()
+    return shown if "UMask" in shown else None
+
+
+def disagreement(merged: MergedUnit, shown: dict) -> str | None:
+    """Why systemd's loaded unit differs from the files (``None`` when it agrees)."""
+    if shown.get("NeedDaemonReload") == "yes":
+        return "systemd has not loaded the unit files on disk yet (NeedDaemonReload=yes): systemctl daemon-reload"
+    files = _octal(merged.last("UMask"), DEFAULT_UMASK)
+    loaded = _octal(shown.get("UMask"), DEFAULT_UMASK)
+    if files is not None and loaded is not None and files != loaded:
+        return f"systemd runs qgsd with UMask={loaded:04o} although the files merge to {files:04o}"
+    return None

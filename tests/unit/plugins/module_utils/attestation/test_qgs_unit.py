@@ -14,6 +14,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_c
     qgs_plan,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_unit import (
+    disagreement,
     merge_unit,
     parse_assignments,
     unit_problems,
@@ -114,3 +115,11 @@ def plan_qgs(root):
         "number_threads": None, "socket_group": None, "qgs_dir": "/opt/intel/tdx-qgs", "extra_clients": [],
     }  # fmt: skip
     return PLANNERS["qgs"](HostReader(str(root)), params)
+
+
+def test_systemds_loaded_unit_must_agree_with_the_files(tree):
+    (tree / "etc/systemd/system/qgsd.service.d/socket.conf").write_text(INTEL_126)
+    merged, _problems = merged_problems(tree, {DROPIN_PATH: OURS})
+    assert disagreement(merged, {"UMask": "0077", "NeedDaemonReload": "no"}) is None
+    assert "daemon-reload" in disagreement(merged, {"UMask": "0077", "NeedDaemonReload": "yes"})
+    assert "UMask=0117" in disagreement(merged, {"UMask": "0117", "NeedDaemonReload": "no"})
