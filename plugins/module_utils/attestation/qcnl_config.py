@@ -179,7 +179,8 @@ def check_settings(settings: dict) -> None:
         if not _type_ok(_TYPES[key], value):
             limit = " within int32 (RapidJSON IsInt), or a decimal number" if _TYPES[key] == "number" else ""
             raise QcnlConfigError(
-                f"QCNL setting {key} must be a JSON {_TYPES[key]}{limit}, got {value!r}: QCNL would ignore it"
+                f"QCNL setting {key} (tdx_attestation_qcnl_settings) must be a JSON {_TYPES[key]}{limit}, got "
+                f"{value!r}: QCNL would ignore it and keep its default"
             )
     if settings.get("pccs_url") == "":
         raise QcnlConfigError(
