@@ -128,7 +128,8 @@ class Chain:
     # ------------------------------------------------------------------ QGS
 
     def check_transport(self) -> dict:
-        """Which listener serves which consumer, from the Kata and KubeVirt versions given."""
+        """Which listener serves which consumer, from the Kata version given (KubeVirt needs the socket in every
+        release with TDX attestation, so its version decides nothing)."""
         kata = self.request.kata_version
         try:
             self.transport, notes = resolve_transport(self.request.transport, self.request.consumers, kata)
