@@ -16,15 +16,24 @@ options:
     type: str
     default: auto
   transport:
-    description: How QGS listens. C(both) runs a second QGS on vsock (one QGS process serves one transport).
+    description:
+      - How QGS listens. C(both) runs a second QGS on vsock (one QGS process serves one transport).
+      - C(auto) chooses from the consumers and O(kata_version) (KubeVirt needs the Unix socket, Kata up to 3.31
+        vsock port 4050, Kata 3.32+ the Unix socket; an unknown Kata version gets both). An explicit transport a
+        consumer of a known version cannot use is refused.
     type: str
-    choices: [unix, vsock, both]
+    choices: [unix, vsock, both, auto]
     default: unix
+  kata_version:
+    description:
+      - Kata Containers release on the host (C(3.31.0)); decides whether Kata asks QGS on vsock (up to 3.31) or on
+        the Unix socket (3.32+). Unknown when not given.
+    type: str
   consumers:
     description:
       - Who asks QGS for quotes, as a list of strings (a string is refused, never split on commas). C(kubevirt)
-        passes QEMU only a socket path and runs QEMU as uid/gid 107; C(kata) uses the socket when it exists, else
-        vsock CID 2 port 4050, and runs QEMU as root.
+        passes QEMU only a socket path and runs QEMU as uid/gid 107; C(kata) asks on vsock CID 2 port 4050 up to
+        3.31 and on the Unix socket from 3.32, and runs QEMU as root.
     type: raw
     default: [kubevirt, kata]
   vsock_port:

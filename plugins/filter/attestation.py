@@ -7,6 +7,7 @@ import ipaddress
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.attestation_k8s import render
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_config import resolve_transport
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import keyvalue
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
@@ -39,10 +40,21 @@ def pck_network_setting(pccs_url, use_secure_cert, user_token):
         raise AnsibleFilterError(f"cannot write network_setting.conf: {exc}") from None
 
 
+def qgs_transport(transport, consumers, kata_version=None):
+    """The QGS transport the consumers need: ``auto`` resolved, an explicit one checked (qgs_config's rule)."""
+    if not isinstance(consumers, list) or not all(isinstance(item, str) for item in consumers):
+        raise AnsibleFilterError(f"confidential.tee.qgs_transport expects the consumers as a list, got {consumers!r}")
+    try:
+        return resolve_transport(transport, consumers, kata_version or None)[0]
+    except TeeError as exc:
+        raise AnsibleFilterError(f"tdx_attestation_qgs_transport {transport}: {exc}") from None
+
+
 class FilterModule:
     def filters(self):
         return {
             "attestation_manifests": attestation_manifests,
             "pck_network_setting": pck_network_setting,
+            "qgs_transport": qgs_transport,
             "subject_alt_name": subject_alt_name,
         }

@@ -12,9 +12,13 @@ author:
   - confidential.tee maintainers (@confidential-tee)
 description:
   - Writes one component's configuration and reads it back the way that component reads it.
-  - C(qgs) writes C(/etc/qgs.conf) for the DCAP release on the host (C(port) changed meaning in DCAP 1.24), a
-    systemd drop-in for C(qgsd.service) (socket directory, C(UMask=0077), socket group and mode for the
-    consumers) and, for O(transport=both), a second unit C(qgsd-vsock.service).
+  - C(qgs) edits C(/etc/qgs.conf) in place for the DCAP release on the host (C(port) changed meaning in DCAP 1.24);
+    only C(port) and, when O(number_threads) is given, C(number_threads) change, so comments, unknown keys and the
+    package's C(number_threads) stay. A release that cannot serve O(transport) (DCAP 1.12/1.13 have no QGS, 1.14
+    no Unix socket) is refused. It also writes a systemd drop-in for C(qgsd.service) (socket directory,
+    C(UMask=0077), socket group and mode for the consumers) and, for O(transport=both), a second unit
+    C(qgsd-vsock.service). The drop-in is refused when C(qgsd.service), merged as systemd merges drop-ins (Intel's
+    C(socket.conf) of DCAP 1.26+ included), would not keep what it sets.
   - C(qcnl) edits C(/etc/sgx_default_qcnl.conf), JSON with comments, keeping every comment and unmanaged key.
   - C(pccs) writes C(config/production.json) of the PCCS (never C(default.json)), with the SHA-512 of the user and
     admin tokens computed here; mode 0600, owner C(pccs).
@@ -130,10 +134,17 @@ effective:
   type: dict
   sample: {"transport": "unix", "port": null, "threads": 0}
 qgs:
-  description: For O(component=qgs), the DCAP release and the listeners, socket group and clients planned.
+  description:
+    - For O(component=qgs), the DCAP release, the transport (O(transport=auto) resolved), the listeners with the
+      consumers each serves, socket group and clients planned, and C(unit), C(qgsd.service) as systemd will merge
+      it with the drop-in written (C(verified) false, with the reason, while the package is not installed).
   returned: when O(component=qgs)
   type: dict
-  sample: {"dcap_version": "1.26", "era": "1.26+", "socket_group": "107", "socket_mode": "0660"}
+  sample: {"dcap_version": "1.26", "era": "1.26+", "transport": "both", "socket_group": "107", "socket_mode": "0660",
+           "listeners": [{"unit": "qgsd.service", "transport": "unix", "path": "/var/run/tdx-qgs/qgs.socket",
+                          "serves": ["kubevirt"]},
+                         {"unit": "qgsd-vsock.service", "transport": "vsock", "port": 4050, "serves": ["kata"]}],
+           "unit": {"verified": true, "umask": "0077", "runtime_directory_mode": "0755"}}
 backups:
   description: Backup copies made (full paths).
   returned: always

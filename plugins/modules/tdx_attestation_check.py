@@ -12,8 +12,14 @@ author:
   - confidential.tee maintainers (@confidential-tee)
 description:
   - Every link gets C(PASS), C(FAIL) or C(SKIP) with a message and, for a failure, the fix.
-  - C(dcap_version) - the DCAP release (given, or the installed C(tdx-qgs) package).
+  - C(qgs_transport) - which listener (Unix socket, vsock) serves which consumer, from O(transport) and
+    O(kata_version); an explicit transport a consumer of a known version cannot use fails.
+  - C(dcap_version) - the DCAP release (given, or the installed C(tdx-qgs) package), and that it can serve the
+    transport at all (DCAP 1.12/1.13 ship no QGS, 1.14 listens on vsock only).
   - C(qgs_config) - C(/etc/qgs.conf) read as QGS of that release reads it selects the transport the consumers need.
+  - C(qgs_unit) - C(qgsd.service) merged as systemd merges its drop-ins (Intel's C(socket.conf) of DCAP 1.26+,
+    ours, any later one) keeps a umask under which the QCNL cache is usable, and a socket directory that exists and
+    is searchable.
   - C(qgs_socket) - the Unix socket exists and accepts connections (not a stale file).
   - C(socket_access:<client>) - each consumer's QEMU identity (KubeVirt uid 107; Kata root) can C(connect()) -
     search permission on every directory, write permission on the socket, POSIX ACLs included - confirmed by a
@@ -23,8 +29,9 @@ description:
   - C(qcnl_config) - the QCNL file parses as QCNL parses it (comments allowed, wrong types ignored).
   - C(pccs_tls) - the certificate the PCCS serves, verified against the host's CA bundle, versus C(use_secure_cert).
   - C(pccs_reachable) - a real HTTPS request to C(pccs_url) made with QCNL's TLS settings.
-  - C(pccs_config), C(pccs_tokens) - for a PCCS on this host, its effective configuration and that the token hashes
-    are the SHA-512 of the tokens given.
+  - C(pccs_config), C(pccs_tokens) - for a PCCS on this host, its effective configuration (no C(hosts) that means
+    every interface, no file node-config merges after C(production.json), a TLS key the C(pccs) user of the host's
+    own C(/etc/passwd) can read) and that the token hashes are the SHA-512 of the tokens given.
   - C(registration) - the MPA's C(SgxRegistrationStatus) UEFI variable, or the PCK ID retrieval marker.
   - Reads only; never changes the host.
 extends_documentation_fragment:

@@ -34,6 +34,13 @@ DEFAULT_JSON = """{
 """
 
 
+# The package's file with an administrator's comment and a key QGS does not know (issue 18: kept as they are).
+PACKAGE_QGS = "# site: 8 cores\n#set port number\nport = 4050\nnumber_threads = 4\nfuture_key = 1\n"
+
+
+INTEL_DROPIN = "[Service]\nRuntimeDirectory=tdx-qgs\nRuntimeDirectoryMode=0755\nUMask=0117\n"
+
+
 def leaks(output: str) -> list[str]:
     values = list(SECRETS.values())
     values += [hashlib.sha512(value.encode()).hexdigest() for value in values]
@@ -47,6 +54,12 @@ def host_tree(tmp_path):
     (root / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\npccs:x:991:991::/opt:/sbin/nologin\n")
     (root / "etc/group").write_text("root:x:0:\npccs:x:991:\n")
     (root / "etc/sgx_default_qcnl.conf").write_text('{\n  // the package comment\n  "retry_times": 6\n}\n')
+    (root / "etc/qgs.conf").write_text(PACKAGE_QGS)
+    # The package's unit and the drop-in Intel's installer writes from DCAP 1.26 (UMask=0117): ours must win.
+    (root / "lib/systemd/system").mkdir(parents=True)
+    (root / "lib/systemd/system/qgsd.service").write_text("[Service]\nUser=qgsd\nExecStart=/opt/intel/tdx-qgs/qgs\n")
+    (root / "etc/systemd/system/qgsd.service.d").mkdir(parents=True)
+    (root / "etc/systemd/system/qgsd.service.d/socket.conf").write_text(INTEL_DROPIN)
     (root / "var/lib/dpkg").mkdir(parents=True)
     (root / "var/lib/dpkg/status").write_text(
         "Package: tdx-qgs\nStatus: install ok installed\nVersion: 1.24.100.3-noble1\n"
@@ -85,15 +98,26 @@ def test_host_form_converges_idempotent_checkable_and_silent_about_secrets(ansib
     assert "<redacted>" in first.stdout  # the diff of production.json and the MPA file, secrets masked
 
     conf = (host_tree / "etc/qgs.conf").read_text()
-    # DCAP 1.24 (the tree's dpkg status): the Unix socket needs no port line at all.
-    assert not [line for line in conf.splitlines() if "".join(line.split()).startswith("port")]
+    # DCAP 1.24 (the tree's dpkg status): the Unix socket needs no port line at all; everything else stays.
+    assert conf == PACKAGE_QGS.replace("port = 4050\n", "")
+    assert "-port = 4050" in first.stdout and "-number_threads" not in first.stdout  # the diff: only that line
     qcnl = (host_tree / "etc/sgx_default_qcnl.conf").read_text()
     assert "// the package comment" in qcnl and '"pccs_url": "https://localhost:8081/sgx/certification/v4/"' in qcnl
     production = host_tree / "opt/intel/sgx-dcap-pccs/config/production.json"
     assert stat.S_IMODE(production.stat().st_mode) == 0o600 and production.stat().st_uid == 991
-    assert stat.S_IMODE((host_tree / "opt/intel/sgx-dcap-pccs/ssl_key/private.pem").stat().st_mode) == 0o600
+    key = (host_tree / "opt/intel/sgx-dcap-pccs/ssl_key/private.pem").stat()
+    # A mounted host_root: the key belongs to the host's pccs (uid 991 in the tree), which can reach it.
+    assert stat.S_IMODE(key.st_mode) == 0o600 and key.st_uid == 991
+    assert stat.S_IMODE((host_tree / "opt/intel/sgx-dcap-pccs/ssl_key").stat().st_mode) & 0o001
     assert stat.S_IMODE((host_tree / "etc/mpa_registration.conf").stat().st_mode) == 0o600
     assert "PASS qgs_config" in first.stdout and "FAIL qgs_socket" in first.stdout  # no QGS runs in a tree
+    # qgsd.service as systemd merges the unit, Intel's socket.conf and ours: ours (zz-*) decides the umask.
+    assert "PASS qgs_unit" in first.stdout and "UMask 0077" in first.stdout
+    # transport auto with no Kata version: both listeners, each saying whom it serves (issue 18).
+    # (the report is printed folded: look for pieces no fold can split)
+    assert "PASS qgs_transport: transport both" in first.stdout and "Kata version is unknown" in first.stdout
+    assert (host_tree / "etc/systemd/system/qgsd-vsock.service").is_file()
+    assert (host_tree / "etc/modules-load.d").is_dir()  # vsock_loopback for Kata's vsock
 
     second = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
     assert second.returncode == 0 and "changed=0" in second.stdout, second.stdout[-3000:]
@@ -144,3 +168,39 @@ def test_cluster_form_writes_one_valid_file_per_object(ansible_playbook_cli, tmp
     left = sorted(path.name for path in manifests.iterdir())
     # The registration Secret and DaemonSet are no longer rendered: cluster_objects pruned them.
     assert "05-secret-tdx-attestation-pck-retrieval-setting.yaml" not in left and len(left) == 7
+
+
+@pytest.mark.slow
+def test_host_form_refuses_what_pccs_would_ignore_or_misread(ansible_playbook_cli, tmp_path, host_tree):
+    # One run, the first refusal stops it: a config/local.json that overrides the production.json written.
+    (host_tree / "opt/intel/sgx-dcap-pccs/config/local.json").write_text('{"hosts": "0.0.0.0"}\n')
+    refused = play(ansible_playbook_cli, tmp_path, {**host_vars(host_tree), "tdx_attestation_pccs_listen": ""})
+    assert refused.returncode != 0
+    assert "listen on every interface" in refused.stdout and "tdx_attestation_pccs_listen" in refused.stdout
+    assert not (host_tree / "opt/intel/sgx-dcap-pccs/config/production.json").exists()
+    assert leaks(refused.stdout + refused.stderr) == []
+    refused = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
+    assert refused.returncode != 0 and "config/local.json would override the production.json" in refused.stdout
+    assert not (host_tree / "opt/intel/sgx-dcap-pccs/config/production.json").exists()
+
+    # A site drop-in sorting after ours that puts 1.26's UMask back: the merge is refused before any write.
+    (host_tree / "opt/intel/sgx-dcap-pccs/config/local.json").unlink()
+    site = host_tree / "etc/systemd/system/qgsd.service.d/zzz-site.conf"
+    site.write_text("[Service]\nUMask=0117\n")
+    refused = play(ansible_playbook_cli, tmp_path, host_vars(host_tree))
+    assert refused.returncode != 0 and "zzz-site.conf" in refused.stdout and "UMask=0117" in refused.stdout
+    site.unlink()
+
+    # Kata 3.32 asks on the Unix socket: auto serves it alone; the vsock unit of the runs above is removed.
+    kata_332 = play(ansible_playbook_cli, tmp_path, {**host_vars(host_tree), "tdx_attestation_kata_version": "3.32.0"})
+    assert kata_332.returncode == 0, kata_332.stdout[-3000:]
+    assert "PASS qgs_transport: transport unix" in kata_332.stdout
+    assert not (host_tree / "etc/systemd/system/qgsd-vsock.service").exists()
+    # An explicit transport Kata 3.31 cannot use is refused before anything is written.
+    mismatch = {
+        **host_vars(host_tree),
+        "tdx_attestation_kata_version": "3.31.0",
+        "tdx_attestation_qgs_transport": "unix",
+    }
+    refused = play(ansible_playbook_cli, tmp_path, mismatch)
+    assert refused.returncode != 0 and "asks QGS on vsock port 4050" in refused.stdout

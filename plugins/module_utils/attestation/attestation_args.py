@@ -10,7 +10,8 @@ def chain_arguments() -> dict:
     return dict(
         host_root=dict(type="path", default="/"),
         dcap_version=dict(type="str", default="auto"),
-        transport=dict(type="str", default="unix", choices=["unix", "vsock", "both"]),
+        transport=dict(type="str", default="unix", choices=["unix", "vsock", "both", "auto"]),
+        kata_version=dict(type="str"),
         # raw, checked strictly: a string would be split on commas.
         consumers=dict(type="raw", default=["kubevirt", "kata"]),
         vsock_port=dict(type="int", default=4050),

@@ -26,18 +26,27 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_
     qgs_behaviour,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.pccs_config import (
-    OVERRIDING_FILES,
     PCCS_DIR,
     config_problems,
     effective_config,
+    overrides_on_host,
     token_matches,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qcnl_config import QCNL_PATH, qcnl_effective
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_config import (
     KATA_FALLBACK_VSOCK_PORT,
+    QgsConfigError,
     default_socket_group,
     effective_qgs,
+    resolve_transport,
+    served_consumers,
     socket_clients,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_unit import (
+    disagreement,
+    merge_unit,
+    systemd_view,
+    unit_problems,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.registration import (
     PCK_MARKER,
@@ -59,6 +68,7 @@ class ChainRequest:
     host_root: str = "/"
     dcap_version: str = "auto"
     transport: str = "unix"
+    kata_version: str | None = None
     consumers: list[str] = field(default_factory=lambda: ["kubevirt", "kata"])
     vsock_port: int = KATA_FALLBACK_VSOCK_PORT
     socket_group: str | None = None
@@ -67,6 +77,7 @@ class ChainRequest:
     expect_pccs_url: str | None = None
     pccs_local: bool = False
     pccs_dir: str = PCCS_DIR
+    pccs_user: str = "pccs"
     user_token: str | None = None
     admin_token: str | None = None
     ca_bundle: str | None = None
@@ -90,11 +101,15 @@ class Chain:
         self.qcnl: dict | None = None
         self.pccs_config: dict | None = None
         self.results: list[dict] = []
+        # "auto" becomes what the consumers need (check_transport); an explicit transport stays as given.
+        self.transport = request.transport if request.transport != "auto" else "both"
 
     def run(self) -> list[dict]:
         for step in (
+            self.check_transport,
             self.check_version,
             self.check_qgs_config,
+            self.check_unit,
             self.check_socket,
             self.check_socket_clients,
             self.check_vsock,
@@ -112,6 +127,27 @@ class Chain:
 
     # ------------------------------------------------------------------ QGS
 
+    def check_transport(self) -> dict:
+        """Which listener serves which consumer, from the Kata version given (KubeVirt needs the socket in every
+        release with TDX attestation, so its version decides nothing)."""
+        kata = self.request.kata_version
+        try:
+            self.transport, notes = resolve_transport(self.request.transport, self.request.consumers, kata)
+        except QgsConfigError as exc:
+            return result("qgs_transport", FAIL, str(exc), "run the role with tdx_attestation_qgs_transport auto")
+        serves = served_consumers(self.transport, self.request.consumers, kata)
+        shown = "; ".join(
+            f"{'Unix socket ' + QGS_SOCKET if kind == 'unix' else f'vsock port {self.request.vsock_port}'} serves "
+            + (", ".join(serves[kind]) or "no consumer")
+            for kind in serves
+        )
+        return result(
+            "qgs_transport",
+            PASS,
+            f"transport {self.transport}: {shown}" + (f" ({'; '.join(notes)})" if notes else ""),
+            serves=serves,
+        )
+
     def check_version(self) -> dict:
         wanted = self.request.dcap_version
         try:
@@ -125,13 +161,37 @@ class Chain:
                 self.version = parse_dcap_version(found)
         except DcapVersionError as exc:
             return result("dcap_version", FAIL, str(exc), "set dcap_version to the installed DCAP release")
-        era = qgs_behaviour(self.version).era
-        return result("dcap_version", PASS, f"DCAP {self.version} ({self.version_source}): QGS behaves as {era}")
+        behaviour = qgs_behaviour(self.version)
+        # What the installed release cannot do is a failure, never a PASS of a file it would not act on.
+        refusal = behaviour.refusal(self.transport)
+        if refusal:
+            return result(
+                "dcap_version",
+                FAIL,
+                f"DCAP {self.version} ({self.version_source}): {refusal}",
+                "install DCAP 1.26 or later (tdx-qgs), or set transport to what this release serves",
+                source=behaviour.source,
+            )
+        cut = f"values cut at {behaviour.value_cut} characters" if behaviour.value_cut else "values read whole"
+        return result(
+            "dcap_version",
+            PASS,
+            f"DCAP {self.version} ({self.version_source}): QGS behaves as {behaviour.era} ({cut})",
+            source=behaviour.source,
+        )
 
     def _expected_main(self) -> tuple[str, int | None]:
-        return ("vsock", self.request.vsock_port) if self.request.transport == "vsock" else ("unix", None)
+        return ("vsock", self.request.vsock_port) if self.transport == "vsock" else ("unix", None)
 
     def check_qgs_config(self) -> dict:
+        if self.version and qgs_behaviour(self.version).refusal(self.transport):
+            return result(
+                "qgs_config",
+                FAIL,
+                f"DCAP {self.version} cannot serve transport {self.transport} "
+                "whatever /etc/qgs.conf says (dcap_version)",
+                "see dcap_version",
+            )
         read = self.reader.read("etc/qgs.conf", record=False)
         text = read.text() if read.data is not None else None
         if read.problem:
@@ -161,8 +221,37 @@ class Chain:
             meanings={era: eff.describe() for era, eff in meanings.items()},
         )
 
+    def check_unit(self) -> dict:
+        merged = merge_unit(self.reader)
+        if merged.fragment is None:
+            return result("qgs_unit", SKIP, "qgsd.service is not on the systemd search path (dcap_version)")
+        # Whether KubeVirt's QEMU reaches the socket is socket_access's to say: an ACL would do as well as our helper.
+        problems = unit_problems(merged, self.transport, None, False)
+        # On the host itself, systemd's own view of the loaded unit is the truth the merge must agree with.
+        shown = systemd_view(min(self.request.timeout, 10.0)) if self.request.probe and self._live_root() else None
+        differs = disagreement(merged, shown) if shown else None
+        if differs:
+            problems.append(differs)
+        files = ", ".join([merged.fragment, *merged.dropins])
+        if problems:
+            return result(
+                "qgs_unit",
+                FAIL,
+                f"qgsd.service as systemd merges {files}: " + "; ".join(problems),
+                "run the confidential.tee.tdx_attestation role (its drop-in zz-confidential-tee.conf sorts after "
+                "Intel's socket.conf), or fix the drop-in named; then systemctl daemon-reload and restart qgsd",
+                dropins=merged.dropins,
+            )
+        return result(
+            "qgs_unit",
+            PASS,
+            f"qgsd.service as systemd merges {files}: UMask {merged.last('UMask') or '0022 (default)'}, "
+            f"RuntimeDirectoryMode {merged.last('RuntimeDirectoryMode') or '0755 (default)'}",
+            dropins=merged.dropins,
+        )
+
     def check_socket(self) -> dict:
-        if self.request.transport == "vsock":
+        if self.transport == "vsock":
             return result("qgs_socket", SKIP, "transport is vsock: QGS serves no Unix socket")
         st = self.reader.stat(QGS_SOCKET)
         if not st:
@@ -205,7 +294,7 @@ class Chain:
         return self.reader.resolve(QGS_SOCKET)
 
     def check_socket_clients(self) -> list[dict]:
-        if self.request.transport == "vsock":
+        if self.transport == "vsock":
             return []
         clients = socket_clients(self.request.consumers, self.request.extra_clients)
         if not self.reader.is_socket(QGS_SOCKET):
@@ -239,7 +328,7 @@ class Chain:
         )
 
     def check_vsock(self) -> list[dict]:
-        if self.request.transport == "unix":
+        if self.transport == "unix":
             return [result("qgs_vsock", SKIP, "transport is unix: no vsock listener is configured")]
         port = self.request.vsock_port
         outcomes = []
@@ -402,9 +491,8 @@ class Chain:
         config, problems = effective_config(default.text(), production.text())
         if config is not None:
             problems += config_problems(config)
-        for name in OVERRIDING_FILES:
-            if self.reader.exists(f"{base}/config/{name}"):
-                problems.append(f"config/{name} exists and overrides production.json (node-config reads it later)")
+        for name in overrides_on_host(self.reader, base):
+            problems.append(f"config/{name} exists and overrides production.json (node-config merges it later)")
         st = self.reader.stat(f"{base}/config/production.json")
         if st and stat.S_IMODE(st.st_mode) & 0o077:
             problems.append(f"config/production.json is mode {stat.S_IMODE(st.st_mode):04o}: it holds the API key")
@@ -413,6 +501,8 @@ class Chain:
             problems.append("ssl_key/private.pem is missing: PCCS stops ('The private key or certificate ... missing')")
         elif stat.S_IMODE(key.st_mode) & 0o077:
             problems.append(f"ssl_key/private.pem is mode {stat.S_IMODE(key.st_mode):04o}, readable beyond its owner")
+        else:
+            problems += self._key_readable(base)
         if not self.reader.exists(f"{base}/ssl_key/file.crt"):
             problems.append("ssl_key/file.crt is missing: PCCS stops")
         self.pccs_config = config
@@ -429,6 +519,20 @@ class Chain:
             f"{self.request.pccs_dir} config valid: HTTPS_PORT {config['HTTPS_PORT']}, hosts {config.get('hosts')}, "
             f"CachingFillMode {config['CachingFillMode']}, DB_CONFIG {config['DB_CONFIG']}",
         )
+
+    def _key_readable(self, base: str) -> list[str]:
+        """pccs_server.js reads ssl_key/private.pem as the service user (pccs.service User=pccs): can it?"""
+        user = self.request.pccs_user
+        who = socket_access.host_identity(self.reader, user)
+        if who is None:
+            return [f"the PCCS service user {user!r} is not in the host's /etc/passwd: pccs.service cannot start"]
+        verdict = socket_access.can_read(self.request.host_root, f"/{base}/ssl_key/private.pem", who)
+        if verdict["allowed"]:
+            return []
+        return [
+            f"ssl_key/private.pem cannot be read by {user} (uid {who.uid}): {verdict['reason']}; PCCS stops at "
+            f"start (give it owner {user}, mode 0600, and search permission on ssl_key/)"
+        ]
 
     def check_pccs_tokens(self) -> dict:
         tokens = {"user": self.request.user_token, "admin": self.request.admin_token}

@@ -209,8 +209,10 @@ def _qgs_objects(request: dict, qcnl_text: str) -> list[dict]:
             request["consumers"],
             vsock_port=int(request["vsock_port"]),
             threads=request.get("number_threads"),
+            kata_version=request.get("kata_version"),
         )
-        if request["transport"] != "unix":
+        transport = plan.transport  # "auto" resolved from the consumers
+        if transport != "unix":
             check_vsock_port(behaviour, int(request["vsock_port"]))
     except (ValueError, QgsConfigError) as exc:
         raise ManifestError(f"{exc} (set tdx_attestation_dcap_version to the release in the QGS image)") from None
@@ -221,9 +223,9 @@ def _qgs_objects(request: dict, qcnl_text: str) -> list[dict]:
         "data": {"qgs.conf": plan.files["/etc/qgs.conf"], "sgx_default_qcnl.conf": qcnl_text},
     }
     containers = [_qgs_container(request, "qgs", [])]
-    if request["transport"] == "both":
+    if transport == "both":
         containers.append(_qgs_container(request, "qgs-vsock", [f"-p={int(request['vsock_port'])}"]))
-    elif request["transport"] == "vsock":
+    elif transport == "vsock":
         containers = [_qgs_container(request, "qgs", [f"-p={int(request['vsock_port'])}"])]
     pod = {
         "hostNetwork": True,

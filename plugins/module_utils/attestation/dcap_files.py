@@ -28,19 +28,23 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.pccs_
     SECRET_PATHS,
     config_problems,
     effective_config,
+    overrides_on_host,
     render_settings,
     update_production,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qcnl_config import (
     qcnl_effective,
+    qcnl_warnings,
     update_qcnl,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_config import (
     DROPIN_PATH,
+    SOCKET_ACCESS_HELPER,
     VSOCK_UNIT_PATH,
     effective_qgs,
     qgs_plan,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_unit import merge_unit, unit_problems
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.registration import (
     MPA_CONF,
     parse_mpa_conf,
@@ -137,10 +141,20 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             socket_group=params["socket_group"],
             qgs_dir=params["qgs_dir"],
             extra_clients=params["extra_clients"],
+            current_conf=_read(reader, "etc/qgs.conf"),
+            kata_version=params.get("kata_version"),
         )
     except ValueError as exc:
         raise ComponentError(f"{exc} (DCAP {version})") from None
-    both = ["qgsd.service"] + (["qgsd-vsock.service"] if params["transport"] == "both" else [])
+    effective = effective_qgs(plan.files["/etc/qgs.conf"], behaviour)
+    # The file is edited, not replaced: a line of the administrator's that QGS rejects stops it here, named.
+    wanted = "unix" if plan.transport in ("unix", "both") else "vsock"
+    if effective.transport != wanted:
+        raise ComponentError(
+            f"/etc/qgs.conf, edited for transport {plan.transport}, would make QGS of DCAP {version} use "
+            f"{effective.describe()}; fix that line of /etc/qgs.conf (the role changes only port and number_threads)"
+        )
+    both = ["qgsd.service"] + (["qgsd-vsock.service"] if plan.transport == "both" else [])
     files = [
         FileSpec("/etc/qgs.conf", plan.files["/etc/qgs.conf"], units=both),
         FileSpec(DROPIN_PATH, plan.files[DROPIN_PATH], units=["qgsd.service", "daemon-reload"]),
@@ -150,7 +164,7 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             units=["qgsd-vsock.service", "daemon-reload"] if VSOCK_UNIT_PATH in plan.files else ["daemon-reload"],
         ),
     ]
-    effective = effective_qgs(plan.files["/etc/qgs.conf"], behaviour)
+    unit = verify_unit(reader, plan, params["consumers"])
     return ComponentPlan(
         files=files,
         effective={"transport": effective.transport, "port": effective.port, "threads": effective.threads},
@@ -159,13 +173,36 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             "dcap_version": str(version),
             "dcap_version_source": source,
             "era": behaviour.era,
+            "transport": plan.transport,
             "listeners": plan.listeners,
             "socket_group": plan.socket_group,
             "socket_mode": f"{plan.socket_mode:04o}",
             "clients": plan.clients,
             "units": plan.units,
+            "unit": unit,
         },
     )
+
+
+def verify_unit(reader, plan, consumers: list[str]) -> dict:
+    """qgsd.service merged as systemd will merge it once our drop-in is written: refuse what does not compose."""
+    merged = merge_unit(reader, planned={DROPIN_PATH: plan.files[DROPIN_PATH]})
+    if merged.fragment is None:
+        # Check mode before the package is installed, or a bare tree: nothing to merge with yet.
+        return {"verified": False, "reason": "qgsd.service is not installed: the merge is checked after install"}
+    problems = unit_problems(merged, plan.transport, SOCKET_ACCESS_HELPER, "kubevirt" in consumers)
+    if problems:
+        raise ComponentError(
+            "qgsd.service with our drop-in would not serve the consumers, as systemd merges "
+            f"{', '.join([merged.fragment, *merged.dropins])}: {'; '.join(problems)}"
+        )
+    return {
+        "verified": True,
+        "fragment": merged.fragment,
+        "dropins": merged.dropins,
+        "umask": merged.last("UMask"),
+        "runtime_directory_mode": merged.last("RuntimeDirectoryMode"),
+    }
 
 
 def plan_qcnl(reader, params: dict) -> ComponentPlan:
@@ -188,6 +225,7 @@ def plan_qcnl(reader, params: dict) -> ComponentPlan:
     return ComponentPlan(
         files=[FileSpec(path, text, units=["qgsd.service", "qgsd-vsock.service"])],
         effective=view["settings"],
+        warnings=qcnl_warnings(view["settings"]),
     )
 
 
@@ -213,6 +251,14 @@ def plan_pccs(reader, params: dict) -> ComponentPlan:
         problems += config_problems(config)
     if problems and params["validate"]:
         raise ComponentError(f"PCCS would not work with this configuration: {'; '.join(problems)}")
+    later = overrides_on_host(reader, base)
+    if later:
+        # Writing production.json would change nothing these files set: refuse rather than report a change.
+        raise ComponentError(
+            f"{', '.join(f'{base}/config/{name}' for name in later)} would override the production.json written "
+            "here (node-config merges them after it, NODE_ENV=production); move their settings into "
+            "tdx_attestation_pccs_settings and remove them"
+        )
     return ComponentPlan(
         files=[
             FileSpec(

@@ -6,15 +6,25 @@
 Intel's sources (``QuoteGeneration/quote_wrapper/qgs/server_main.cpp`` and the ``tdx-qgs`` installer of
 intel/confidential-computing.tee.dcap, formerly intel/SGXDataCenterAttestationPrimitives):
 
-* before 1.24 the file's ``port`` is read only while it is still 0; ``port = 0`` or no ``port`` line selects
+* 1.12 and 1.13 ship no QGS at all (``QuoteGeneration/quote_wrapper/qgs`` first appears in tag DCAP_1.14);
+* 1.14 listens on vsock only: a port is required (no port, or ``port = 0``, exits with "Please provide valid
+  port number"), every ``port`` line is read (the last wins), ``number_threads`` and ``-n=`` do not exist (an
+  ``-n=`` flag prints the usage and exits) and values are read whole (DCAP_1.14 ``server_main.cpp``);
+* 1.15 to 1.23: the file's ``port`` is read only while it is still 0; ``port = 0`` or no ``port`` line selects
   the Unix socket ``/var/run/tdx-qgs/qgs.socket``; the daemon never creates the socket directory and the
-  socket's mode comes from the service's umask;
+  socket's mode comes from the service's umask. 1.15 to 1.18 hand the whole value to ``strtoul``; from 1.19
+  the value is copied into ``char value[256]`` first, so only its first 255 characters count (tags DCAP_1.15
+  to DCAP_1.23 of intel/SGXDataCenterAttestationPrimitives, read one by one);
 * 1.24 and 1.25 listen on the Unix socket only when no ``port`` line exists at all: ``port = 0`` is vsock
   port 0; ports are limited to 0..65535, an empty value is fatal, the last line wins; the daemon creates the
-  socket directory 0700 when it is missing; the package's ``/etc/qgs.conf`` ships ``port = 4050`` (vsock);
-* from 1.26 the daemon pins the socket to 0660 (owner and group ``qgsd``: clients must be in that group),
-  forces the directory to 0755, removes stale sockets, and the package ships a systemd drop-in whose
-  ``UMask=0117`` strips the owner search bit from the QCNL cache directory (1.27 changed it to 0077).
+  socket directory 0700 when it is missing; the package's ``/etc/qgs.conf`` ships ``port = 4050`` (vsock)
+  (tags DCAP_1.24 and DCAP_1.25 of intel/confidential-computing.tee.dcap);
+* from 1.26 the Unix socket is the default (the package's ``qgs.conf`` has no ``port`` line), the daemon
+  pins the socket to 0660 (owner and group ``qgsd``: clients must be in that group), forces the directory to
+  0755, removes stale sockets, and the installer (``tdx-qgs`` ``startup.sh``) writes its own drop-in
+  ``/etc/systemd/system/qgsd.service.d/socket.conf`` (``RuntimeDirectory=tdx-qgs``, ``RuntimeDirectoryMode=0755``,
+  ``UMask=0117``, which strips the owner search bit from the QCNL cache directory); 1.27's ``startup.sh`` writes
+  ``UMask=0077`` in the same file and repairs a cache directory left ``drw-rw----``.
 
 Standard library only.
 """
@@ -28,9 +38,13 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.errors imp
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
 
 ERA_PRE_124 = "pre-1.24"
+ERA_114 = "1.14"
 ERA_124 = "1.24-1.25"
 ERA_126 = "1.26+"
 ERAS = (ERA_PRE_124, ERA_124, ERA_126)
+FIRST_QGS = "1.14"
+# The drop-in Intel's tdx-qgs installer writes from 1.26 (startup.sh, SYSTEMD_SOCKET_CONF).
+PACKAGED_DROPIN = "/etc/systemd/system/qgsd.service.d/socket.conf"
 
 UINT_MAX = 0xFFFFFFFF
 # The package (and the version table) belongs to QGS itself: libsgx-* versions follow it in lock step.
@@ -100,10 +114,44 @@ class QgsBehaviour:
     packaged_conf_is_vsock: bool
     # Whether command-line flags always override the file (before 1.24 the file is read for zero values only).
     cmdline_always_overrides: bool
+    # The release, for messages ("1.14").
+    release: str = ""
+    # Whether the release ships QGS at all (1.14+), can listen on the Unix socket (1.15+), reads number_threads.
+    has_qgs: bool = True
+    unix_socket: bool = True
+    reads_threads: bool = True
+    # Characters of a value QGS reads (char value[256] from 1.19); None: the whole value (1.14 to 1.18).
+    value_cut: int | None = 255
+    # 1.14 exits without a (nonzero) port: it has no other transport.
+    port_required: bool = False
+    # Where the row was read: the tag and file of Intel's source.
+    source: str = ""
+
+    def refusal(self, transport: str) -> str | None:
+        """Why this release cannot serve ``transport`` (``unix``, ``vsock``, ``both``), or ``None`` when it can."""
+        if not self.has_qgs:
+            return (
+                f"DCAP {self.release} ships no QGS (the Quote Generation Service first appears in DCAP {FIRST_QGS}): "
+                "no TDX quote can be generated on this host; install DCAP 1.26 or later (tdx-qgs)"
+            )
+        if transport in ("unix", "both") and not self.unix_socket:
+            return (
+                f"DCAP {self.release}'s QGS listens on vsock only (the Unix socket arrived in 1.15): transport "
+                f"{transport} cannot be served and KubeVirt cannot use this QGS; install DCAP 1.26 or later, or use "
+                "transport vsock for Kata up to 3.31 only"
+            )
+        return None
+
+
+_MIRROR = "intel/SGXDataCenterAttestationPrimitives"
+_NEW_MIRROR = "intel/confidential-computing.tee.dcap"
 
 
 def qgs_behaviour(version: DcapVersion) -> QgsBehaviour:
-    """The QGS facts of ``version``: the version table (pre-1.24, 1.24-1.25, 1.26+)."""
+    """The QGS facts of ``version``: the version table (none, 1.14, 1.15-1.23, 1.24-1.25, 1.26+)."""
+    release = str(version)
+    if version < DcapVersion(1, 15):
+        return _before_115(version)
     if version < DcapVersion(1, 24):
         return QgsBehaviour(
             era=ERA_PRE_124,
@@ -119,6 +167,9 @@ def qgs_behaviour(version: DcapVersion) -> QgsBehaviour:
             packaged_umask=None,
             packaged_conf_is_vsock=True,
             cmdline_always_overrides=False,
+            release=release,
+            value_cut=None if version < DcapVersion(1, 19) else 255,
+            source=f"{_MIRROR} DCAP_{release}: QuoteGeneration/quote_wrapper/qgs/server_main.cpp",
         )
     if version < DcapVersion(1, 26):
         return QgsBehaviour(
@@ -135,6 +186,8 @@ def qgs_behaviour(version: DcapVersion) -> QgsBehaviour:
             packaged_umask=None,
             packaged_conf_is_vsock=True,
             cmdline_always_overrides=True,
+            release=release,
+            source=f"{_NEW_MIRROR} DCAP_{release}: QuoteGeneration/quote_wrapper/qgs/server_main.cpp",
         )
     return QgsBehaviour(
         era=ERA_126,
@@ -150,6 +203,37 @@ def qgs_behaviour(version: DcapVersion) -> QgsBehaviour:
         packaged_umask=0o117 if version == DcapVersion(1, 26) else 0o077,
         packaged_conf_is_vsock=False,
         cmdline_always_overrides=True,
+        release=release,
+        source=f"{_NEW_MIRROR}: QuoteGeneration/installer/linux/common/tdx-qgs/startup.sh ({release} packaging)",
+    )
+
+
+def _before_115(version: DcapVersion) -> QgsBehaviour:
+    """The 1.12 to 1.14 row: no QGS before 1.14, vsock only in 1.14."""
+    release = str(version)
+    return QgsBehaviour(
+        era=ERA_114,
+        unix_socket_when="never (vsock only)",
+        port_zero_means="fatal",
+        max_port=UINT_MAX,
+        duplicate_lines="last",
+        empty_port_fatal=True,
+        creates_socket_dir_mode=None,
+        forces_socket_dir_mode=None,
+        socket_mode=None,
+        client_group=None,
+        packaged_umask=None,
+        packaged_conf_is_vsock=True,
+        cmdline_always_overrides=False,
+        release=release,
+        has_qgs=version >= DcapVersion(1, 14),
+        unix_socket=False,
+        reads_threads=False,
+        value_cut=None,
+        port_required=True,
+        source=f"{_MIRROR} DCAP_{release}: QuoteGeneration/quote_wrapper/qgs/server_main.cpp"
+        if version >= DcapVersion(1, 14)
+        else f"{_MIRROR} DCAP_{release}: no QuoteGeneration/quote_wrapper/qgs",
     )
 
 

@@ -27,8 +27,14 @@ LOG_LEVELS = ("error", "warn", "info", "http", "verbose", "debug", "silly")
 SECRET_PATHS = [("ApiKey",), ("UserTokenHash",), ("AdminTokenHash",), ("mysql", "password")]
 _HEX128 = re.compile(r"^[0-9a-fA-F]{128}\Z")
 _API_VERSION = re.compile(r"/v([1-9][0-9]*)/")
-# node-config also reads these after production.json: they would silently override what the role writes.
-OVERRIDING_FILES = ("local.json", "local-production.json", "production.json5", "local.json5")
+# node-config 3.3 (lib/config.js, loadFileConfigs): for each base name in turn -- default, {NODE_ENV},
+# {short hostname}, {short hostname}-{NODE_ENV}, {full hostname}, {full hostname}-{NODE_ENV}, local,
+# local-{NODE_ENV} (the -{NODE_APP_INSTANCE} forms only when that variable is set, which pccs.service does not) --
+# every extension in this order, each file merged over the ones before. pccs.service sets NODE_ENV=production.
+NODE_CONFIG_EXTENSIONS = (
+    "js", "cjs", "ts", "json", "jsonc", "json5", "hjson", "toml", "coffee", "iced", "yaml", "yml", "cson",
+    "properties", "xml", "boolean", "number",
+)  # fmt: skip
 
 _TYPES = {
     "HTTPS_PORT": int,
@@ -126,12 +132,65 @@ def config_problems(config: dict) -> list[str]:
             problems.append(
                 f"{key} is not 128 hex digits (the SHA-512 of the token): every {key[:-9].lower()} call fails"
             )
+    listen = listen_problem(config.get("hosts"))
+    if listen:
+        problems.append(listen)
     level = config.get("LogLevel", "info")
     if level not in LOG_LEVELS:
         problems.append(f"LogLevel {level!r} is not one of {', '.join(LOG_LEVELS)}")
     if config.get("CachingFillMode") in ("LAZY", "REQ") and not config.get("ApiKey"):
         problems.append("ApiKey is empty: in LAZY and REQ mode PCCS fetches from Intel PCS, which needs the API key")
     return problems
+
+
+def overriding_files(names: list[str], hostname: str | None, deployment: str = "production") -> list[str]:
+    """The files of ``config/`` (``names``) node-config merges *after* ``{deployment}.json``, in its load order.
+
+    ``hostname``: the host's name as ``os.hostname()`` gives it to PCCS (``None`` when unknown: then every file
+    whose base name could be a host name is listed too, since it may be this host's)."""
+    later = [deployment]
+    if hostname:
+        short = hostname.split(".")[0]
+        later += [short, f"{short}-{deployment}"]
+        if hostname != short:
+            later += [hostname, f"{hostname}-{deployment}"]
+    later += ["local", f"local-{deployment}"]
+    after_json = NODE_CONFIG_EXTENSIONS.index("json") + 1
+    found = []
+    for base in later:
+        extensions = NODE_CONFIG_EXTENSIONS[after_json:] if base == deployment else NODE_CONFIG_EXTENSIONS
+        found += [f"{base}.{ext}" for ext in extensions if f"{base}.{ext}" in names]
+    if hostname is None:
+        known = {"default", deployment, "local", f"local-{deployment}", "custom-environment-variables"}
+        for name in sorted(names):
+            base, _dot, ext = name.rpartition(".")
+            if ext in NODE_CONFIG_EXTENSIONS and base and base not in known and not base.startswith("default-"):
+                found.append(name)
+    return found
+
+
+def overrides_on_host(reader, base: str) -> list[str]:
+    """The files in the PCCS ``config/`` under ``base`` that node-config merges after ``production.json``."""
+    names = reader.listdir(f"{base}/config".strip("/")) or []
+    # os.hostname() is the kernel's nodename, which /etc/hostname sets at boot (None: unknown, see above).
+    hostname = (reader.read_text("etc/hostname", limit=4096, record=False) or "").strip() or None
+    return overriding_files(names, hostname)
+
+
+def listen_problem(hosts: object) -> str | None:
+    """Why PCCS's ``hosts`` would not mean one listening address, or ``None``.
+
+    pccs_server.js passes it to ``https.Server.listen(port, hosts)``; Node's ``net.Server.listen`` treats an empty
+    (falsy) host as no host and listens on every interface (``::`` or ``0.0.0.0``), the opposite of a private
+    PCCS."""
+    if hosts is None:
+        return None
+    if not isinstance(hosts, str) or not hosts.strip():
+        return (
+            f"hosts {hosts!r} makes Node listen on every interface (net.Server.listen with an empty host); "
+            "set tdx_attestation_pccs_listen to 127.0.0.1, or to 0.0.0.0 if every interface is really meant"
+        )
+    return None
 
 
 def render_settings(settings: dict, secrets: dict) -> dict:

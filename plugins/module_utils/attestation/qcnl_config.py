@@ -80,7 +80,9 @@ def _type_ok(kind: str, value: object) -> bool:
         return False
     if kind == "int":
         return isinstance(value, int) and INT32_MIN <= value <= INT32_MAX
-    return True
+    # "number": qcnl_config.cpp (DCAP 1.15 to 1.25 alike) takes it only when RapidJSON's IsDouble() or IsInt():
+    # an integer outside int32 is neither (RapidJSON stores it as int64/uint64) and is ignored.
+    return isinstance(value, float) or INT32_MIN <= value <= INT32_MAX
 
 
 def qcnl_effective(text: str | None) -> dict:
@@ -109,6 +111,8 @@ def qcnl_effective(text: str | None) -> dict:
             settings[key] = values[key]
         else:
             problems.append(f"{key} = {values[key]!r} is ignored by QCNL (it must be a JSON {kind})")
+    if settings["pccs_url"] == "":
+        problems.append("pccs_url is empty: every collateral request fails")
     tcb = settings["tcb_update_type"]
     if isinstance(tcb, str) and tcb.lower() not in ("early", "standard"):
         problems.append(
@@ -173,7 +177,16 @@ def check_settings(settings: dict) -> None:
         if value is None:
             continue
         if not _type_ok(_TYPES[key], value):
-            raise QcnlConfigError(f"QCNL setting {key} must be a JSON {_TYPES[key]}, got {value!r}")
+            limit = " within int32 (RapidJSON IsInt), or a decimal number" if _TYPES[key] == "number" else ""
+            raise QcnlConfigError(
+                f"QCNL setting {key} (tdx_attestation_qcnl_settings) must be a JSON {_TYPES[key]}{limit}, got "
+                f"{value!r}: QCNL would ignore it and keep its default"
+            )
+    if settings.get("pccs_url") == "":
+        raise QcnlConfigError(
+            "QCNL setting pccs_url (tdx_attestation_pccs_url) is empty: QCNL would send every collateral request to "
+            "an empty URL and every quote would fail; give the PCCS URL (https://<pccs>:8081/sgx/certification/v4/)"
+        )
     for key in ("pccs_url", "collateral_service", "local_pck_url"):
         url = settings.get(key)
         if url and not (url.startswith(("https://", "http://")) and url.endswith("/")):
@@ -186,6 +199,17 @@ def check_settings(settings: dict) -> None:
     version = settings.get("pccs_api_version")
     if version is not None and version not in ("3.0", "3.1"):
         raise QcnlConfigError(f"pccs_api_version must be '3.0' or '3.1', got {version!r}")
+
+
+def qcnl_warnings(settings: dict) -> list[str]:
+    """What QCNL accepts but no production host should run with (effective settings)."""
+    if settings.get("use_secure_cert") is False:
+        return [
+            f"use_secure_cert is false: QCNL accepts any certificate from {settings.get('pccs_url')} (curl without "
+            "peer or host verification), so anyone on the path can serve PCK collateral; trust the PCCS CA instead "
+            "(tdx_attestation_pccs_trust_ca) and keep tdx_attestation_qcnl_use_secure_cert true outside tests"
+        ]
+    return []
 
 
 def update_qcnl(text: str | None, settings: dict) -> str:

@@ -4,8 +4,9 @@
 
 :func:`effective_qgs` follows ``server_main.cpp`` of each release line (see :mod:`dcap_version`): every
 whitespace character is removed from a line before anything else (``po rt = 1`` is ``port=1``), lines starting
-with ``#`` and lines without ``=`` are skipped, an empty name is fatal, values are cut at 255 characters and
-read with ``strtoul`` (a sign is accepted, anything after the digits is fatal, so ``4050 # vsock`` stops QGS).
+with ``#`` and lines without ``=`` are skipped, an empty name is fatal, values are cut at 255 characters (from
+1.19; 1.14 to 1.18 read the whole value, see :attr:`QgsBehaviour.value_cut`) and read with ``strtoul`` (a
+sign is accepted, anything after the digits is fatal, so ``4050 # vsock`` stops QGS).
 
 :func:`qgs_plan` turns a transport choice (``unix``, ``vsock``, ``both``) and a consumer list (``kubevirt``,
 ``kata``) into the files to write: ``/etc/qgs.conf``, a systemd drop-in for ``qgsd.service`` and, for
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_version import (
+    ERA_114,
     ERA_PRE_124,
     UINT_MAX,
     VSOCK_LAST_RESERVED_PORT,
@@ -32,6 +34,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.tee import
 ULONG_MAX = 0xFFFFFFFFFFFFFFFF
 _WHITESPACE = " \t\n\v\f\r"
 TRANSPORTS = ("unix", "vsock", "both")
+AUTO = "auto"
 CONSUMERS = ("kubevirt", "kata")
 # KubeVirt: virt-launcher runs QEMU as util.NonRootUID (107) with runAsGroup and fsGroup 107
 # (pkg/util/util.go, pkg/virt-controller/services/template.go). Kata runs QEMU as root unless rootless.
@@ -39,6 +42,15 @@ KUBEVIRT_QEMU = {"name": "kubevirt", "uid": 107, "gid": 107, "groups": [107]}
 KATA_QEMU = {"name": "kata", "uid": 0, "gid": 0, "groups": []}
 # Kata's fallback when the socket is missing (src/runtime/pkg/govmm/qemu/qemu.go, runtime-rs utils.rs).
 KATA_FALLBACK_VSOCK_PORT = 4050
+# Which transport each consumer asks QGS on (checked against):
+# * KubeVirt passes QEMU only a Unix socket path (KubeVirt CR spec.configuration.confidentialCompute.tdx.attestation
+#   .qgsSocketPath, default /var/run/tdx-qgs/qgs.socket; virt-launcher's tdx-guest quote-generation-socket is
+#   type unix), every release with TDX support (v1.6 to v1.8);
+# * Kata Containers up to 3.31 gives QEMU {"type":"vsock","cid":"2","port":"4050"}
+#   (configuration-qemu-tdx.toml tdx_quote_generation_service_socket_port = 4050; 0 selects the socket since
+#   kata-containers PR #11057); from 3.32 the default is the Unix socket (PR #12436, runtime and runtime-rs).
+KATA_UNIX_DEFAULT = (3, 32)
+_KATA_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+~].*)?\Z")
 DROPIN_PATH = "/etc/systemd/system/qgsd.service.d/zz-confidential-tee.conf"
 VSOCK_UNIT_PATH = "/etc/systemd/system/qgsd-vsock.service"
 SOCKET_ACCESS_HELPER = "/usr/local/libexec/confidential-tee/qgs-socket-access"
@@ -93,14 +105,25 @@ def strtoul(value: str) -> tuple[int, str, bool]:
     return number, value[end:], False
 
 
-def _config_lines(text: str):
-    """``(line number, name, value)`` for each line QGS looks at, exactly as its loop sees them."""
+def _config_lines(text: str, cut: int | None = 255):
+    """``(line number, name, value)`` for each line QGS looks at, exactly as its loop sees them.
+
+    ``cut``: the release's value buffer (:attr:`QgsBehaviour.value_cut`); ``None`` hands the whole value on."""
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = "".join(ch for ch in raw if ch not in _WHITESPACE)
-        if not line or line.startswith("#") or "=" not in line:
+        name, value = _qgs_line(raw)
+        if name is None:
             continue
-        name, _equals, value = line.partition("=")
-        yield number, name, value[:255]
+        yield number, name, value if cut is None else value[:cut]
+
+
+def _qgs_line(raw: str) -> tuple[str | None, str]:
+    """``(name, value)`` of one line as QGS's loop sees it, or ``(None, "")`` for a line it skips."""
+    line = "".join(ch for ch in raw if ch not in _WHITESPACE)
+    # c_str(): the value ends at a NUL byte (strtoul never sees past it).
+    if not line or line.startswith("#") or "=" not in line:
+        return None, ""
+    name, _equals, value = line.partition("=")
+    return name, value.split("\0", 1)[0]
 
 
 def _read_number(value: str, limit: int, empty_fatal: bool) -> int | None:
@@ -115,7 +138,7 @@ def effective_qgs(text: str | None, behaviour: QgsBehaviour, argv: list[str] | N
     flags = _parse_flags(argv or [], behaviour)
     if isinstance(flags, str):
         return QgsEffective(None, fatal=flags)
-    if behaviour.era == ERA_PRE_124:
+    if behaviour.era in (ERA_114, ERA_PRE_124):
         return _effective_pre_124(text, behaviour, *flags)
     return _effective_124(text, behaviour, *flags)
 
@@ -124,20 +147,28 @@ def _effective_pre_124(text, behaviour, cli_port, cli_threads) -> QgsEffective:
     # Before 1.24 the command line is read first and the file only fills values that are still 0.
     port, threads = cli_port or 0, cli_threads or 0
     effective = QgsEffective("unix")
-    if (port == 0 or threads == 0) and text is None:
+    # 1.14 has no threads: it reads the file only while the port is 0, and every port line (the last wins).
+    wants_file = port == 0 or (behaviour.reads_threads and threads == 0)
+    if wants_file and text is None:
         effective.notes.append("/etc/qgs.conf is missing: QGS logs 'Failed to open config file' and uses defaults")
-    elif port == 0 or threads == 0:
-        for number, name, value in _config_lines(text):
+    elif wants_file:
+        for number, name, value in _config_lines(text, behaviour.value_cut):
             if not name:
                 return _fatal("'Wrong config format': a line starts with '='", number)
-            if not port and name == "port":
+            if (not port or behaviour.duplicate_lines == "last") and name == "port":
                 port = _read_number(value, behaviour.max_port, False)
                 if port is None:
                     return _fatal(f"'Please input valid port number': port = {value!r}", number)
-            elif not threads and name == "number_threads":
+            elif behaviour.reads_threads and not threads and name == "number_threads":
                 threads = _read_number(value, 255, False)
                 if threads is None:
                     return _fatal(f"'Please input valid thread number[0, 255]': number_threads = {value!r}", number)
+    if not port and behaviour.port_required:
+        return QgsEffective(
+            None,
+            fatal=f"'Please provide valid port number in cmdline or /etc/qgs.conf': DCAP {behaviour.release} "
+            "listens on vsock only and has no port",
+        )
     if port:
         effective.transport, effective.port = "vsock", port
     effective.threads = threads
@@ -151,7 +182,7 @@ def _effective_124(text, behaviour, cli_port, cli_threads) -> QgsEffective:
     effective = QgsEffective("unix")
     if text is None:
         effective.notes.append("/etc/qgs.conf is missing: QGS logs 'Failed to open config file' and uses defaults")
-    for number, name, value in _config_lines(text or ""):
+    for number, name, value in _config_lines(text or "", behaviour.value_cut):
         if not name:
             return _fatal("'Wrong config format': a line starts with '='", number)
         if name == "port":
@@ -180,10 +211,13 @@ def _fatal(message: str, line: int) -> QgsEffective:
 def _parse_flags(argv: list[str], behaviour: QgsBehaviour) -> tuple[int | None, int | None] | str:
     """``(port, threads)`` from QGS's command line, or the usage error QGS would exit with."""
     port = threads = None
+    if behaviour.era == ERA_114 and len(argv) > 2:
+        return "more than two command-line arguments (DCAP 1.14 prints its usage and exits)"
+    flags = ("-p=", "-n=") if behaviour.reads_threads else ("-p=",)
     for arg in argv:
-        if arg == "--no-daemon" or (arg.startswith("-l=") and behaviour.era != ERA_PRE_124):
+        if arg == "--no-daemon" or (arg.startswith("-l=") and behaviour.era not in (ERA_114, ERA_PRE_124)):
             continue
-        if arg.startswith(("-p=", "-n=")):
+        if arg.startswith(flags):
             digits = arg[3:]
             limit = behaviour.max_port if arg.startswith("-p=") else 255
             # strspn(digits) == strlen: only ASCII digits, and an empty value reads as 0.
@@ -217,6 +251,23 @@ def render_qgs_conf(behaviour: QgsBehaviour, transport: str, vsock_port: int | N
     return "\n".join(lines) + "\n"
 
 
+def update_qgs_conf(
+    current: str | None, behaviour: QgsBehaviour, transport: str, vsock_port: int | None, threads: int | None
+) -> str:
+    """/etc/qgs.conf edited in place: only ``port`` (and ``number_threads`` when given) change.
+
+    The administrator's comments, unknown keys and the package's ``number_threads = 4`` stay, so QGS's thread
+    count never changes unasked; a missing or empty file is written whole (:func:`render_qgs_conf`)."""
+    if current is None or not current.strip():
+        return render_qgs_conf(behaviour, transport, vsock_port, threads)
+    settings: dict = {"port": None if transport in ("unix", "both") else vsock_port}
+    if threads:
+        settings["number_threads"] = threads
+    return keyvalue.qgs_edit(
+        current, settings, {"port": "tdx_attestation_qgs_vsock_port", "number_threads": "tdx_attestation_qgs_threads"}
+    )
+
+
 def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
     """A vsock port this release accepts as such, or :class:`QgsConfigError` saying why not."""
     if isinstance(port, bool) or not isinstance(port, int):
@@ -225,6 +276,8 @@ def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
         raise QgsConfigError(
             f"vsock port 0 cannot be configured on DCAP {behaviour.era}: port = 0 selects the Unix socket"
         )
+    if port == 0 and behaviour.port_zero_means == "fatal":
+        raise QgsConfigError(f"vsock port 0 cannot be configured on DCAP {behaviour.release}: QGS exits without a port")
     upper = min(behaviour.max_port, UINT_MAX - 1)
     if not 0 <= port <= upper:
         raise QgsConfigError(f"vsock port {port} is out of range for DCAP {behaviour.era} (0..{upper})")
@@ -235,6 +288,7 @@ def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
 class QgsPlan:
     """Files that make QGS serve the consumers, and what the socket must look like afterwards."""
 
+    transport: str
     files: dict[str, str]
     listeners: list[dict]
     socket_group: str | None
@@ -259,6 +313,80 @@ def socket_clients(consumers: list[str], extra: list[dict] | None = None) -> lis
         clients.append(dict(KATA_QEMU))
     clients.extend(dict(client) for client in extra or [])
     return clients
+
+
+def parse_kata_version(text: object) -> tuple[int, int] | None:
+    """``3.31.0`` or ``v3.32`` -> ``(3, 31)``; empty or ``None`` -> ``None`` (unknown); anything else refused."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    match = _KATA_VERSION.match(str(text).strip())
+    if not match or int(match.group(1)) < 1:
+        raise QgsConfigError(
+            f"tdx_attestation_kata_version {text!r} is not a Kata Containers release: write it as '3.31.0' (or leave "
+            "it empty when unknown)"
+        )
+    return int(match.group(1)), int(match.group(2))
+
+
+def consumer_transports(consumers: list[str], kata_version: object = None) -> dict[str, list[str]]:
+    """For each consumer, the transports it may ask QGS on (two when its version is unknown)."""
+    needs: dict[str, list[str]] = {}
+    for consumer in consumers:
+        if consumer == "kubevirt":
+            needs[consumer] = ["unix"]
+        elif consumer == "kata":
+            version = parse_kata_version(kata_version)
+            if version is None:
+                needs[consumer] = ["unix", "vsock"]
+            else:
+                needs[consumer] = ["unix"] if version >= KATA_UNIX_DEFAULT else ["vsock"]
+    return needs
+
+
+def resolve_transport(transport: str, consumers: list[str], kata_version: object = None) -> tuple[str, list[str]]:
+    """``(transport, notes)``: ``auto`` chosen from the consumers' versions; an explicit one checked against them."""
+    needs = consumer_transports(consumers, kata_version)
+    wanted = {kind for kinds in needs.values() for kind in kinds}
+    chosen = "both" if wanted == {"unix", "vsock"} else (wanted.pop() if wanted else "unix")
+    notes = []
+    if "kata" in consumers and parse_kata_version(kata_version) is None:
+        notes.append(
+            "the Kata version is unknown (tdx_attestation_kata_version): Kata up to 3.31 asks QGS on vsock port "
+            f"{KATA_FALLBACK_VSOCK_PORT}, 3.32+ on the Unix socket"
+            + (", so both are served" if transport == AUTO else "")
+        )
+    if transport == AUTO:
+        return chosen, notes
+    served = {"unix": {"unix"}, "vsock": {"vsock"}, "both": {"unix", "vsock"}}.get(transport, set())
+    for consumer, kinds in needs.items():
+        if len(kinds) == 1 and kinds[0] not in served:
+            raise QgsConfigError(_mismatch(consumer, kinds[0], transport, kata_version))
+    return transport, notes
+
+
+def _mismatch(consumer: str, needed: str, transport: str, kata_version: object) -> str:
+    if consumer == "kata" and needed == "vsock":
+        return (
+            f"Kata {kata_version} asks QGS on vsock port {KATA_FALLBACK_VSOCK_PORT} (its default before 3.32) but "
+            f"transport is {transport}: set tdx_attestation_qgs_transport to both or auto, or set "
+            "tdx_quote_generation_service_socket_port = 0 in Kata's configuration-qemu-tdx.toml"
+        )
+    if consumer == "kata":
+        return (
+            f"Kata {kata_version} asks QGS on the Unix socket {QGS_SOCKET} (its default from 3.32) but transport is "
+            f"{transport}: set tdx_attestation_qgs_transport to unix, both or auto"
+        )
+    return (
+        "KubeVirt passes only a Unix socket path to QEMU (KubeVirt CR "
+        "spec.configuration.confidentialCompute.tdx.attestation.qgsSocketPath): choose transport unix, both or auto"
+    )
+
+
+def served_consumers(transport: str, consumers: list[str], kata_version: object = None) -> dict[str, list[str]]:
+    """Which consumers each listener (``unix``, ``vsock``) serves under ``transport``."""
+    offered = {"unix": ["unix"], "vsock": ["vsock"], "both": ["unix", "vsock"]}[transport]
+    needs = consumer_transports(consumers, kata_version)
+    return {kind: [name for name, kinds in needs.items() if kind in kinds] for kind in offered}
 
 
 def _check_request(transport: str, consumers: list[str], vsock_port: int) -> list[str]:
@@ -296,9 +424,24 @@ def qgs_plan(
     socket_group: str | None = None,
     qgs_dir: str = "/opt/intel/tdx-qgs",
     extra_clients: list[dict] | None = None,
+    current_conf: str | None = None,
+    kata_version: object = None,
 ) -> QgsPlan:
-    """What to write so that QGS of ``behaviour``'s release listens on ``transport`` for ``consumers``."""
-    warnings = _check_request(transport, consumers, vsock_port)
+    """What to write so that QGS of ``behaviour``'s release listens on ``transport`` for ``consumers``.
+
+    ``transport`` ``auto`` is chosen from the consumers (and ``kata_version``); an explicit one is checked."""
+    notes: list[str] = []
+    if transport in (*TRANSPORTS, AUTO) and isinstance(consumers, list):
+        transport, notes = resolve_transport(transport, consumers, kata_version)
+    warnings = notes + _check_request(transport, consumers, vsock_port)
+    refusal = behaviour.refusal(transport)
+    if refusal:
+        raise QgsConfigError(refusal)
+    if threads and not behaviour.reads_threads:
+        raise QgsConfigError(
+            f"number_threads (tdx_attestation_qgs_threads) {threads}: DCAP {behaviour.release}'s QGS has no thread "
+            "setting (it arrived in 1.15) and would ignore it; leave it 0"
+        )
     if transport != "unix":
         check_vsock_port(behaviour, vsock_port)
     if threads is not None and not (isinstance(threads, int) and 0 <= threads <= 255):
@@ -311,20 +454,24 @@ def qgs_plan(
             % (group,)
         )
     files = {
-        "/etc/qgs.conf": render_qgs_conf(behaviour, transport, vsock_port, threads),
+        "/etc/qgs.conf": update_qgs_conf(current_conf, behaviour, transport, vsock_port, threads),
         DROPIN_PATH: _render_dropin(transport, vsock_port, group),
     }
+    serves = served_consumers(transport, consumers, kata_version)
     listeners = []
     units = ["qgsd.service"]
     if transport in ("unix", "both"):
-        listeners.append({"unit": "qgsd.service", "transport": "unix", "path": QGS_SOCKET})
+        listeners.append({"unit": "qgsd.service", "transport": "unix", "path": QGS_SOCKET, "serves": serves["unix"]})
     else:
-        listeners.append({"unit": "qgsd.service", "transport": "vsock", "port": vsock_port})
+        listeners.append({"unit": "qgsd.service", "transport": "vsock", "port": vsock_port, "serves": serves["vsock"]})
     if transport == "both":
         files[VSOCK_UNIT_PATH] = _render_vsock_unit(qgs_dir, vsock_port, threads)
-        listeners.append({"unit": "qgsd-vsock.service", "transport": "vsock", "port": vsock_port})
+        listeners.append(
+            {"unit": "qgsd-vsock.service", "transport": "vsock", "port": vsock_port, "serves": serves["vsock"]}
+        )
         units.append("qgsd-vsock.service")
     return QgsPlan(
+        transport=transport,
         files=files,
         listeners=listeners,
         socket_group=group if transport != "vsock" else None,

@@ -24,7 +24,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 
-MAY_EXEC, MAY_WRITE = 1, 2
+MAY_EXEC, MAY_WRITE, MAY_READ = 1, 2, 4
 SUN_PATH_MAX = 107  # sizeof(sun_path) - 1
 _ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 
@@ -38,6 +38,26 @@ class Identity:
 
     def in_group(self, gid: int) -> bool:
         return gid == self.gid or gid in self.groups
+
+
+def host_identity(reader, user: str) -> Identity | None:
+    """``user`` as the host's ``etc/passwd`` and ``etc/group`` (under ``host_root``) define it, or ``None``.
+
+    The names of the machine running the check do not apply to a mounted host: only the host's own files do."""
+    passwd = reader.read_text("etc/passwd", limit=16 * 1024 * 1024, record=False) or ""
+    for line in passwd.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[0] == user and fields[2].isdigit() and fields[3].isdigit():
+            uid, gid = int(fields[2]), int(fields[3])
+            break
+    else:
+        return None
+    groups = []
+    for line in (reader.read_text("etc/group", limit=16 * 1024 * 1024, record=False) or "").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[2].isdigit() and user in fields[3].split(","):
+            groups.append(int(fields[2]))
+    return Identity(user, uid, gid, groups)
 
 
 def parse_acl(data: bytes) -> list[tuple[int, int, int]] | None:
@@ -99,6 +119,16 @@ def permitted(path: str, st: os.stat_result, who: Identity, want: int) -> tuple[
 
 def can_connect(host_root: str, socket_path: str, who: Identity) -> dict:
     """The kernel's verdict for ``who`` connecting to ``socket_path`` (a path on the host, under ``host_root``)."""
+    return _can_reach(host_root, socket_path, who, MAY_WRITE)
+
+
+def can_read(host_root: str, path: str, who: Identity) -> dict:
+    """The kernel's verdict for ``who`` opening the regular file ``path`` for reading (a TLS key, for example)."""
+    return _can_reach(host_root, path, who, MAY_READ)
+
+
+def _can_reach(host_root: str, socket_path: str, who: Identity, want: int) -> dict:
+    kind, verb = ("socket", "write") if want == MAY_WRITE else ("file", "read")
     components = [part for part in socket_path.split("/") if part]
     current = host_root.rstrip("/") or "/"
     shown = ""
@@ -133,12 +163,12 @@ def can_connect(host_root: str, socket_path: str, who: Identity) -> dict:
         if components and not stat.S_ISDIR(st.st_mode):
             return _verdict(False, f"{shown} is not a directory", shown)
     st = os.stat(current)
-    if not stat.S_ISSOCK(st.st_mode):
-        return _verdict(False, f"{shown} is not a socket", shown)
-    allowed, why = permitted(current, st, who, MAY_WRITE)
+    if not (stat.S_ISSOCK(st.st_mode) if want == MAY_WRITE else stat.S_ISREG(st.st_mode)):
+        return _verdict(False, f"{shown} is not a {'socket' if want == MAY_WRITE else 'regular file'}", shown)
+    allowed, why = permitted(current, st, who, want)
     if not allowed:
-        return _verdict(False, f"no write permission on the socket {shown} ({why})", shown)
-    return _verdict(True, f"search on every directory and write on the socket ({why})", shown)
+        return _verdict(False, f"no {verb} permission on the {kind} {shown} ({why})", shown)
+    return _verdict(True, f"search on every directory and {verb} on the {kind} ({why})", shown)
 
 
 def _verdict(allowed: bool, reason: str, where: str, missing: bool = False) -> dict:

@@ -79,6 +79,12 @@ def test_qgs_files_mean_unix_socket_for_the_consumers(host):
     conf = plain(host, "/etc/qgs.conf", "root", "root", 0o644)
     # DCAP 1.24+ reads any port line as vsock: the Unix socket needs none at all.
     assert not [line for line in conf.splitlines() if line.replace(" ", "").startswith("port")]
+    # Edited in place (issue 18): the package's comments and number_threads = 4 stay, so QGS keeps 4 threads.
+    assert conf.splitlines()[:3] == [
+        "# QGS configuration (stand-in package): with no port line QGS 1.26 listens on the Unix socket.",
+        "#port = 4050",
+        "number_threads = 4",
+    ]
     dropin = plain(host, "/etc/systemd/system/qgsd.service.d/zz-confidential-tee.conf", "root", "root", 0o644)
     assert "UMask=0077" in dropin.splitlines()
     assert f"ExecStartPost=+/usr/local/libexec/confidential-tee/qgs-socket-access {SOCKET} 107 0660 30" in dropin
@@ -119,6 +125,10 @@ def test_services_run_with_the_dropin_and_the_socket_is_for_gid_107(host):
     assert host.service("qgsd").is_running and host.service("pccs").is_running
     # zz-confidential-tee.conf sorts after the package's socket.conf (UMask=0117) and wins.
     assert host.check_output("systemctl show -p UMask qgsd") == "UMask=0077"
+    # Intel's 1.26 socket.conf and ours, merged by systemd itself, agree with the collection's own merge (qgs_unit).
+    assert host.check_output("systemctl show -p RuntimeDirectoryMode qgsd") == "RuntimeDirectoryMode=0755"
+    assert host.file("/etc/systemd/system/qgsd.service.d/socket.conf").contains("UMask=0117")
+    assert host.run("systemd-analyze verify qgsd.service").rc == 0
     socket = host.file(SOCKET)
     assert socket.is_socket and socket.mode == 0o660 and socket.gid == 107
     assert host.file("/run/tdx-qgs").mode == 0o755
@@ -159,6 +169,8 @@ def test_broken_chain_then_fixed(host, tmp_path):
     fixed = check_chain(tmp_path, "fixed", qcnl={"use_secure_cert": True})
     assert all(item["status"] != "FAIL" for item in fixed.values()), fixed
     assert fixed["pccs_tls"]["status"] == "PASS" and "trusted by" in fixed["pccs_tls"]["message"]
+    # Intel's 1.26 socket.conf (UMask=0117) and ours, merged in systemd's order: ours decides.
+    assert fixed["qgs_unit"]["status"] == "PASS" and "UMask 0077" in fixed["qgs_unit"]["message"]
 
 
 def test_check_mode_changes_nothing_and_verbose_output_shows_no_secret(host, tmp_path):

@@ -61,6 +61,46 @@ def parse(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+# QGS's own line rule (QuoteGeneration/quote_wrapper/qgs/server_main.cpp, every release 1.14 to 1.27): every
+# isspace() character of a line is removed first, a line then empty or starting with '#' is skipped, a line
+# without '=' is skipped, the name is what precedes the first '='. ``po rt = 1`` is a port line to QGS.
+_QGS_BLANKS = " \t\n\v\f\r"
+
+
+def qgs_name(raw: str) -> str | None:
+    """The setting name QGS sees on one line, or ``None`` for a line QGS skips (comment, blank, no '=')."""
+    squeezed = "".join(ch for ch in raw if ch not in _QGS_BLANKS)
+    if not squeezed or squeezed.startswith("#") or "=" not in squeezed:
+        return None
+    return squeezed.partition("=")[0]
+
+
+def qgs_edit(text: str, settings: dict, names: dict) -> str:
+    """``text`` (an existing qgs.conf) with only the keys of ``settings`` changed, every other line kept as is.
+
+    ``settings`` maps a key QGS reads to its value, or to ``None`` to remove every line QGS reads as that key.
+    A key's first line is replaced in place and its other lines removed (one line per key: no release can then
+    pick a different one, whether it keeps the first nonzero or the last); a key without a line is appended.
+    ``names`` maps each key to the variable named when its value is refused (see :func:`line`)."""
+    rendered = {key: None if value is None else line(key, value, names[key]) for key, value in settings.items()}
+    lines = text.split("\n")
+    trailing = lines[-1] == ""
+    if trailing:
+        lines.pop()
+    out: list[str] = []
+    placed: set[str] = set()
+    for raw in lines:
+        name = qgs_name(raw)
+        if name not in rendered:
+            out.append(raw)
+        elif name not in placed:
+            placed.add(name)
+            if rendered[name] is not None:
+                out.append(rendered[name])
+    out += [rendered[key] for key in settings if key not in placed and rendered[key] is not None]
+    return "\n".join(out) + ("\n" if trailing else "")
+
+
 # PCKIDRetrievalTool's network_setting.conf (intel/confidential-computing.tee.dcap,
 # tools/PCKRetrievalTool/App/linux/network_wrapper.cpp, process_configuration_setting): each line has every
 # isspace() character removed, a line starting with '#' is skipped, the name before the first '=' is compared

@@ -18,6 +18,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.attes
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.pccs_config import token_hash
 
+PCCS_UID = 991 if os.geteuid() == 0 else os.geteuid()
 STATUS_VAR = "sys/firmware/efi/efivars/SgxRegistrationStatus-f236c5dc-a491-4bbe-bcdd-88885770df45"
 DEFAULT_JSON = {
     "HTTPS_PORT": 8081,
@@ -62,6 +63,17 @@ def host(https_server, pki, unix_listener):
     shutil.copy(pki["key"], pccs / "ssl_key/private.pem")
     os.chmod(pccs / "ssl_key/private.pem", 0o600)
     shutil.copy(pki["cert"], pccs / "ssl_key/file.crt")
+    # qgsd.service with Intel's DCAP 1.26 socket.conf and ours after it (what the role leaves).
+    (root / "lib/systemd/system").mkdir(parents=True)
+    (root / "lib/systemd/system/qgsd.service").write_text("[Service]\nUser=qgsd\nExecStart=/opt/intel/tdx-qgs/qgs\n")
+    dropins = root / "etc/systemd/system/qgsd.service.d"
+    dropins.mkdir(parents=True)
+    (dropins / "socket.conf").write_text("[Service]\nRuntimeDirectory=tdx-qgs\nRuntimeDirectoryMode=0755\nUMask=0117\n")
+    (dropins / "zz-confidential-tee.conf").write_text("[Service]\nRuntimeDirectory=tdx-qgs\nUMask=0077\n")
+    # The PCCS service user, as the host's own passwd names it (the key must be readable by it).
+    (root / "etc/passwd").write_text(f"root:x:0:0::/root:/bin/sh\npccs:x:{PCCS_UID}:{PCCS_UID}::/opt:/sbin/nologin\n")
+    if os.geteuid() == 0:
+        os.chown(pccs / "ssl_key/private.pem", PCCS_UID, PCCS_UID)
     yield root, https_server
     shutil.rmtree(root)
 
@@ -80,8 +92,10 @@ def test_healthy_chain(host):
     root, url = host
     checks, results = run(root, url, pccs_local=True, user_token="user-t", admin_token="admin-t")
     assert statuses(checks) == {
+        "qgs_transport": "PASS",
         "dcap_version": "PASS",
         "qgs_config": "PASS",
+        "qgs_unit": "PASS",
         "qgs_socket": "PASS",
         "socket_access:kubevirt": "PASS" if os.geteuid() == 0 else "FAIL",
         "socket_access:kata": "PASS",
@@ -97,7 +111,7 @@ def test_healthy_chain(host):
     assert "group 107" in checks["qgs_socket"]["message"]
     assert "the kernel's permission rules" in checks["socket_access:kubevirt"]["message"]  # mounted root: model only
     assert summarize(results)["ok"] is (os.geteuid() == 0)
-    assert report_lines(results)[0].startswith("PASS dcap_version: DCAP 1.26 (dpkg: tdx-qgs 1.26.100.1)")
+    assert report_lines(results)[1].startswith("PASS dcap_version: DCAP 1.26 (dpkg: tdx-qgs 1.26.100.1)")
 
 
 @pytest.mark.parametrize(
@@ -258,3 +272,72 @@ def test_vsock_needs_loopback_for_kata(host):
     (root / "sys/module/vsock_loopback").mkdir(parents=True)
     checks, _results = run(root, url, transport="vsock", consumers=["kata"])
     assert checks["vsock_loopback"]["status"] == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("version", "transport", "fragment"),
+    [("1.14", "unix", "vsock only"), ("1.14", "both", "vsock only"), ("1.12", "unix", "ships no QGS")],
+)
+def test_release_without_the_transport_fails_instead_of_passing(host, version, transport, fragment):
+    # The hostile tester's case: 1.14 with unix/both passed because qgs.conf alone looked right.
+    root, url = host
+    checks, results = run(root, url, dcap_version=version, transport=transport)
+    assert checks["dcap_version"]["status"] == "FAIL" and fragment in checks["dcap_version"]["message"]
+    assert checks["qgs_config"]["status"] == "FAIL"
+    assert not summarize(results)["ok"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to set owners")
+def test_pccs_key_unreadable_by_the_service_user_on_a_mounted_root(host):
+    # The DaemonSet form: the role ran as root in a container and left the key root:root 0600.
+    root, url = host
+    os.chown(root / "opt/intel/sgx-dcap-pccs/ssl_key/private.pem", 0, 0)
+    checks, _results = run(root, url, pccs_local=True)
+    assert checks["pccs_config"]["status"] == "FAIL"
+    assert "cannot be read by pccs (uid 991)" in checks["pccs_config"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("hostname", "name", "listed"),
+    [
+        ("", "local.json", True),
+        ("", "local-production.yaml", True),
+        ("", "production.yml", True),
+        ("", "production.js", False),  # merged before production.json: cannot override it
+        ("tdx-7.example.com\n", "tdx-7.json", True),
+        ("tdx-7.example.com\n", "tdx-7.example.com-production.json5", True),
+        ("tdx-7.example.com\n", "tdx-8.json", False),
+        ("", "tdx-8.json", True),  # host name unknown: it may be this host's
+        ("", "custom-environment-variables.json", False),
+    ],
+)
+def test_pccs_config_files_that_override_production_json(host, hostname, name, listed):
+    root, url = host
+    (root / "etc/hostname").write_text(hostname)
+    (root / "opt/intel/sgx-dcap-pccs/config" / name).write_text("{}")
+    checks, _results = run(root, url, pccs_local=True)
+    assert (f"config/{name} exists and overrides production.json" in checks["pccs_config"]["message"]) is listed
+
+
+def test_qgs_unit_fails_with_intels_126_dropin_alone(host):
+    root, url = host
+    (root / "etc/systemd/system/qgsd.service.d/zz-confidential-tee.conf").unlink()
+    checks, _results = run(root, url)
+    assert checks["qgs_unit"]["status"] == "FAIL" and "UMask=0117" in checks["qgs_unit"]["message"]
+    assert "socket.conf" in checks["qgs_unit"]["message"] and "zz-confidential-tee.conf" in checks["qgs_unit"]["fix"]
+
+
+@pytest.mark.parametrize(
+    ("transport", "kata", "status", "fragment"),
+    [
+        ("auto", "3.32.0", "PASS", "transport unix: Unix socket /var/run/tdx-qgs/qgs.socket serves kubevirt, kata"),
+        ("auto", "3.31.2", "PASS", "serves kubevirt; vsock port 4050 serves kata"),
+        ("auto", None, "PASS", "Kata version is unknown"),
+        ("unix", "3.31.0", "FAIL", "asks QGS on vsock port 4050"),
+        ("unix", "3.32.0", "PASS", "serves kubevirt, kata"),
+    ],
+)
+def test_each_transport_says_which_consumer_it_serves(host, transport, kata, status, fragment):
+    root, url = host
+    checks, _results = run(root, url, transport=transport, kata_version=kata)
+    assert checks["qgs_transport"]["status"] == status and fragment in checks["qgs_transport"]["message"]

@@ -113,3 +113,48 @@ def test_unreadable_existing_file_is_an_error_not_a_silent_rewrite(tmp_path):
     (tmp_path / "etc/sgx_default_qcnl.conf").mkdir(parents=True)
     with pytest.raises(ComponentError, match="not a regular file"):
         plan("qcnl", tmp_path, settings={})
+
+
+PACKAGE_QGS = "# admin note: 8 cores here\n#set port number\nport = 4050\nnumber_threads = 4\nlog_level = 2\n"
+
+
+def test_qgs_conf_edited_in_place_keeps_comments_unknown_keys_and_threads(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/qgs.conf").write_text(PACKAGE_QGS)
+    result = plan("qgs", tmp_path)
+    conf = next(spec.content for spec in result.files if spec.path == "/etc/qgs.conf")
+    # Only the port line goes (DCAP 1.26: any port line means vsock); QGS keeps its 4 threads.
+    assert conf == PACKAGE_QGS.replace("port = 4050\n", "")
+    assert result.effective == {"transport": "unix", "port": None, "threads": 4}
+    vsock = plan("qgs", tmp_path, transport="vsock", consumers=["kata"], vsock_port=4051, number_threads=8)
+    conf = next(spec.content for spec in vsock.files if spec.path == "/etc/qgs.conf")
+    assert conf == PACKAGE_QGS.replace("port = 4050", "port = 4051").replace("= 4\n", "= 8\n")
+
+
+def test_qgs_conf_line_qgs_rejects_is_named_not_kept_silently(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/qgs.conf").write_text("number_threads = 4 # four\n")
+    with pytest.raises(ComponentError) as raised:
+        plan("qgs", tmp_path)
+    assert "QGS exits at start (line 1)" in str(raised.value) and "number_threads" in str(raised.value)
+
+
+def test_pccs_refuses_hosts_empty_and_a_file_that_overrides_production_json(tmp_path):
+    config = tmp_path / "opt/intel/sgx-dcap-pccs/config"
+    config.mkdir(parents=True)
+    (config / "default.json").write_text(DEFAULT)
+    with pytest.raises(ComponentError, match="listen on every interface"):
+        plan("pccs", tmp_path, settings={"hosts": ""}, secrets=SECRETS)
+    (config / "local.json").write_text('{"hosts": "0.0.0.0"}')
+    with pytest.raises(ComponentError) as raised:
+        plan("pccs", tmp_path, secrets=SECRETS)
+    assert "config/local.json would override the production.json" in str(raised.value)
+
+
+def test_qcnl_insecure_cert_is_written_with_a_warning(tmp_path):
+    result = plan(
+        "qcnl", tmp_path, settings={"pccs_url": "https://p:8081/sgx/certification/v4/", "use_secure_cert": False}
+    )
+    assert result.effective["use_secure_cert"] is False and "use_secure_cert is false" in result.warnings[0]
+    with pytest.raises(ComponentError, match="is empty"):
+        plan("qcnl", tmp_path, settings={"pccs_url": ""})

@@ -110,3 +110,46 @@ def test_detect_from_the_host_roots_dpkg_status(tmp_path):
 def test_detect_says_why_when_nothing_is_installed(tmp_path):
     version, why = detect_dcap_version(HostReader(str(tmp_path)), timeout=5)
     assert version is None and "tdx-qgs is not installed" in why
+
+
+# Issue 18: what each release can do at all, read per tag of Intel's source (server_main.cpp per DCAP_1.x tag).
+@pytest.mark.parametrize(
+    ("version", "has_qgs", "unix", "threads", "cut", "port_required"),
+    [
+        ("1.12", False, False, False, None, True),
+        ("1.13", False, False, False, None, True),
+        ("1.14", True, False, False, None, True),
+        ("1.15", True, True, True, None, False),
+        ("1.18", True, True, True, None, False),
+        ("1.19", True, True, True, 255, False),
+        ("1.23", True, True, True, 255, False),
+        ("1.24", True, True, True, 255, False),
+        ("1.26", True, True, True, 255, False),
+        ("1.27", True, True, True, 255, False),
+    ],
+)
+def test_capability_table_per_release(version, has_qgs, unix, threads, cut, port_required):
+    behaviour = qgs_behaviour(parse_dcap_version(version))
+    assert (behaviour.has_qgs, behaviour.unix_socket, behaviour.reads_threads) == (has_qgs, unix, threads)
+    assert behaviour.value_cut == cut and behaviour.port_required is port_required
+    assert (behaviour.release == version and "DCAP_" + version in behaviour.source) or version >= "1.26"
+
+
+@pytest.mark.parametrize(
+    ("version", "transport", "fragment"),
+    [
+        ("1.12", "unix", "ships no QGS"),
+        ("1.12", "vsock", "ships no QGS"),
+        ("1.14", "unix", "vsock only"),
+        ("1.14", "both", "vsock only"),
+        ("1.14", "vsock", None),
+        ("1.15", "unix", None),
+        ("1.26", "both", None),
+    ],
+)
+def test_refusal_names_what_the_release_cannot_do(version, transport, fragment):
+    refusal = qgs_behaviour(parse_dcap_version(version)).refusal(transport)
+    if fragment is None:
+        assert refusal is None
+    else:
+        assert fragment in refusal and "1.26" in refusal

@@ -106,6 +106,9 @@ def test_production_written_over_defaults_with_trailing_commas():
         ({"UserTokenHash": "abc"}, "UserTokenHash is not 128 hex"),
         ({"ApiKey": ""}, "ApiKey is empty"),
         ({"LogLevel": "loud"}, "LogLevel"),
+        ({"hosts": ""}, "listen on every interface"),
+        ({"hosts": "  "}, "listen on every interface"),
+        ({"hosts": 0}, "listen on every interface"),
     ],
 )
 def test_problems_that_stop_pccs_or_its_clients(override, fragment):

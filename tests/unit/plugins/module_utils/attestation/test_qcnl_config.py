@@ -9,6 +9,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.qcnl_
     QcnlConfigError,
     check_settings,
     qcnl_effective,
+    qcnl_warnings,
     update_qcnl,
 )
 
@@ -110,9 +111,28 @@ def test_update_refuses_a_file_it_cannot_read():
         ({"tcb_update_type": "late"}, "early or standard"),
         ({"pccs_api_version": "4.0"}, "'3.0' or '3.1'"),
         ({"pccs_uri": "x"}, "unknown QCNL setting"),
+        ({"pccs_url": ""}, "pccs_url (tdx_attestation_pccs_url) is empty"),
+        # RapidJSON stores 2**31 as int64: neither IsInt() nor IsDouble(), so qcnl_config.cpp ignores it.
+        ({"pck_cache_expire_hours": 2**31}, "within int32"),
+        ({"verify_collateral_cache_expire_hours": -(2**31) - 1}, "within int32"),
     ],
 )
 def test_settings_qcnl_would_misread_are_refused(settings, fragment):
     with pytest.raises(QcnlConfigError) as raised:
         check_settings(settings)
     assert fragment in str(raised.value)
+
+
+def test_int32_limit_of_expiry_hours_as_qcnl_reads_them():
+    check_settings({"pck_cache_expire_hours": 2**31 - 1})
+    check_settings({"pck_cache_expire_hours": 3e9})  # a JSON double: taken (then capped at 2160)
+    view = qcnl_effective('{"pck_cache_expire_hours": 3000000000}')
+    assert view["settings"]["pck_cache_expire_hours"] == 0 and "ignored by QCNL" in view["problems"][0]
+    assert qcnl_effective('{"pck_cache_expire_hours": 3000000000.0}')["settings"]["pck_cache_expire_hours"] == 2160
+
+
+def test_empty_pccs_url_in_a_file_is_a_problem_and_insecure_cert_a_warning():
+    assert "pccs_url is empty" in qcnl_effective('{"pccs_url": ""}')["problems"][0]
+    insecure = qcnl_effective(FILE)["settings"]
+    assert "use_secure_cert is false" in qcnl_warnings(insecure)[0]
+    assert qcnl_warnings(DEFAULTS) == []

@@ -180,3 +180,92 @@ def test_a_socket_group_that_is_not_a_group_name_is_refused_naming_the_variable(
 def test_group_names_and_gids_pass(group):
     plan = qgs_plan(V126, "unix", ["kubevirt"], socket_group=group)
     assert plan.socket_group == group
+
+
+V114, V115, V118, V119 = (qgs_behaviour(DcapVersion(1, minor)) for minor in (14, 15, 18, 19))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", None),  # 1.14 has no Unix socket: no port is fatal
+        ("port = 0\n", None),
+        ("port = 4050\n", V4050),
+        ("port = 4050\nport = 4051\n", ("vsock", 4051)),  # every line read: the last wins
+        ("port = 4050\nport = 0\n", None),
+        ("port = 4050\nnumber_threads = x\n", V4050),  # no thread setting: the value is never looked at
+    ],
+)
+def test_dcap_114_reads_vsock_only(text, expected):
+    effective = effective_qgs(text, V114)
+    got = None if effective.transport is None else (effective.transport, effective.port)
+    assert got == expected, effective.describe()
+
+
+def test_dcap_114_has_no_thread_flag():
+    assert effective_qgs("port = 4050\n", V114, ["-n=4"]).transport is None
+    assert effective_qgs("", V114, ["-p=4050"]).port == 4050
+
+
+def test_value_cut_differs_by_release():
+    # 1.15 to 1.18 hand the whole value to strtoul: the 'x' past 255 characters is fatal there, cut off from 1.19.
+    text = "port = " + "0" * 251 + "4050" + "x\n"
+    for behaviour in (V115, V118):
+        assert effective_qgs(text, behaviour).transport is None
+    for behaviour in (V119, V123, V124, V126):
+        assert effective_qgs(text, behaviour).port == 4050
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "transport", "threads", "fragment"),
+    [
+        (qgs_behaviour(DcapVersion(1, 12)), "vsock", None, "ships no QGS"),
+        (V114, "unix", None, "vsock only"),
+        (V114, "both", None, "vsock only"),
+        (V114, "vsock", 4, "no thread setting"),
+    ],
+)
+def test_plan_refuses_what_the_release_cannot_do(behaviour, transport, threads, fragment):
+    with pytest.raises(QgsConfigError) as raised:
+        qgs_plan(behaviour, transport, ["kata"], threads=threads)
+    assert fragment in str(raised.value)
+
+
+def test_plan_for_dcap_114_vsock_writes_a_port():
+    plan = qgs_plan(V114, "vsock", ["kata"])
+    assert effective_qgs(plan.files["/etc/qgs.conf"], V114).port == 4050
+    with pytest.raises(QgsConfigError):
+        qgs_plan(V114, "vsock", ["kata"], vsock_port=0)
+
+
+@pytest.mark.parametrize(
+    ("consumers", "kata", "transport", "serves"),
+    [
+        (["kubevirt"], None, "unix", {"unix": ["kubevirt"]}),
+        (["kata"], "3.31.0", "vsock", {"vsock": ["kata"]}),
+        (["kata"], "v3.32.1", "unix", {"unix": ["kata"]}),
+        (["kubevirt", "kata"], "3.32.0", "unix", {"unix": ["kubevirt", "kata"]}),
+        (["kubevirt", "kata"], "3.31.0", "both", {"unix": ["kubevirt"], "vsock": ["kata"]}),
+        (["kubevirt", "kata"], "", "both", {"unix": ["kubevirt", "kata"], "vsock": ["kata"]}),
+    ],
+)
+def test_auto_transport_per_consumer_version(consumers, kata, transport, serves):
+    plan = qgs_plan(V126, "auto", consumers, kata_version=kata)
+    assert plan.transport == transport
+    assert {item["transport"]: item["serves"] for item in plan.listeners} == serves
+    assert (VSOCK_UNIT_PATH in plan.files) is (transport == "both")
+
+
+@pytest.mark.parametrize(
+    ("transport", "consumers", "kata", "fragment"),
+    [
+        ("unix", ["kata"], "3.31.0", "asks QGS on vsock port 4050"),
+        ("vsock", ["kata"], "3.32.0", "asks QGS on the Unix socket"),
+        ("vsock", ["kubevirt"], None, "only a Unix socket path"),
+        ("auto", ["kata"], "three", "not a Kata Containers release"),
+    ],
+)
+def test_explicit_transport_a_consumer_cannot_use_is_refused(transport, consumers, kata, fragment):
+    with pytest.raises(QgsConfigError) as raised:
+        qgs_plan(V126, transport, consumers, kata_version=kata)
+    assert fragment in str(raised.value)

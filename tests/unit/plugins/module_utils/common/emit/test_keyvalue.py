@@ -70,3 +70,32 @@ def test_the_network_setting_file_reads_back():
         ("USE_SECURE_CERT", "FALSE"),
         ("USER_TOKEN", "s3cr#t=x"),
     ]
+
+
+# qgs.conf edited in place (issue 18): only the owned keys change, as QGS's own line rule sees them.
+PACKAGE_CONF = "#set port number\nport = 4050\nnumber_threads = 4\n"
+
+
+def test_qgs_edit_changes_only_the_owned_keys():
+    text = "# admin: keep me\n" + PACKAGE_CONF + "future_key = on\n"
+    edited = keyvalue.qgs_edit(text, {"port": None}, {"port": "p"})
+    assert edited == "# admin: keep me\n#set port number\nnumber_threads = 4\nfuture_key = on\n"
+    assert keyvalue.qgs_edit(edited, {"port": None}, {"port": "p"}) == edited
+
+
+def test_qgs_edit_sees_a_port_line_the_way_qgs_does():
+    # ' po rt = 1' is a port line to QGS (every blank removed); '# port = 1' and 'port' without '=' are not.
+    text = " po rt\t= 1\n# port = 9\nport\nport=2\n"
+    assert keyvalue.qgs_edit(text, {"port": 4050}, {"port": "p"}) == "port = 4050\n# port = 9\nport\n"
+
+
+def test_qgs_edit_appends_a_missing_key_and_keeps_a_missing_newline():
+    assert keyvalue.qgs_edit("# c", {"port": 4051, "number_threads": 8}, {"port": "p", "number_threads": "n"}) == (
+        "# c\nport = 4051\nnumber_threads = 8"
+    )
+
+
+def test_qgs_edit_refuses_a_value_that_would_add_a_line():
+    with pytest.raises(EmitError) as raised:
+        keyvalue.qgs_edit("", {"port": "1\nnumber_threads = 9"}, {"port": "tdx_attestation_qgs_vsock_port"})
+    assert "tdx_attestation_qgs_vsock_port" in str(raised.value)

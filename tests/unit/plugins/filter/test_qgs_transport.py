@@ -1,0 +1,35 @@
+"""The qgs_transport filter: the role's transport from qgs_config's rule, errors as AnsibleFilterError."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.confidential.tee.plugins.filter.attestation import qgs_transport
+
+
+@pytest.mark.parametrize(
+    ("transport", "consumers", "kata", "expected"),
+    [
+        ("auto", ["kubevirt", "kata"], "", "both"),
+        ("auto", ["kubevirt", "kata"], "3.31.0", "both"),
+        ("auto", ["kubevirt", "kata"], "3.32.0", "unix"),
+        ("auto", ["kata"], "3.31.0", "vsock"),
+        ("unix", ["kubevirt"], None, "unix"),
+    ],
+)
+def test_transport_for_the_consumers(transport, consumers, kata, expected):
+    assert qgs_transport(transport, consumers, kata) == expected
+
+
+@pytest.mark.parametrize(
+    ("transport", "consumers", "kata", "fragment"),
+    [
+        ("unix", ["kata"], "3.31.0", "vsock port 4050"),
+        ("auto", "kata", "", "as a list"),
+        ("auto", ["kata"], "x.y", "not a Kata Containers release"),
+    ],
+)
+def test_refusals_name_the_variable(transport, consumers, kata, fragment):
+    with pytest.raises(AnsibleFilterError) as raised:
+        qgs_transport(transport, consumers, kata)
+    assert fragment in str(raised.value)
