@@ -18,6 +18,8 @@ Optional extras (:class:`NodeSpec` fields; off by default, so plain trees stay a
   and ``dev/cpu/0/cpuid`` holding leaf 0x8000001F (ECX max ASID = ``sev`` + ``sev_es``, EDX min SEV ASID =
   ``sev_es`` + 1) on AMD, at the offsets the kernel's msr and cpuid drivers use (sparse files);
 * ``tdx_misc=False``: a kernel whose KVM has TDX (a vendor backport) but no ``tdx`` misc resource;
+* ``ciphertext_hiding_asids``: the ``kvm_amd`` parameter (AMD ciphertext hiding, 6.18+) that splits the
+  ``sev_es`` ASIDs into an SNP range and an SEV-ES range (:mod:`teesim.kernel.asids`);
 * ``kvm_tdx``: the ``kvm_intel`` ``tdx`` parameter (``auto``: Y when there are TDX keys; ``absent``: a
   kernel without KVM TDX has no such parameter);
 * ``pci``: PCI devices under ``sys/bus/pci/devices/<bdf>`` with ``vendor``, ``device``, ``class`` and the
@@ -105,6 +107,9 @@ class NodeSpec:
     tdx_misc: bool = True
     kvm_tdx: str = "auto"
     pci: tuple[PciDevice, ...] = ()
+    # kvm_amd.ciphertext_hiding_asids (Linux 6.18+, sev.c): None = a kernel without the parameter, 0 = off,
+    # N = SNP ASIDs 1..N and SEV-ES ASIDs N+1..sev_es (KVM caps N at the joint range and prints what it kept).
+    ciphertext_hiding_asids: int | None = None
 
     def resolved_capacity(self) -> dict[str, int]:
         if self.vendor not in VENDOR_RESOURCES:
@@ -179,6 +184,9 @@ class Node:
             enabled = "Y\n" if capacity.get("sev_es") else "N\n"
             files["sys/module/kvm_amd/parameters/sev_es"] = enabled
             files["sys/module/kvm_amd/parameters/sev_snp"] = enabled
+            if spec.ciphertext_hiding_asids is not None:
+                snp = min(spec.ciphertext_hiding_asids, capacity.get("sev_es", 0))
+                files["sys/module/kvm_amd/parameters/ciphertext_hiding_asids"] = f"{snp}\n"
         for device in spec.pci:
             base = f"sys/bus/pci/devices/{device.bdf}"
             files[f"{base}/vendor"] = device.vendor + "\n"
