@@ -154,7 +154,8 @@ def test_tdx_host_is_ready(fs):
             "problem": None,
         },
     }
-    assert facts["sev_asids"]["ciphertext_hiding"] is None and facts["sev_asids"]["reasons"] == ["kvm_amd is not loaded"]
+    assert facts["sev_asids"]["ciphertext_hiding"] is None
+    assert facts["sev_asids"]["reasons"] == ["kvm_amd is not loaded"]
     assert facts["sev"]["ready"] is False
     assert facts["sev"]["reasons"] == ["SEV needs an AMD EPYC host; this CPU's vendor is GenuineIntel"]
     assert facts["gpu"]["probed"] is False

@@ -46,7 +46,8 @@ def test_hiding_splits_snp_1_to_n_and_sev_es_the_rest(tmp_path):
     assert split["ciphertext_hiding"] is True and split["ciphertext_hiding_asids"] == 16
     assert (split["snp"]["capacity"], split["snp"]["asid_range"]) == (16, [1, 16])
     assert (split["sev_es"]["capacity"], split["sev_es"]["asid_range"]) == (83, [17, 99])
-    assert split["snp"]["source"].endswith(CIPHERTEXT_HIDING_PARAM + " = 16 (Linux arch/x86/kvm/svm/sev.c (6.18+): SNP ASIDs 1..N)")
+    expected = " = 16 (Linux arch/x86/kvm/svm/sev.c (6.18+): SNP ASIDs 1..N)"
+    assert split["snp"]["source"].endswith(CIPHERTEXT_HIDING_PARAM + expected)
     assert "an SNP launch past ASID 16 fails with EBUSY while keys look free" in split["summary"]
 
 
@@ -82,7 +83,7 @@ def test_the_joint_count_falls_back_to_cpuid(tmp_path):
         ("max\n", None, "value 'max' is not what upstream KVM prints"),
         ("-1\n", None, "unexpected value '-1'"),
         ("4294967296\n", None, "unexpected value"),
-        ("１６\n", None, "unexpected value"),  # full-width digits: str.isdigit() alone would take them
+        ("\uff11\uff16\n", None, "unexpected value"),  # full-width digits: str.isdigit() alone would take them
         ("", None, "unexpected value ''"),
     ],
 )
