@@ -160,9 +160,8 @@ def describe(split: dict) -> str:
     if split["ciphertext_hiding"] is None:
         return "SNP/SEV-ES ASID split unknown: %s" % "; ".join(split["reasons"] or ["not read"])
     if not split["ciphertext_hiding"]:
-        return (
-            "ciphertext hiding off: SEV-ES and SNP guests share %s ASIDs (misc.capacity sev_es counts them all)"
-            % ("the joint range of %d" % joint if joint is not None else "one joint range of unknown size")
+        return "ciphertext hiding off: SEV-ES and SNP guests share %s ASIDs (misc.capacity sev_es counts them all)" % (
+            "the joint range of %d" % joint if joint is not None else "one joint range of unknown size"
         )
     text = (
         "ciphertext hiding on: SNP guests get ASIDs 1..%d (%s), SEV-ES guests the rest of the joint range (%s); "
