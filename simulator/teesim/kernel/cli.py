@@ -70,6 +70,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         registers=args.registers,
         tdx_misc=args.tdx_misc,
         kvm_tdx=args.kvm_tdx,
+        ciphertext_hiding_asids=args.ciphertext_hiding_asids,
     )
     misc = node.misc
     summary = (
@@ -111,6 +112,13 @@ def register(subparsers: Any) -> None:
         choices=("auto", "Y", "N", "absent"),
         default="auto",
         help="kvm_intel tdx parameter (auto: Y when there are TDX keys; absent: a kernel without KVM TDX)",
+    )
+    build.add_argument(
+        "--ciphertext-hiding-asids",
+        type=int,
+        metavar="N",
+        help="AMD: kvm_amd.ciphertext_hiding_asids (6.18+): SNP ASIDs 1..N, SEV-ES the rest of sev_es (0: off; "
+        "default: a kernel without the parameter)",
     )
     build.add_argument("--out", required=True, help="directory to write (created; existing files replaced)")
     build.set_defaults(func=_cmd_build)
