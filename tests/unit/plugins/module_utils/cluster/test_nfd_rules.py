@@ -72,7 +72,7 @@ def test_ciphertext_hiding_nodes_advertise_their_snp_range_not_the_joint_count()
 
 def test_ciphertext_hiding_with_an_unknown_snp_count_is_refused():
     broken = {"ciphertext_hiding": True, "snp": {"capacity": None}}
-    with pytest.raises(kp.KeyPoolError, match="node snp-a: ciphertext hiding splits .* SNP count is None"):
+    with pytest.raises(kp.KeyPoolError, match=r"node snp-a: ciphertext hiding splits .* SNP count is None"):
         kp.plan([{"name": "snp-a", "vendor": "amd", "consumers": ["kata"], "sev_asids": broken}])
     with pytest.raises(kp.KeyPoolError, match="sev_asids must be the sev_asids fact"):
         kp.plan([{"name": "snp-a", "vendor": "amd", "consumers": ["kata"], "sev_asids": "16"}])
