@@ -2,7 +2,8 @@
 
 Models what the collection's modules and the device plugins read on a real node:
 
-* ``sys/fs/cgroup/cgroup.controllers`` and the misc files of every cgroup (from :class:`MiscController`),
+* ``sys/fs/cgroup/cgroup.controllers`` and the misc files of every cgroup (from :class:`teesim.kernel.kvm.KvmKeys`,
+  a misc controller whose charges fail as KVM's launches do),
 * ``sys/module/kvm_intel/parameters/tdx`` or ``sys/module/kvm_amd/parameters/{sev,sev_es,sev_snp}``,
 * ``proc/cpuinfo`` (one processor per CPU, with the TEE flags), ``proc/cmdline``,
   ``proc/sys/kernel/osrelease``, ``etc/hostname``,
@@ -37,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from teesim._collection import VENDOR_MISC_RESOURCES, canonical_resource
-from teesim.kernel.misc import MiscController
+from teesim.kernel.kvm import KvmKeys
 from teesim.kernel.profiles import CURRENT, KernelProfile
 
 CGROUP_ROOT = "sys/fs/cgroup"
@@ -137,8 +138,11 @@ class Node:
             raise ValueError(f"kvm_tdx {self.spec.kvm_tdx!r}: choose one of {', '.join(KVM_TDX_CHOICES)}")
         # Without the tdx misc resource the keys still exist in the hardware, but the kernel does not count them.
         counted = capacity if self.spec.tdx_misc else {k: v for k, v in capacity.items() if k != "tdx"}
-        self.misc: MiscController | None = (
-            MiscController(counted, self.spec.profile) if self.spec.profile.has_misc else None
+        # KVM's key allocation around the misc charge: ENOSPC for TDX KeyIDs, the SNP/SEV-ES ASID ranges.
+        self.misc: KvmKeys | None = (
+            KvmKeys(counted, self.spec.profile, self.spec.ciphertext_hiding_asids)
+            if self.spec.profile.has_misc
+            else None
         )
         self.hardware_capacity = dict(capacity)
         self._static = self._render_static(capacity)
