@@ -332,10 +332,15 @@ host:
           C(cmdline_ready) means C(kvm_intel.tdx=1) and C(nohibernate) are on the command line,
           C(attestation_ready) that the QGS socket exists, C(ready) that TDs can be launched.
         - C(reasons) says what blocks C(ready) and how to fix it; C(advice) lists non-blocking problems.
+        - With O(capacity=true) or O(preflight=true), C(misc_capacity) is the C(tdx) line of C(misc.capacity), and
+          C(ready) also needs TDX KeyIDs there on kernels that count them (6.16+). Nothing is decided from C(dmesg)
+          text, whose wording changed in 7.1 (the TDX module is initialised at boot); the reasons quote what 6.x
+          and 7.1+ print.
       type: dict
       sample:
         supported: true
         enabled: false
+        misc_capacity: 0
         cmdline_ready: false
         attestation_ready: false
         ready: false
@@ -466,6 +471,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts im
 )
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import HostRootError, gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
+from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import apply_capacity
 from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import sev_asid_split
 
 
@@ -534,6 +540,7 @@ def main():
     elif params["capacity"]:
         facts["capacity"] = capacity_facts(host_root)
         facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"])
+        apply_capacity(facts, facts["capacity"])
     for issue in facts.get("capacity", {}).get("issues", []):
         line = ":%s" % issue["line_number"] if issue["line_number"] else ""
         module.warn("%s%s: %s" % (issue["path"], line, issue["problem"]))

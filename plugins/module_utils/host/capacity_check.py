@@ -17,7 +17,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup 
 # Why a resource can have capacity 0 (the kernel then omits its line) and where to look.
 ZERO_CAPACITY_HINTS = {
     "tdx": (
-        "TDX not initialised; check `dmesg | grep virt/tdx`, that TDX and a TME-MT/TDX key split are enabled "
+        "TDX not initialised; check `dmesg | grep -i tdx` (6.x: 'virt/tdx: module initialized' when kvm_intel "
+        "loads; 7.1+: 'virt/tdx: TDX-Module initialized' at boot), that TDX and a TME-MT/TDX key split are enabled "
         "in the BIOS, that kvm_intel is loaded with tdx=Y (kernel arguments `kvm_intel.tdx=1 nohibernate`), "
         "and that the kernel is >= 6.16 or carries the TDX misc-cgroup patch"
     ),

@@ -26,6 +26,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_fac
 from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import gather_hardware_keys
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import (
     SEV_KINDS,
+    TDX_DMESG_HINT,
+    apply_capacity,
     sev_kvm_reasons,
     snp_iommu_reasons,
     tdx_cpu_reasons,
@@ -101,7 +103,7 @@ def _tdx_cpu_check(facts):
         "run on bare metal"
         if facts["cpu"]["flags"]["hypervisor"]
         else "enable TME, TME-MT/TDX key split and "
-        "TDX in the BIOS, boot a CONFIG_INTEL_TDX_HOST kernel, check `dmesg | grep virt/tdx`"
+        "TDX in the BIOS, boot a CONFIG_INTEL_TDX_HOST kernel, check %s" % TDX_DMESG_HINT
     )
     return check("tdx.cpu_flag", title, FAIL, "; ".join(reasons), fix)
 
@@ -651,6 +653,7 @@ def gather_preflight(host_root, facts, min_free_keys=1, attestation=None) -> dic
     facts["capacity"] = capacity_facts(host_root, cgroups=True, cgroup_depth=1)
     facts["hardware_keys"] = gather_hardware_keys(HostReader(host_root), facts, facts["capacity"])
     facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"], facts["hardware_keys"].get("sev"))
+    apply_capacity(facts, facts["capacity"])
     facts["preflight"] = preflight_verdict(facts, facts["capacity"], facts["hardware_keys"], min_free_keys, attestation)
     return facts
 
