@@ -39,6 +39,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_object
     resource_list,
     selector_matches,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import EXHAUSTION_SIGNATURES
 
 MISC_RESOURCES = tee.MISC_REPORT_ORDER
 # The mutable, per-report form ``resource_map`` extends.
@@ -241,6 +242,9 @@ def _total(counts):
 
 
 def _finding(node, resource, finding_id, severity, title, numbers, detail, fix) -> dict:
+    if severity == CRITICAL and resource in EXHAUSTION_SIGNATURES:
+        # Guests will fail to start: say what that failure looks like, as the kernel and QEMU report it.
+        detail = "%s How it shows: %s." % (detail.rstrip(), EXHAUSTION_SIGNATURES[resource])
     return {
         "id": finding_id,
         "node": node,

@@ -34,6 +34,32 @@ ZERO_CAPACITY_HINTS = {
 }
 
 
+# What a launch looks like when the keys are gone, so operators recognise it in QEMU/libvirt/Kata logs:
+# * TDX: KVM allocates the HKID (an IDA over the guest KeyIDs) before the misc charge (Linux 6.16-7.x
+#   arch/x86/kvm/vmx/tdx.c __tdx_td_init), so exhaustion is -ENOSPC from the KVM_TDX_INIT_VM ioctl, which QEMU
+#   reports as "KVM_TDX_INIT_VM failed: No space left on device" (target/i386/kvm/tdx.c); a cgroup's misc.max
+#   refuses the later misc charge with -EBUSY.
+# * SEV/SEV-ES/SNP: the misc charge, then the ASID bitmap (arch/x86/kvm/svm/sev.c sev_asid_new) both fail -EBUSY,
+#   which QEMU prints as "failed to initialize ret=-16 fw_error=0" (target/i386/sev.c); with ciphertext hiding
+#   (6.18+) an SEV-ES guest without an ASID range gets -ENOTTY (ret=-25).
+EXHAUSTION_SIGNATURES = {
+    "tdx": (
+        "a TD launch then fails in KVM_TDX_INIT_VM with ENOSPC (QEMU: 'KVM_TDX_INIT_VM failed: No space left on "
+        "device') when the host's TDX KeyIDs are gone, or with EBUSY ('Device or resource busy') at a cgroup's "
+        "misc.max"
+    ),
+    "sev": (
+        "an SEV launch then fails with EBUSY (QEMU: 'failed to initialize ret=-16 fw_error=0'), whether the ASIDs "
+        "or a cgroup's misc.max ran out"
+    ),
+    "sev_es": (
+        "an SEV-ES/SNP launch then fails with EBUSY (QEMU: 'failed to initialize ret=-16 fw_error=0'), whether the "
+        "ASIDs, the SNP range of ciphertext hiding or a cgroup's misc.max ran out; an SEV-ES guest whose range "
+        "ciphertext hiding emptied fails with ENOTTY (ret=-25)"
+    ),
+}
+
+
 def _problems(state: MiscState, filename: str) -> list[str]:
     return [issue.describe() for issue in state.issues if issue.path.rsplit("/", 1)[-1] == filename]
 
@@ -170,7 +196,8 @@ def _usage_checks(report: CheckReport, label: str, where: str, min_free, max_uti
             if ok
             else (
                 f"{label}: only {free} of {capacity} keys free in {where} (misc.current {current}), at least "
-                f"{min_free} required{bound}: stop unused guests or move this workload to another node."
+                f"{min_free} required{bound}: stop unused guests or move this workload to another node; "
+                f"{EXHAUSTION_SIGNATURES.get(report.resource, 'launches past the capacity fail')}."
             ),
         )
     if max_utilization is not None:

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
-from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import ZERO_CAPACITY_HINTS
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import (
+    EXHAUSTION_SIGNATURES,
+    ZERO_CAPACITY_HINTS,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import gather_hardware_keys
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import (
@@ -594,7 +597,8 @@ def keys_section(facts, capacity, hardware, min_free) -> dict:
         title,
         PASS if free >= min_free else FAIL,
         numbers,
-        "stop unused guests, or cordon this node and move confidential workloads elsewhere",
+        "stop unused guests, or cordon this node and move confidential workloads elsewhere: %s"
+        % EXHAUSTION_SIGNATURES[resource],
         source="misc",
     )
     return section("keys", "TEE keys", [result])

@@ -385,3 +385,14 @@ def test_an_snp_pool_within_the_range_or_without_hiding_is_fine():
     plain = host({"sev_es": 99})
     plain["sev_asids"] = {"ciphertext_hiding": False, "snp": {"capacity": 99}}
     assert findings(drift({"n1": plain}, [node("n1", {"sev-snp.amd.com/esids": "99"})]), "n1") == []
+
+
+def test_critical_findings_say_how_the_failed_launches_show():
+    result = drift({"n1": host({"tdx": 63})}, [node("n1", TWO_POOLS)])
+    (double,) = findings(result, "n1", "double_pool")
+    assert "How it shows: a TD launch then fails in KVM_TDX_INIT_VM with ENOSPC" in double["detail"]
+    facts = _hidden(host({"sev_es": 99}), 16)
+    (snp,) = findings(
+        drift({"n1": facts}, [node("n1", {"sev-snp.amd.com/esids": "99"})]), "n1", "snp_pool_exceeds_snp_range"
+    )
+    assert "ret=-16" in snp["detail"]
