@@ -110,12 +110,12 @@ def evaluate(
     report = CheckReport(resource=name)
     layout = state.layout
     if not layout.present:
-        report.add(
-            "misc_controller",
-            False,
-            f"cannot count {label} keys: {layout.reason}. Boot a kernel with CONFIG_CGROUP_MISC "
-            "(5.13+ for sev/sev_es, 6.16+ or a vendor backport for tdx).",
+        kernel_fix = (
+            ""
+            if layout.not_root
+            else " Boot a kernel with CONFIG_CGROUP_MISC (5.13+ for sev/sev_es, 6.16+ or a vendor backport for tdx)."
         )
+        report.add("misc_controller", False, f"cannot count {label} keys: {layout.reason}.{kernel_fix}")
         return report
 
     entry = state.entry(name)

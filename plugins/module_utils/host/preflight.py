@@ -342,7 +342,10 @@ def _sev_asid_check(hardware, capacity):
 def _sev_keys_check(capacity):
     entry = (capacity.get("resources") or {}).get("sev_es") or {}
     title = "SEV-ES/SNP ASIDs > 0 (sev_es)"
-    if not (capacity.get("misc_controller") or {}).get("present"):
+    controller = capacity.get("misc_controller") or {}
+    if not controller.get("present"):
+        if controller.get("not_root_cgroup"):
+            return check("sev.keys", title, SKIP, controller["reason"])
         return check("sev.keys", title, SKIP, "no misc cgroup controller: ASIDs are not counted by this kernel")
     if entry.get("capacity") is None:
         return check("sev.keys", title, SKIP, _unknown_capacity("sev_es", entry))
