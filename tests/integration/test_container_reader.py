@@ -4,6 +4,7 @@ says so and how to read the host's root, never "no misc controller" or a capacit
 from __future__ import annotations
 
 import pytest
+from teesim.kernel.cli import build_pod_view
 
 pytestmark = pytest.mark.slow
 
@@ -20,15 +21,7 @@ TASKS = [
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, playbook):
     root = tmp_path_factory.mktemp("pod")
-    cg = root / "sys/fs/cgroup"
-    cg.mkdir(parents=True)
-    (cg / "cgroup.controllers").write_text("cpu memory pids misc\n")
-    (cg / "cgroup.type").write_text("domain\n")
-    (cg / "misc.current").write_text("tdx 0\n")
-    (cg / "misc.max").write_text("tdx max\n")
-    (cg / "misc.events").write_text("tdx.max 0\n")
-    (root / "proc/self").mkdir(parents=True)
-    (root / "proc/self/cgroup").write_text("0::/\n")
+    build_pod_view(root, "/")  # its own cgroup namespace: /proc/self/cgroup is 0::/
     return playbook(tmp_path_factory.mktemp("run"), TASKS, {"pod": {"node_root": str(root)}})
 
 

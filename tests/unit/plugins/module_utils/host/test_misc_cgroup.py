@@ -358,15 +358,9 @@ def test_well_formed_lines_are_exact_even_among_junk(table, junk):
 def _container_cgroup(root, self_cgroup):
     from pathlib import Path
 
-    cg = Path(root) / "sys/fs/cgroup"
-    cg.mkdir(parents=True)
-    (cg / "cgroup.controllers").write_text("cpuset cpu io memory pids misc\n")
-    (cg / "cgroup.type").write_text("domain\n")
-    (cg / "misc.current").write_text("tdx 0\n")
-    (cg / "misc.max").write_text("tdx max\n")
-    (cg / "misc.events").write_text("tdx.max 0\n")
-    (Path(root) / "proc/self").mkdir(parents=True)
-    (Path(root) / "proc/self/cgroup").write_text(self_cgroup)
+    from teesim.kernel.cli import build_pod_view
+
+    build_pod_view(Path(root), self_cgroup.strip()[3:])
 
 
 def test_a_private_cgroup_namespace_says_why_there_is_no_capacity(tmp_path):
