@@ -177,4 +177,5 @@ def describe(split: dict) -> str:
     )
     if es["capacity"] == 0:
         text += "; SEV-ES is unusable: every joint ASID went to SNP, and SEV-ES launches fail with ENOTTY"
-    return text
+    # sev_hardware_setup() logs it (kvm_amd: "SEV-SNP ciphertext hiding enabled", then both ranges).
+    return text + " (dmesg: 'SEV-SNP ciphertext hiding enabled' and the SEV-ES and SEV-SNP ASID ranges)"
