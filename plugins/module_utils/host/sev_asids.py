@@ -126,17 +126,15 @@ def sev_asid_split(kvm_amd: dict, capacity: dict | None = None, cpuid: dict | No
         "joint": {"capacity": joint, "source": joint_source},
         "reasons": [],
     }
-    unknown = _pool(None, None, None, None, None)
     if not kvm_amd.get("loaded"):
         why = "kvm_amd is not loaded" if kvm_amd.get("loaded") is False else "kvm_amd state unknown"
-        return dict(result, snp=unknown, sev_es=unknown, reasons=[why])
+        return _unknown(result, why)
     if param.get("present") is False:
         result["ciphertext_hiding"] = False
         result.update(_split_off(joint, joint_source, "no ciphertext_hiding_asids parameter (kernel before 6.18)"))
     elif param.get("asids") is None:
         problem = param.get("problem") or "not read"
-        result["reasons"].append("%s: %s" % (param.get("path") or CIPHERTEXT_HIDING_PARAM, problem))
-        return dict(result, snp=unknown, sev_es=dict(unknown))
+        return _unknown(result, "%s: %s" % (param.get("path") or CIPHERTEXT_HIDING_PARAM, problem))
     elif param["asids"] == 0:
         result["ciphertext_hiding"] = False
         result.update(_split_off(joint, joint_source, "ciphertext_hiding_asids is 0, ciphertext hiding off"))
@@ -150,6 +148,14 @@ def sev_asid_split(kvm_amd: dict, capacity: dict | None = None, cpuid: dict | No
     if kvm_amd.get("sev_snp") is False and not result["ciphertext_hiding"]:
         result["snp"] = _pool(0, None, None, "kvm_amd sev_snp is N: KVM launches no SNP guest", False)
     result["reasons"] = list(dict.fromkeys(result["reasons"]))
+    result["summary"] = describe(result)
+    return result
+
+
+def _unknown(result: dict, why: str) -> dict:
+    """Neither count can be told: both ``None``, with the reason (never a 0 standing in for unknown)."""
+    result.update(snp=_pool(None, None, None, None, None), sev_es=_pool(None, None, None, None, None))
+    result["reasons"] = [why]
     result["summary"] = describe(result)
     return result
 

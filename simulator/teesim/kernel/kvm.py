@@ -48,7 +48,7 @@ class KvmKeys(MiscController):
 
     def try_charge(self, path: str, resource: str, amount: int = 1, guest: str | None = None) -> None:
         name = self._name(resource)
-        if name == "tdx" and amount:
+        if name == "tdx" and amount and self.capacity("tdx"):
             self._tdx_launch(path, amount)
             return
         super().try_charge(path, resource, amount)
@@ -63,7 +63,7 @@ class KvmKeys(MiscController):
     def uncharge(self, path: str, resource: str, amount: int = 1, guest: str | None = None) -> None:
         name = self._name(resource)
         super().uncharge(path, resource, amount)
-        if name == "tdx":
+        if name == "tdx" and self.capacity("tdx"):
             self._tdx_keyids -= amount
         elif name == "sev_es":
             self._asids[guest or SNP] -= amount

@@ -75,3 +75,11 @@ def test_a_node_with_ciphertext_hiding_writes_the_parameter_and_enforces_it():
     assert node.misc is not None and node.misc.snp_range == (1, 16) and node.misc.sev_es_range == (17, 99)
     plain = Node(NodeSpec(vendor="amd"))
     assert "sys/module/kvm_amd/parameters/ciphertext_hiding_asids" not in plain.static_files()
+
+
+def test_a_kernel_that_does_not_count_tdx_keys_still_refuses_the_charge_as_before():
+    keys = KvmKeys({"tdx": 0}, CURRENT)
+    keys.ensure_cgroup("machine.slice")
+    with pytest.raises(ChargeError) as raised:
+        keys.try_charge("machine.slice", "tdx")
+    assert raised.value.errno == errno.EINVAL  # no misc resource: the misc controller's answer, not a KeyID count

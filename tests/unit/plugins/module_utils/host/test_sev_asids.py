@@ -124,3 +124,10 @@ def test_preflight_says_what_the_split_means_and_bounds_free_snp_keys(tmp_path):
     verdict = gather_preflight(str(root), gather_host_facts(str(root)), 17)["preflight"]
     found = {c["id"]: c for s in verdict["sections"] for c in s["checks"]}
     assert found["keys.free"]["verdict"] == "FAIL"  # 89 look free, but only 16 can be SNP
+
+
+def test_every_answer_has_a_summary_and_separate_pools():
+    for amd in ({"loaded": False}, {"loaded": True, "ciphertext_hiding": {"present": True, "asids": None}}):
+        split = sev_asid_split(amd)
+        assert split["summary"].startswith("SNP/SEV-ES ASID split unknown: ")
+        assert split["snp"] is not split["sev_es"] and split["snp"]["capacity"] is None
