@@ -82,6 +82,8 @@ class CheckReport:
     free: int | None = None
     current_is_lower_bound: bool = False
     checks: list[CheckResult] = field(default_factory=list)
+    # AMD ciphertext hiding: the SNP range 1..N within the joint sev_es count (None: no split or not asked).
+    snp_asids: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,10 +105,18 @@ def evaluate(
     min_free: int | None = None,
     max_utilization: float | None = None,
     expected_capacity: int | None = None,
+    snp_asids: int | None = None,
 ) -> CheckReport:
-    """Run every requested check; a check that cannot be evaluated fails and says why."""
+    """Run every requested check; a check that cannot be evaluated fails and says why.
+
+    ``snp_asids`` is the SNP range of AMD ciphertext hiding (:mod:`sev_asids`), given when SNP capacity was
+    asked for: ``misc.capacity``/``misc.current`` count SEV-ES and SNP together, so SNP's capacity is at most N
+    and its free keys at most ``min(free, N)`` (SEV-ES guests' share of ``misc.current`` cannot be told apart).
+    """
     name = canonical_resource(resource)
     label = name if name == resource else f"{name} (asked as {resource})"
+    if snp_asids is not None:
+        label += f", SNP ASIDs 1..{snp_asids} of ciphertext hiding"
     report = CheckReport(resource=name)
     layout = state.layout
     if not layout.present:
@@ -134,6 +144,10 @@ def evaluate(
     report.current = entry.current
     report.free = entry.free
     report.current_is_lower_bound = entry.current_is_lower_bound
+    if snp_asids is not None:
+        report.snp_asids = snp_asids
+        report.capacity = min(capacity, snp_asids)
+        report.free = None if entry.free is None else min(entry.free, report.capacity)
 
     _capacity_checks(report, label, where, min_capacity, expected_capacity)
     wants_usage = min_free is not None or max_utilization is not None
