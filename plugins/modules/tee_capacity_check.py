@@ -22,7 +22,7 @@ options:
     description:
       - The misc resource to validate. C(snp) is validated as C(sev_es), which SEV-SNP guests charge.
       - With AMD ciphertext hiding (C(kvm_amd.ciphertext_hiding_asids=N), Linux 6.18+) C(snp) is bounded by the
-        SNP range 1..N, since C(misc.capacity) and C(misc.current) count SEV-ES and SNP guests together: the
+        SNP range 1..N, since C(misc.capacity) and C(misc.current) count SEV-ES and SNP guests together; the
         capacity checked is at most N and the free keys at most the smaller of the joint free count and N.
     type: str
     required: true

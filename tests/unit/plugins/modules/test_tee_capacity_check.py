@@ -114,3 +114,13 @@ def test_a_garbled_parameter_warns_and_checks_the_joint_pool(fs, run_module):
     _snp_host(fs, "max\n")
     result = run_module(tee_capacity_check, {"resource": "snp", "min_free": 20})
     assert result["snp_asids"] is None and any("ciphertext_hiding_asids" in w for w in result.get("warnings", []))
+
+
+def test_documentation_parses_and_returns_every_key(tdx_host, run_module):
+    import yaml
+
+    options = yaml.safe_load(tee_capacity_check.DOCUMENTATION)["options"]
+    assert options["resource"]["choices"] == ["tdx", "sev", "sev_es", "snp"]
+    returned = set(yaml.safe_load(tee_capacity_check.RETURN))
+    result = run_module(tee_capacity_check, {"resource": "tdx"})
+    assert returned == set(result) - {"changed", "failed", "msg", "invocation", "warnings"}
