@@ -73,3 +73,13 @@ def test_node_build_registers_and_an_old_kernel_without_the_tdx_resource(tmp_pat
     assert (tmp_path / "sys/fs/cgroup/misc.capacity").read_text() == ""
     assert main(["node", "build", "--kvm-tdx", "absent", "--out", str(tmp_path / "k")]) == 0
     assert not (tmp_path / "k/sys/module/kvm_intel/parameters/tdx").exists()
+
+
+def test_node_build_with_ciphertext_hiding(tmp_path: Path) -> None:
+    out = tmp_path / "snp"
+    assert main(["node", "build", "--vendor", "amd", "--ciphertext-hiding-asids", "16", "--out", str(out)]) == 0
+    assert (out / "sys/module/kvm_amd/parameters/ciphertext_hiding_asids").read_text() == "16\n"
+    # KVM caps the value at the joint sev_es range and prints what it kept (-1u gives SNP everything).
+    big = tmp_path / "big"
+    assert main(["node", "build", "--vendor", "amd", "--ciphertext-hiding-asids", "4294967295", "--out", str(big)]) == 0
+    assert (big / "sys/module/kvm_amd/parameters/ciphertext_hiding_asids").read_text() == "99\n"
