@@ -21,6 +21,9 @@ options:
   resource:
     description:
       - The misc resource to validate. C(snp) is validated as C(sev_es), which SEV-SNP guests charge.
+      - With AMD ciphertext hiding (C(kvm_amd.ciphertext_hiding_asids=N), Linux 6.18+) C(snp) is bounded by the
+        SNP range 1..N, since C(misc.capacity) and C(misc.current) count SEV-ES and SNP guests together; the
+        capacity checked is at most N and the free keys at most the smaller of the joint free count and N.
     type: str
     required: true
     choices: [tdx, sev, sev_es, snp]
@@ -92,6 +95,13 @@ current_is_lower_bound:
   returned: always
   type: bool
   sample: false
+snp_asids:
+  description:
+    - With O(resource=snp) on a host with AMD ciphertext hiding, the SNP range N (SNP ASIDs 1..N); then
+      RV(capacity) is at most N and RV(free) an upper bound. Null otherwise.
+  returned: always
+  type: int
+  sample: null
 checks:
   description: Every check evaluated, with its outcome and message.
   returned: always
@@ -108,6 +118,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.host_reade
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import MISC_REPORT_ORDER
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import read_misc_state
+from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import read_ciphertext_hiding
 
 
 def main() -> None:
@@ -131,9 +142,18 @@ def main() -> None:
     if utilization is not None and not 0 <= utilization <= 100:
         module.fail_json(msg=f"max_utilization is a percentage between 0 and 100, got {utilization}")
 
+    reader = open_host(module)
+    snp_asids = None
+    if params["resource"] == "snp":
+        # SNP asked for: AMD ciphertext hiding may give SNP only part of the sev_es ASIDs (sev_asids.py).
+        hiding = read_ciphertext_hiding(reader, reader.isdir("sys/module/kvm_amd"))
+        for problem in reader.problems:
+            module.warn("%s: %s" % (problem.path, problem.problem))
+        snp_asids = hiding["asids"] or None
     report = evaluate(
-        read_misc_state(open_host(module).host_root),
+        read_misc_state(reader.host_root),
         params["resource"],
+        snp_asids=snp_asids,
         min_capacity=params["min_capacity"],
         min_free=params["min_free"],
         max_utilization=utilization,
@@ -146,6 +166,7 @@ def main() -> None:
         "current": report.current,
         "free": report.free,
         "current_is_lower_bound": report.current_is_lower_bound,
+        "snp_asids": report.snp_asids,
         "checks": [check.as_dict() for check in report.checks],
     }
     if not report.ok:

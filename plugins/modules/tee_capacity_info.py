@@ -89,6 +89,14 @@ misc_controller:
       description: Why the controller is absent; null when present.
       type: str
       sample: null
+    not_root_cgroup:
+      description:
+        - True when O(host_root) shows a container's own cgroup (its own cgroup namespace, or the runtime's bind
+          mount of its cgroup) instead of the host's root, where alone C(misc.capacity) exists
+          (C(kernel/cgroup/misc.c)); C(reason) then says how to read the host's (C(host_root=/host) with the
+          host's C(/) mounted, or C(hostPID) and C(host_root=/proc/1/root)).
+      type: bool
+      sample: false
 resources:
   description:
     - Per requested resource (kernel names), its capacity and usage. A resource the kernel omits (capacity 0)

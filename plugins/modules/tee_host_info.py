@@ -210,9 +210,30 @@ host:
           type: dict
           sample: {"loaded": true, "tdx": true}
         amd:
-          description: C(loaded) and the C(sev), C(sev_es), C(sev_snp) parameters of C(kvm_amd).
+          description:
+            - C(loaded) and the C(sev), C(sev_es), C(sev_snp) parameters of C(kvm_amd).
+            - C(ciphertext_hiding) is the C(ciphertext_hiding_asids) parameter (kernel 6.18+, a number, not a
+              bool) as C(path), C(present), C(asids) and C(problem); RV(host.sev_asids) says what it means.
           type: dict
-          sample: {"loaded": true, "sev": true, "sev_es": true, "sev_snp": true}
+          sample: {"loaded": true, "sev": true, "sev_es": true, "sev_snp": true,
+                   "ciphertext_hiding": {"path": /sys/module/kvm_amd/parameters/ciphertext_hiding_asids,
+                                         "present": true, "asids": 16, "problem": null}}
+    sev_asids:
+      description:
+        - SNP and SEV-ES ASID capacity, each with its source. Without ciphertext hiding both draw from one joint
+          range (C(shared) true), the C(sev_es) line of C(misc.capacity). With C(kvm_amd.ciphertext_hiding_asids=N)
+          (Linux 6.18+ C(arch/x86/kvm/svm/sev.c)) SNP guests get ASIDs 1..N and SEV-ES guests N+1..MIN_SEV_ASID-1,
+          while C(misc.capacity) and C(misc.current) still count both as C(sev_es).
+        - C(ciphertext_hiding) (V(null) when the parameter could not be read), C(ciphertext_hiding_asids),
+          C(joint) (C(capacity), C(source)), C(snp) and C(sev_es) (C(capacity), C(asid_range), C(source),
+          C(shared)), C(reasons) (why a value is V(null)) and C(summary).
+        - The joint count needs C(misc.capacity) (O(capacity=true) or O(preflight=true)), or CPUID 0x8000001F
+          (O(preflight=true)); without them only the SNP count of a split is known.
+      type: dict
+      sample: {"ciphertext_hiding": true, "ciphertext_hiding_asids": 16,
+               "joint": {"capacity": 99, "source": misc.capacity sev_es},
+               "snp": {"capacity": 16, "asid_range": [1, 16], "shared": false},
+               "sev_es": {"capacity": 83, "asid_range": [17, 99], "shared": false}}
     boot:
       description:
         - The post-boot verdict for this CPU's TEE (TDX on Intel, SEV-SNP on AMD), as the host roles'
@@ -311,10 +332,15 @@ host:
           C(cmdline_ready) means C(kvm_intel.tdx=1) and C(nohibernate) are on the command line,
           C(attestation_ready) that the QGS socket exists, C(ready) that TDs can be launched.
         - C(reasons) says what blocks C(ready) and how to fix it; C(advice) lists non-blocking problems.
+        - With O(capacity=true) or O(preflight=true), C(misc_capacity) is the C(tdx) line of C(misc.capacity), and
+          C(ready) also needs TDX KeyIDs there on kernels that count them (6.16+). Nothing is decided from C(dmesg)
+          text, whose wording changed in 7.1 (the TDX module is initialised at boot); the reasons quote what 6.x
+          and 7.1+ print.
       type: dict
       sample:
         supported: true
         enabled: false
+        misc_capacity: 0
         cmdline_ready: false
         attestation_ready: false
         ready: false
@@ -445,6 +471,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts im
 )
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import HostRootError, gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
+from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import apply_capacity
+from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import sev_asid_split
 
 
 def _gpu_facts(module, host_root):
@@ -511,6 +539,8 @@ def main():
         gather_preflight(host_root, facts, params["min_free_keys"], params["attestation"])
     elif params["capacity"]:
         facts["capacity"] = capacity_facts(host_root)
+        facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"])
+        apply_capacity(facts, facts["capacity"])
     for issue in facts.get("capacity", {}).get("issues", []):
         line = ":%s" % issue["line_number"] if issue["line_number"] else ""
         module.warn("%s%s: %s" % (issue["path"], line, issue["problem"]))

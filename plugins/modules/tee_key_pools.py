@@ -60,6 +60,14 @@ options:
           - The node's C(host.qgs) fact from M(confidential.tee.tee_host_info) (C(path), C(present), C(is_socket)).
           - Not used for the key plan; the KubeVirt role decides TDX attestation from it.
         type: dict
+      sev_asids:
+        description:
+          - The node's C(host.sev_asids) fact from M(confidential.tee.tee_host_info) (AMD nodes).
+          - With AMD ciphertext hiding (C(kvm_amd.ciphertext_hiding_asids=N), Linux 6.18+) SNP guests get ASIDs
+            1..N only, while NFD's C(@cpu.security.sev.encrypted_state_ids) copies the joint C(sev_es) count. An
+            NFD pool on such a node is then published as the fixed number N (RV(nfd) C(static_values)), and a
+            KubeVirt pool gets a warning. Ciphertext hiding with an unknown SNP count is refused.
+        type: dict
   rule_name:
     description: Name of the NodeFeatureRule the NFD role writes, used in messages.
     type: str
@@ -107,7 +115,10 @@ kata:
   type: dict
   sample: {tdx: {resource: devices.kubevirt.io/tdx, nodes: [tdx-1]}}
 nfd:
-  description: Per TEE present, the NFD rule name, label, matched feature, resource and the nodes it advertises on.
+  description:
+    - Per TEE present, the NFD rule name, label, matched feature, resource and the nodes it advertises on.
+    - C(static_values) maps node names to the fixed count published instead of the feature (the SNP range of
+      AMD ciphertext hiding).
   returned: always
   type: dict
 kubevirt:
@@ -144,6 +155,7 @@ def main() -> None:
                     "consumers": {"type": "list", "elements": "str", "default": [], "choices": ["kata", "kubevirt"]},
                     "mode": {"type": "str", "default": "auto", "choices": ["auto", "kubevirt", "nfd"]},
                     "qgs": {"type": "dict"},
+                    "sev_asids": {"type": "dict"},
                 },
             },
             "rule_name": {"type": "str", "default": "confidential-tee-keys"},

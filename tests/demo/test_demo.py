@@ -50,5 +50,5 @@ def test_demo_writes_the_simulation_report(demo):
     report = json.loads((out / "report" / "report.json").read_text())
     assert set(report["strategies"]) == set(STRATEGIES)
     assert "double-pool (baseline)" in completed.stdout
-    assert "failed launches (EBUSY)" in completed.stdout  # the comparison table
+    assert "failed launches (ENOSPC/EBUSY)" in completed.stdout  # the comparison table
     assert list((out / "report").glob("timeline-*.png"))

@@ -43,7 +43,9 @@ def render(tmp_path, teesim_node, ansible_playbook_cli):
         inventory_hosts = {}
         for name, spec in hosts.items():
             spec = dict(spec)
-            root = teesim_node(tmp_path / "nodes" / name, "--vendor", spec.pop("vendor"))
+            hiding = spec.pop("ciphertext_hiding_asids", None)
+            extra = ["--ciphertext-hiding-asids", str(hiding)] if hiding is not None else []
+            root = teesim_node(tmp_path / "nodes" / name, "--vendor", spec.pop("vendor"), *extra)
             if spec.pop("qgs", False):
                 _qgs_socket(root)
             inventory_hosts[name] = {"tee_host_root": str(root), **spec}
@@ -149,6 +151,25 @@ def test_snp_split_nodes(render, object_problems):
         {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["snp-kata"]}]}
     ]
     assert "virtualMachineInstancesPerNode" in proc.flat  # KubeVirt's SEV plugin counts max-devices, not keys
+
+
+@pytest.mark.slow
+def test_snp_ciphertext_hiding_nodes_advertise_the_snp_range(render, object_problems):
+    # tee_host_info reads kvm_amd.ciphertext_hiding_asids on each node; NFD's esids feature would copy sev_es 99.
+    proc, files = render(
+        {
+            "snp-plain": {"vendor": "amd", "tee_node_consumers": ["kata"]},
+            "snp-hidden": {"vendor": "amd", "tee_node_consumers": ["kata"], "ciphertext_hiding_asids": 16},
+        }
+    )
+    ok(proc)
+    valid(files, object_problems)
+    rules = {r["name"]: r for r in files["20-nodefeaturerule-confidential-tee-keys.yaml"]["spec"]["rules"]}
+    assert rules["amd.sev-snp.keys"]["matchFeatures"][1]["matchExpressions"]["nodename"]["value"] == ["snp-plain"]
+    hidden = rules["amd.sev-snp.keys.snp-asids-16"]
+    assert hidden["extendedResources"] == {"sev-snp.amd.com/esids": "16"}
+    assert hidden["matchFeatures"][1]["matchExpressions"]["nodename"]["value"] == ["snp-hidden"]
+    assert "fixed at 16: the SNP range of ciphertext hiding" in proc.flat
 
 
 @pytest.mark.slow

@@ -94,7 +94,38 @@ def _node_input(raw: object, index: int) -> dict:
     mode = raw.get("mode") or "auto"
     if mode not in MODES:
         raise KeyPoolError("node %s: mode must be one of %s, got %r" % (name, ", ".join(MODES), mode))
-    return {"name": name, "vendor": vendor, "consumers": sorted(set(consumers)), "mode": mode}
+    return {
+        "name": name,
+        "vendor": vendor,
+        "consumers": sorted(set(consumers)),
+        "mode": mode,
+        "snp_asids": _snp_asids(name, vendor, raw.get("sev_asids")),
+    }
+
+
+def _snp_asids(name: str, vendor: str, split: object) -> int | None:
+    """The SNP ASID count when ciphertext hiding splits the node's ``sev_es`` range, else ``None``.
+
+    ``split`` is the node's ``sev_asids`` fact from ``tee_host_info``. With ciphertext hiding (Linux 6.18+
+    ``arch/x86/kvm/svm/sev.c``) SNP guests get ASIDs 1..N only, while NFD's ``@cpu.security.sev.encrypted_state_ids``
+    copies the joint ``sev_es`` line of ``misc.capacity``: advertising it would overstate SNP capacity.
+    """
+    if vendor != tee.AMD or split is None:
+        return None
+    if not isinstance(split, dict):
+        raise KeyPoolError(
+            "node %s: sev_asids must be the sev_asids fact of confidential.tee.tee_host_info (a mapping), got %r"
+            % (name, split)
+        )
+    if not split.get("ciphertext_hiding"):
+        return None
+    snp = (split.get("snp") or {}).get("capacity")
+    if isinstance(snp, bool) or not isinstance(snp, int) or snp < 0:
+        raise KeyPoolError(
+            "node %s: ciphertext hiding splits its SEV-ES/SNP ASIDs but the SNP count is %r: re-read the node with "
+            "confidential.tee.tee_host_info (host.sev_asids.snp.capacity) before planning its key pool" % (name, snp)
+        )
+    return snp
 
 
 def _fix_both(node: dict, info: dict) -> str:
@@ -155,6 +186,11 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
             "spec.configuration.virtualMachineInstancesPerNode caps every VMI on every node, so use it as a key "
             "limit only where all VMIs are confidential" % (node["name"], info["kubevirt_resource"], info["misc"])
         )
+    if node["snp_asids"] is not None and kubevirt and mode == "kubevirt":
+        warnings.append(
+            "node %s: ciphertext hiding gives SNP guests only %d ASIDs, but KubeVirt's %s counts --max-devices; "
+            "more SNP VMIs than that fail with EBUSY" % (node["name"], node["snp_asids"], info["kubevirt_resource"])
+        )
     if not node["consumers"]:
         pool = None
     elif mode == "kubevirt":
@@ -176,6 +212,8 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
         # virt-handler must run where KubeVirt's plugin is the pool, and must not where NFD's is.
         "virt_handler": bool(node["consumers"]) and mode == "kubevirt",
         "nfd_extended_resource": bool(node["consumers"]) and mode == "nfd",
+        # Ciphertext hiding: the SNP range the NFD pool must advertise instead of the joint sev_es count.
+        "snp_asids": node["snp_asids"],
     }
 
 
@@ -246,6 +284,12 @@ def _nfd_plan(nodes: list) -> dict:
                 "resource": info["nfd_resource"],
                 "value": info["nfd_value"],
                 "resource_nodes": [n["name"] for n in members if n["nfd_extended_resource"]],
+                # Per node, a fixed count NFD must publish instead of the feature (ciphertext hiding's SNP range).
+                "static_values": {
+                    n["name"]: n["snp_asids"]
+                    for n in members
+                    if n["nfd_extended_resource"] and n.get("snp_asids") is not None
+                },
             }
     return out
 
@@ -272,6 +316,11 @@ def summary_line(node: dict) -> str:
     who = " and ".join(node["consumers"])
     if pool["advertiser"] == "kubevirt":
         source = "KubeVirt's virt-handler device plugin"
+    elif node.get("snp_asids") is not None:
+        source = (
+            "NFD (NodeFeatureRule extended resource, fixed at %d: the SNP range of ciphertext hiding, not the joint "
+            "sev_es count); virt-handler kept off the node" % node["snp_asids"]
+        )
     else:
         source = "NFD (NodeFeatureRule extended resource); virt-handler kept off the node"
     return "%s (%s): one pool %s advertised by %s, charged by %s" % (

@@ -32,21 +32,28 @@ def rules(plan: dict) -> list:
         out.append(
             {"name": entry["rule"], "labels": {entry["label"]: "true"}, "matchFeatures": [_match(entry["match"])]}
         )
-        if entry["resource_nodes"]:
-            out.append(
-                {
-                    "name": "%s.keys" % entry["rule"],
-                    "extendedResources": {entry["resource"]: entry["value"]},
-                    "matchFeatures": [
-                        _match(entry["match"]),
-                        {
-                            "feature": "system.name",
-                            "matchExpressions": {"nodename": {"op": "In", "value": sorted(entry["resource_nodes"])}},
-                        },
-                    ],
-                }
-            )
+        static = entry.get("static_values") or {}
+        dynamic = [name for name in entry["resource_nodes"] if name not in static]
+        if dynamic:
+            out.append(_keys_rule("%s.keys" % entry["rule"], entry, entry["value"], dynamic))
+        # Ciphertext hiding: NFD's feature copies the joint sev_es count, so these nodes get their SNP range as
+        # a static quantity, one rule per count (nfd-master pkg/nfd-master/nfd-master.go: only a value starting
+        # with '@' is looked up as a feature, any other is published as written).
+        for count in sorted(set(static.values())):
+            names = [name for name, value in static.items() if value == count]
+            out.append(_keys_rule("%s.keys.snp-asids-%d" % (entry["rule"], count), entry, str(count), names))
     return out
+
+
+def _keys_rule(name: str, entry: dict, value: str, nodes: list) -> dict:
+    return {
+        "name": name,
+        "extendedResources": {entry["resource"]: value},
+        "matchFeatures": [
+            _match(entry["match"]),
+            {"feature": "system.name", "matchExpressions": {"nodename": {"op": "In", "value": sorted(nodes)}}},
+        ],
+    }
 
 
 def node_feature_rule(plan: dict, name: str, flavor: str = "kubernetes", namespace=None) -> dict:

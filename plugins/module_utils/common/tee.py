@@ -12,7 +12,9 @@ Where each name comes from (checked upstream, 2026):
   ``kernel/cgroup/misc.c`` (``misc_res_name``): ``sev``, ``sev_es``, ``tdx``, printed in that order.
   KVM charges ``sev`` for SEV guests and ``sev_es`` for SEV-ES *and* SEV-SNP guests
   (``arch/x86/kvm/svm/sev.c``, ``sev_asid_new``); TDX guests charge ``tdx`` (``arch/x86/kvm/vmx/tdx.c``).
-  There is no ``snp`` resource.
+  There is no ``snp`` resource. With AMD ciphertext hiding (``kvm_amd.ciphertext_hiding_asids=N``, 6.18+)
+  SNP guests get only ASIDs 1..N of the ``sev_es`` range and SEV-ES guests the rest, while ``misc.capacity``
+  and ``misc.current`` still count them together (``host/sev_asids.py``).
 * KubeVirt (``pkg/virt-handler/device-manager/device_controller.go``, ``pkg/virt-controller/services/
   renderresources.go``): ``devices.kubevirt.io/tdx`` (one device per ``misc.capacity`` ``tdx`` key,
   feature gate ``WorkloadEncryptionTDX``), ``devices.kubevirt.io/sev`` (the ``/dev/sev`` device,

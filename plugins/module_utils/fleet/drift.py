@@ -39,6 +39,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_object
     resource_list,
     selector_matches,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import EXHAUSTION_SIGNATURES
 
 MISC_RESOURCES = tee.MISC_REPORT_ORDER
 # The mutable, per-report form ``resource_map`` extends.
@@ -241,6 +242,9 @@ def _total(counts):
 
 
 def _finding(node, resource, finding_id, severity, title, numbers, detail, fix) -> dict:
+    if severity == CRITICAL and resource in EXHAUSTION_SIGNATURES:
+        # Guests will fail to start: say what that failure looks like, as the kernel and QEMU report it.
+        detail = "%s How it shows: %s." % (detail.rstrip(), EXHAUSTION_SIGNATURES[resource])
     return {
         "id": finding_id,
         "node": node,
@@ -461,6 +465,44 @@ def stale_advertisers(node, resource, kernel, pools, kernels) -> list[dict]:
     return findings
 
 
+def snp_pool_exceeds_snp_range(node, host, pools) -> list[dict]:
+    """With AMD ciphertext hiding, an SNP pool advertised from the joint ``sev_es`` count overstates SNP.
+
+    Linux 6.18+ ``arch/x86/kvm/svm/sev.c``: ``kvm_amd.ciphertext_hiding_asids=N`` gives SNP guests ASIDs 1..N,
+    while ``misc.capacity sev_es`` (what NFD's esids feature and KubeVirt's sev-esids plugin copy) still counts
+    the joint range; the SNP launch past N fails with EBUSY while ``misc.current`` shows keys free.
+    """
+    split = (host or {}).get("sev_asids") or {}
+    snp = (split.get("snp") or {}).get("capacity")
+    if not split.get("ciphertext_hiding") or snp is None:
+        return []
+    findings = []
+    for pool in pools:
+        advertised = pool["capacity"] if pool["capacity"] is not None else pool["allocatable"]
+        if advertised is None or advertised <= snp:
+            continue
+        numbers = {
+            "advertised": advertised,
+            "snp_asids": snp,
+            "joint_sev_es_asids": (split.get("joint") or {}).get("capacity"),
+            "difference": advertised - snp,
+        }
+        detail = (
+            "%s (%s) advertises %d SNP keys, but ciphertext hiding (kvm_amd.ciphertext_hiding_asids=%d) gives SNP "
+            "guests only ASIDs 1..%d: up to %d SNP guests can be scheduled that fail to launch with EBUSY while "
+            "misc.current sev_es still shows keys free"
+            % (pool["name"], pool["advertiser"], advertised, snp, snp, advertised - snp)
+        )
+        fix = (
+            "advertise the SNP range, not the joint sev_es count: re-run confidential.tee.cluster (its NodeFeatureRule "
+            'publishes %s: "%d" on this node), or raise kvm_amd.ciphertext_hiding_asids and reboot'
+            % (pool["name"], snp)
+        )
+        title = "SNP pool larger than the SNP range"
+        findings.append(_finding(node, "sev_es", "snp_pool_exceeds_snp_range", CRITICAL, title, numbers, detail, fix))
+    return findings
+
+
 def sev_es_uncounted(node, kernel, pools, sev_device_pods) -> list[dict]:
     """SEV-ES/SNP guests charge ``sev_es`` keys, and nothing the scheduler sees counts them."""
     if not kernel["in_use"] or _active(pools):
@@ -606,6 +648,7 @@ def node_drift(node_name, host, node, pods, catalog) -> dict:
         findings += double_pool(node_name, resource, kernel, pools)
         findings += stale_advertisers(node_name, resource, kernel, pools, kernels)
         if resource == "sev_es":
+            findings += snp_pool_exceeds_snp_range(node_name, host, pools)
             findings += sev_es_uncounted(node_name, kernel, pools, sev_device)
         findings += external_usage(node_name, resource, kernel, pools)
     return {

@@ -17,7 +17,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup 
 # Why a resource can have capacity 0 (the kernel then omits its line) and where to look.
 ZERO_CAPACITY_HINTS = {
     "tdx": (
-        "TDX not initialised; check `dmesg | grep virt/tdx`, that TDX and a TME-MT/TDX key split are enabled "
+        "TDX not initialised; check `dmesg | grep -i tdx` (6.x: 'virt/tdx: module initialized' when kvm_intel "
+        "loads; 7.1+: 'virt/tdx: TDX-Module initialized' at boot), that TDX and a TME-MT/TDX key split are enabled "
         "in the BIOS, that kvm_intel is loaded with tdx=Y (kernel arguments `kvm_intel.tdx=1 nohibernate`), "
         "and that the kernel is >= 6.16 or carries the TDX misc-cgroup patch"
     ),
@@ -29,6 +30,32 @@ ZERO_CAPACITY_HINTS = {
         "no SEV-ES/SEV-SNP ASIDs (SNP guests charge sev_es); check `dmesg | grep -i sev`, the BIOS "
         "'SEV-ES ASID Space Limit' (sev_es capacity = limit - 1, so it must be > 1), that kvm_amd is loaded "
         "with sev_es=1 (and sev_snp=1 for SNP), and that `iommu=pt` is not on the kernel command line on SNP hosts"
+    ),
+}
+
+
+# What a launch looks like when the keys are gone, so operators recognise it in QEMU/libvirt/Kata logs:
+# * TDX: KVM allocates the HKID (an IDA over the guest KeyIDs) before the misc charge (Linux 6.16-7.x
+#   arch/x86/kvm/vmx/tdx.c __tdx_td_init), so exhaustion is -ENOSPC from the KVM_TDX_INIT_VM ioctl, which QEMU
+#   reports as "KVM_TDX_INIT_VM failed: No space left on device" (target/i386/kvm/tdx.c); a cgroup's misc.max
+#   refuses the later misc charge with -EBUSY.
+# * SEV/SEV-ES/SNP: the misc charge, then the ASID bitmap (arch/x86/kvm/svm/sev.c sev_asid_new) both fail -EBUSY,
+#   which QEMU prints as "failed to initialize ret=-16 fw_error=0" (target/i386/sev.c); with ciphertext hiding
+#   (6.18+) an SEV-ES guest without an ASID range gets -ENOTTY (ret=-25).
+EXHAUSTION_SIGNATURES = {
+    "tdx": (
+        "a TD launch then fails in KVM_TDX_INIT_VM with ENOSPC (QEMU: 'KVM_TDX_INIT_VM failed: No space left on "
+        "device') when the host's TDX KeyIDs are gone, or with EBUSY ('Device or resource busy') at a cgroup's "
+        "misc.max"
+    ),
+    "sev": (
+        "an SEV launch then fails with EBUSY (QEMU: 'failed to initialize ret=-16 fw_error=0'), whether the ASIDs "
+        "or a cgroup's misc.max ran out"
+    ),
+    "sev_es": (
+        "an SEV-ES/SNP launch then fails with EBUSY (QEMU: 'failed to initialize ret=-16 fw_error=0'), whether the "
+        "ASIDs, the SNP range of ciphertext hiding or a cgroup's misc.max ran out; an SEV-ES guest whose range "
+        "ciphertext hiding emptied fails with ENOTTY (ret=-25)"
     ),
 }
 
@@ -55,6 +82,8 @@ class CheckReport:
     free: int | None = None
     current_is_lower_bound: bool = False
     checks: list[CheckResult] = field(default_factory=list)
+    # AMD ciphertext hiding: the SNP range 1..N within the joint sev_es count (None: no split or not asked).
+    snp_asids: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -76,19 +105,27 @@ def evaluate(
     min_free: int | None = None,
     max_utilization: float | None = None,
     expected_capacity: int | None = None,
+    snp_asids: int | None = None,
 ) -> CheckReport:
-    """Run every requested check; a check that cannot be evaluated fails and says why."""
+    """Run every requested check; a check that cannot be evaluated fails and says why.
+
+    ``snp_asids`` is the SNP range of AMD ciphertext hiding (:mod:`sev_asids`), given when SNP capacity was
+    asked for: ``misc.capacity``/``misc.current`` count SEV-ES and SNP together, so SNP's capacity is at most N
+    and its free keys at most ``min(free, N)`` (SEV-ES guests' share of ``misc.current`` cannot be told apart).
+    """
     name = canonical_resource(resource)
     label = name if name == resource else f"{name} (asked as {resource})"
+    if snp_asids is not None:
+        label += f", SNP ASIDs 1..{snp_asids} of ciphertext hiding"
     report = CheckReport(resource=name)
     layout = state.layout
     if not layout.present:
-        report.add(
-            "misc_controller",
-            False,
-            f"cannot count {label} keys: {layout.reason}. Boot a kernel with CONFIG_CGROUP_MISC "
-            "(5.13+ for sev/sev_es, 6.16+ or a vendor backport for tdx).",
+        kernel_fix = (
+            ""
+            if layout.not_root
+            else " Boot a kernel with CONFIG_CGROUP_MISC (5.13+ for sev/sev_es, 6.16+ or a vendor backport for tdx)."
         )
+        report.add("misc_controller", False, f"cannot count {label} keys: {layout.reason}.{kernel_fix}")
         return report
 
     entry = state.entry(name)
@@ -107,6 +144,10 @@ def evaluate(
     report.current = entry.current
     report.free = entry.free
     report.current_is_lower_bound = entry.current_is_lower_bound
+    if snp_asids is not None:
+        report.snp_asids = snp_asids
+        report.capacity = min(capacity, snp_asids)
+        report.free = None if entry.free is None else min(entry.free, report.capacity)
 
     _capacity_checks(report, label, where, min_capacity, expected_capacity)
     wants_usage = min_free is not None or max_utilization is not None
@@ -169,7 +210,8 @@ def _usage_checks(report: CheckReport, label: str, where: str, min_free, max_uti
             if ok
             else (
                 f"{label}: only {free} of {capacity} keys free in {where} (misc.current {current}), at least "
-                f"{min_free} required{bound}: stop unused guests or move this workload to another node."
+                f"{min_free} required{bound}: stop unused guests or move this workload to another node; "
+                f"{EXHAUSTION_SIGNATURES.get(report.resource, 'launches past the capacity fail')}."
             ),
         )
     if max_utilization is not None:

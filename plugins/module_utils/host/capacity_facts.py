@@ -54,6 +54,8 @@ def capacity_facts(
             "cgroup_version": layout.cgroup_version,
             "path": layout.directory,
             "reason": layout.reason,
+            # A container's own cgroup was read: the controller exists, misc.capacity is only at the host's root.
+            "not_root_cgroup": layout.not_root,
         },
         "resources": reported,
         "unknown_resources": {name: state.resources[name].as_dict() for name in state.unknown_resources},

@@ -156,6 +156,8 @@ def kernel_counts_tdx(kernel: dict, capacity: dict) -> tuple[bool | None, str]:
     initialised" (6.16+) or "no such resource" (older kernels without a vendor backport).
     """
     controller = capacity.get("misc_controller") or {}
+    if controller.get("not_root_cgroup"):
+        return None, controller["reason"]  # the kernel may well count them: this reader cannot see the root
     if not controller.get("present"):
         return False, "no misc cgroup controller: %s" % (controller.get("reason") or "not found")
     entry = (capacity.get("resources") or {}).get("tdx") or {}

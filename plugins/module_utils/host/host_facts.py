@@ -13,6 +13,8 @@ Kernel facts this reads:
 * ``/proc/cpuinfo`` flags on *every* processor (a TEE needs all of them), ``vendor_id``.
 * ``/sys/module/kvm_intel/parameters/tdx`` and ``/sys/module/kvm_amd/parameters/{sev,sev_es,sev_snp}``:
   bool parameters print ``Y``/``N``; older ``kvm_amd.sev`` was an int printing ``1``/``0``.
+  ``kvm_amd/parameters/ciphertext_hiding_asids`` (6.18+) is a uint: the SNP share of the SEV-ES/SNP ASIDs
+  (:mod:`sev_asids`).
 * ``/sys/kernel/iommu_groups/*/type``: the domain type each group really uses (``identity`` is
   passthrough, ``DMA``/``DMA-FQ`` translated).
 * ``/sys/power/state``: ``disk`` is listed only while hibernation is available.
@@ -41,6 +43,10 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.readiness im
     summarize_sgx,
     summarize_tdx,
     tee_vendor,
+)
+from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import (
+    read_ciphertext_hiding,
+    sev_asid_split,
 )
 
 # cpuinfo of a 512-CPU host is about 1 MiB; anything far larger is not a cpuinfo.
@@ -232,6 +238,8 @@ def read_kvm(reader):
     amd = {"loaded": amd_loaded}
     for name in KVM_AMD_PARAMS:
         amd[name] = _read_param(reader, KVM_AMD_DIR, name) if amd_loaded else None
+    # Not a bool: the number of SNP ASIDs when ciphertext hiding splits the SEV-ES/SNP range (sev_asids.py).
+    amd["ciphertext_hiding"] = read_ciphertext_hiding(reader, amd_loaded)
     return {"intel": intel, "amd": amd}
 
 
@@ -361,6 +369,8 @@ def gather_host_facts(host_root="/", gpu=None, qgs_socket=QGS_SOCKET):
         "sgx": summarize_sgx(cpu, devices),
     }
     facts.update(summarize_sev(cpu, kvm, cmdline, kernel, devices, iommu))
+    # The joint count needs misc.capacity: tee_host_info completes it when it reads the capacity.
+    facts["sev_asids"] = sev_asid_split(kvm["amd"])
     facts["boot"] = boot_verdict(facts)
     warnings = [problem.as_dict() for problem in reader.problems]
     if gpu is None:

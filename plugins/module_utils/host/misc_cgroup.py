@@ -233,6 +233,8 @@ class MiscLayout:
     reason: str | None = None
     # The controller directory relative to host_root (what the reader is given).
     rel: str | None = None
+    # The directory read is a container's own (non-root) cgroup: the controller exists, its capacity is elsewhere.
+    not_root: bool = False
 
     @property
     def present(self) -> bool:
@@ -251,6 +253,9 @@ def locate_misc(host_root: str = "/", reader: HostReader | None = None) -> MiscL
         return MiscLayout(host_root, CGROUP_V2, v2, rel=V2_DIR)
     if reader.exists(f"{V1_DIR}/misc.capacity"):
         return MiscLayout(host_root, CGROUP_V1, v1, rel=V1_DIR)
+    inner = _non_root_cgroup(reader, V2_DIR) or _non_root_cgroup(reader, V1_DIR)
+    if inner:
+        return MiscLayout(host_root, None, None, inner, not_root=True)
     if not reader.isdir(V2_DIR):
         reason = f"{v2} does not exist: no cgroup filesystem is mounted under host_root {host_root!r}"
     else:
@@ -267,6 +272,40 @@ def locate_misc(host_root: str = "/", reader: HostReader | None = None) -> MiscL
                 "or the misc controller is not mounted"
             )
     return MiscLayout(host_root, None, None, reason)
+
+
+# In a container, /sys/fs/cgroup is the container's own cgroup, never the host's root, and misc.capacity exists only
+# on the root cgroup (kernel/cgroup/misc.c: "capacity" is CFTYPE_ONLY_ON_ROOT, "max" and "events" are
+# CFTYPE_NOT_ON_ROOT, like cgroup.type in kernel/cgroup/cgroup.c). Either its own cgroup namespace makes that
+# cgroup look like "/" (/proc/self/cgroup "0::/"), or, without one, the runtime bind-mounts it there
+# (/proc/self/cgroup names the real path).
+_NOT_ON_ROOT = ("misc.max", "misc.events", "cgroup.type")
+DAEMONSET_FIX = (
+    "read the host's root cgroup instead: mount the host's / into the pod (hostPath /, e.g. at /host) and set "
+    "host_root: /host, or run the pod with hostPID: true and host_root: /proc/1/root (see docs/host-truth.md)"
+)
+
+
+def _non_root_cgroup(reader: HostReader, rel: str) -> str | None:
+    """Why ``rel`` has no misc.capacity when it is a non-root cgroup with the misc controller, else ``None``."""
+    if not reader.exists(f"{rel}/misc.current") or not any(reader.exists(f"{rel}/{n}") for n in _NOT_ON_ROOT):
+        return None
+    where = reader.path(rel)
+    text = reader.read("proc/self/cgroup", record=False).text() or ""
+    own = next((line[3:].strip() for line in text.splitlines() if line.startswith("0::")), None)
+    if own == "/":
+        how = (
+            "this process has its own cgroup namespace (/proc/self/cgroup is '0::/'), so its container's cgroup "
+            "looks like the root"
+        )
+    elif own:
+        how = "it is this process's cgroup %s, bind-mounted there by the container runtime" % own[:200]
+    else:
+        how = "it is a container's cgroup (it has %s, which the root cgroup never has)" % "/".join(_NOT_ON_ROOT)
+    return (
+        f"{where} is not the host's root cgroup, and misc.capacity exists only there: {how}. "
+        f"TEE key capacity cannot be read from inside; {DAEMONSET_FIX}"
+    )
 
 
 @dataclass

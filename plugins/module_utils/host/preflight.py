@@ -21,16 +21,22 @@ from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
-from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import ZERO_CAPACITY_HINTS
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import (
+    EXHAUSTION_SIGNATURES,
+    ZERO_CAPACITY_HINTS,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import gather_hardware_keys
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import (
     SEV_KINDS,
+    TDX_DMESG_HINT,
+    apply_capacity,
     sev_kvm_reasons,
     snp_iommu_reasons,
     tdx_cpu_reasons,
     tdx_kvm_reasons,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import sev_asid_split
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 NVIDIA_PCI_VENDOR = "0x10de"
@@ -100,7 +106,7 @@ def _tdx_cpu_check(facts):
         "run on bare metal"
         if facts["cpu"]["flags"]["hypervisor"]
         else "enable TME, TME-MT/TDX key split and "
-        "TDX in the BIOS, boot a CONFIG_INTEL_TDX_HOST kernel, check `dmesg | grep virt/tdx`"
+        "TDX in the BIOS, boot a CONFIG_INTEL_TDX_HOST kernel, check %s" % TDX_DMESG_HINT
     )
     return check("tdx.cpu_flag", title, FAIL, "; ".join(reasons), fix)
 
@@ -336,13 +342,37 @@ def _sev_asid_check(hardware, capacity):
 def _sev_keys_check(capacity):
     entry = (capacity.get("resources") or {}).get("sev_es") or {}
     title = "SEV-ES/SNP ASIDs > 0 (sev_es)"
-    if not (capacity.get("misc_controller") or {}).get("present"):
+    controller = capacity.get("misc_controller") or {}
+    if not controller.get("present"):
+        if controller.get("not_root_cgroup"):
+            return check("sev.keys", title, SKIP, controller["reason"])
         return check("sev.keys", title, SKIP, "no misc cgroup controller: ASIDs are not counted by this kernel")
     if entry.get("capacity") is None:
         return check("sev.keys", title, SKIP, _unknown_capacity("sev_es", entry))
     if entry["capacity"] > 0:
         return check("sev.keys", title, PASS, "%d SEV-ES/SNP ASIDs in misc.capacity" % entry["capacity"], source="misc")
     return check("sev.keys", title, FAIL, "misc.capacity has no sev_es ASIDs", ZERO_CAPACITY_HINTS["sev_es"])
+
+
+def _snp_asids_check(facts):
+    """What ciphertext hiding does to the SNP key count (sev_asids.py): the joint sev_es count overstates SNP."""
+    title = "SNP ASIDs (ciphertext hiding split)"
+    split = facts.get("sev_asids") or {}
+    snp = split.get("snp") or {}
+    if split.get("ciphertext_hiding") is None:
+        return check("sev.snp_asids", title, SKIP, split.get("summary") or "not read")
+    if split["ciphertext_hiding"] and snp.get("capacity") == 0 and facts["kvm"]["amd"].get("sev_snp"):
+        return check(
+            "sev.snp_asids",
+            title,
+            FAIL,
+            split["summary"],
+            "set kvm_amd.ciphertext_hiding_asids to the number of SNP guests wanted (less than the joint range to keep "
+            "SEV-ES usable) and reboot or reload kvm_amd",
+            source="kvm_amd",
+        )
+    source = "kvm_amd" if split["ciphertext_hiding"] else "misc"
+    return check("sev.snp_asids", title, PASS, split["summary"], source=source)
 
 
 def sev_section(facts, capacity, hardware) -> dict:
@@ -356,6 +386,7 @@ def sev_section(facts, capacity, hardware) -> dict:
         _sev_iommu_check(facts),
         _sev_asid_check(hardware, capacity),
         _sev_keys_check(capacity),
+        _snp_asids_check(facts),
     ]
     return section("sev_snp", "AMD SEV-ES / SEV-SNP", checks)
 
@@ -558,12 +589,19 @@ def keys_section(facts, capacity, hardware, min_free) -> dict:
         return section("keys", "TEE keys", [check("keys.free", title, SKIP, why)])
     bound = " at most" if entry.get("free_is_upper_bound") else ""
     numbers = "%s:%s %d of %d free (%d in use)" % (resource, bound, entry["free"], entry["capacity"], entry["current"])
+    free = entry["free"]
+    snp = ((facts.get("sev_asids") or {}).get("snp") or {}).get("capacity")
+    if resource == tee.SEV_ES and (facts.get("sev_asids") or {}).get("ciphertext_hiding") and snp is not None:
+        # misc.current charges SEV-ES and SNP guests alike: SNP's own usage is unknown, only its ceiling is.
+        free = min(free, snp)
+        numbers += "; SNP can use at most %d of them (ciphertext hiding: SNP ASIDs 1..%d)" % (free, snp)
     result = check(
         "keys.free",
         title,
-        PASS if entry["free"] >= min_free else FAIL,
+        PASS if free >= min_free else FAIL,
         numbers,
-        "stop unused guests, or cordon this node and move confidential workloads elsewhere",
+        "stop unused guests, or cordon this node and move confidential workloads elsewhere: %s"
+        % EXHAUSTION_SIGNATURES[resource],
         source="misc",
     )
     return section("keys", "TEE keys", [result])
@@ -621,6 +659,8 @@ def gather_preflight(host_root, facts, min_free_keys=1, attestation=None) -> dic
     # One level of cgroups: the misc.events counters of the top-level slices, for metrics and drift.
     facts["capacity"] = capacity_facts(host_root, cgroups=True, cgroup_depth=1)
     facts["hardware_keys"] = gather_hardware_keys(HostReader(host_root), facts, facts["capacity"])
+    facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"], facts["hardware_keys"].get("sev"))
+    apply_capacity(facts, facts["capacity"])
     facts["preflight"] = preflight_verdict(facts, facts["capacity"], facts["hardware_keys"], min_free_keys, attestation)
     return facts
 

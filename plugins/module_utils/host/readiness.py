@@ -25,6 +25,18 @@ from __future__ import annotations
 from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import cmdline_facts
 
 KVM_TDX_SINCE = (6, 16)
+# What the kernel prints about TDX, for people: nothing here decides from log text (the wording changed in 7.1),
+# readiness comes from kvm_intel's tdx parameter and the tdx line of misc.capacity. arch/x86/virt/vmx/tdx/tdx.c
+# (pr_fmt "virt/tdx: "): every version prints "BIOS enabled: private KeyID range [a, b)" at boot (tdx_init);
+# 6.x initialises the TDX module when kvm_intel loads with tdx=1 and prints "module initialized" or "module
+# initialization failed (<err>)"; from 7.1 ("KVM: x86/tdx: Have TDX handle VMXON during bringup", v2 2025-12)
+# it is initialised at boot (subsys initcall) and prints "TDX-Module initialized" or "TDX-Module initialization
+# failed (<err>)". KVM's own TDX lines are prefixed "kvm_intel: ", so grep -i tdx finds all of them.
+TDX_DMESG_HINT = (
+    "`dmesg | grep -i tdx`: 'virt/tdx: BIOS enabled: private KeyID range [a, b)' means the BIOS split the keys; "
+    "then a 6.x kernel prints 'virt/tdx: module initialized' when kvm_intel loads with tdx=1 and a 7.1+ kernel "
+    "'virt/tdx: TDX-Module initialized' at boot, or '... initialization failed (<errno>)' on failure"
+)
 KVM_SNP_SINCE = (6, 11)
 VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
 
@@ -99,7 +111,7 @@ def tdx_cpu_reasons(cpu, cmdline, power) -> list[str]:
     why = (
         "CPU flag tdx_host_platform absent from /proc/cpuinfo: the kernel did not initialise TDX. Enable TME, "
         "TME-MT with a TDX key split and TDX (SEAM loader) in the BIOS, boot a kernel with CONFIG_INTEL_TDX_HOST, "
-        "and check `dmesg | grep virt/tdx`"
+        "and check %s" % TDX_DMESG_HINT
     )
     if power.get("hibernation_available"):
         why += (
@@ -133,7 +145,7 @@ def tdx_kvm_reasons(kvm, cmdline, kernel) -> list[str]:
     if param is False and cmdline.get("kvm_intel_tdx") is True:
         return [
             "kvm_intel tdx parameter is N although kvm_intel.tdx=1 is on the command line: KVM could not set up "
-            "TDX; check `dmesg | grep -i tdx`"
+            "TDX; check %s" % TDX_DMESG_HINT
         ]
     if param is False:
         return [
@@ -176,6 +188,40 @@ def summarize_tdx(cpu, kvm, cmdline, kernel, qgs, power=None) -> dict:
             "install and start qgsd (Intel DCAP)" % qgs["path"]
         )
     return _tdx_result(supported, enabled, cmdline_ready, qgs, reasons, advice)
+
+
+def tdx_capacity_reasons(kernel, capacity) -> list[str]:
+    """Why TDX is not ready although kvm_intel says tdx=Y: no ``tdx`` line in ``misc.capacity`` on a kernel that
+    counts TDX keys (6.16+). Unknown or uncounted capacity says nothing (an old kernel or an unreadable file)."""
+    controller = (capacity or {}).get("misc_controller") or {}
+    entry = ((capacity or {}).get("resources") or {}).get("tdx") or {}
+    if not controller.get("present") or entry.get("capacity") != 0:
+        return []
+    version = kernel.get("version")
+    if version is None or tuple(version[:2]) < KVM_TDX_SINCE:
+        return []
+    return [
+        "misc.capacity has no tdx line although kernel %s counts TDX keys (6.16+): KVM has no TDX KeyID to give a "
+        "guest (TDX module not initialised, or every KeyID kept by the BIOS split); check %s"
+        % (kernel.get("release"), TDX_DMESG_HINT)
+    ]
+
+
+def apply_capacity(facts, capacity) -> None:
+    """Refine ``facts["tdx"]`` (and ``boot``) with the ``tdx`` line of ``misc.capacity`` once it was read.
+
+    TDX readiness is kvm_intel's ``tdx`` parameter *and* KeyIDs in ``misc.capacity``; never log text.
+    """
+    entry = ((capacity or {}).get("resources") or {}).get("tdx") or {}
+    tdx = facts["tdx"]
+    tdx["misc_capacity"] = entry.get("capacity")
+    if facts.get("tee_vendor") != "intel":
+        return
+    reasons = tdx_capacity_reasons(facts.get("kernel") or {}, capacity)
+    if reasons:
+        tdx["reasons"] = list(tdx["reasons"]) + reasons
+        tdx["ready"] = False
+    facts["boot"] = boot_verdict(facts)
 
 
 def _tdx_result(supported, enabled, cmdline_ready, qgs, reasons, advice) -> dict:

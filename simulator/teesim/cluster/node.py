@@ -297,15 +297,16 @@ class SimNode:
     def usage(self, resource: str) -> int:
         return self.kernel.misc.usage(resource) if self.kernel.misc else 0
 
-    def charge(self, consumer: Consumer, cgroup: str, resource: str) -> None:
-        """Start a guest: charge one key; raises :class:`ChargeError` (EBUSY/EINVAL) like KVM would."""
+    def charge(self, consumer: Consumer, cgroup: str, resource: str, guest: str | None = None) -> None:
+        """Start a guest (``guest``: ``snp`` or ``sev-es`` on ``sev_es``): charge one key; raises
+        :class:`ChargeError` with the errno KVM returns (ENOSPC, EBUSY, ENOTTY, EINVAL; teesim.kernel.kvm)."""
         misc = self.kernel.misc
         if misc is None:
             raise ChargeError(errno.EINVAL, cgroup, resource, 1, None, "no misc controller on this kernel")
         created = not misc.has_cgroup(cgroup)
         misc.ensure_cgroup(cgroup)
         try:
-            misc.try_charge(cgroup, resource, 1)
+            misc.try_charge(cgroup, resource, 1, guest=guest)
         except ChargeError:
             if created:
                 # The guest never started, so its scope goes away again (the charge left nothing behind).
@@ -314,10 +315,10 @@ class SimNode:
         self.charged[(consumer, resource)] += 1
         self._touch()
 
-    def uncharge(self, consumer: Consumer, cgroup: str, resource: str) -> None:
+    def uncharge(self, consumer: Consumer, cgroup: str, resource: str, guest: str | None = None) -> None:
         misc = self.kernel.misc
         assert misc is not None
-        misc.uncharge(cgroup, resource, 1)
+        misc.uncharge(cgroup, resource, 1, guest=guest)
         if cgroup.startswith("kubepods") and not any(misc.usage(r, cgroup) for r in misc.resources()):
             misc.remove_cgroup(cgroup)
         self.charged[(consumer, resource)] -= 1

@@ -58,6 +58,21 @@ def build_node_tree(
     return node
 
 
+def build_pod_view(out: Path, self_cgroup: str = "/", resources: tuple[str, ...] = ("tdx",)) -> None:
+    """What a container sees at ``/sys/fs/cgroup`` without the host's root cgroup: its own (non-root) cgroup, with
+    ``misc.current``/``misc.max``/``misc.events`` and ``cgroup.type`` but no ``misc.capacity`` (kernel/cgroup/
+    misc.c: ``capacity`` only on the root), and ``/proc/self/cgroup`` as ``0::<self_cgroup>`` ("/" under its own
+    cgroup namespace, the real path when the runtime bind-mounted the cgroup)."""
+    cgroup = out / CGROUP_ROOT
+    cgroup.mkdir(parents=True, exist_ok=True)
+    (cgroup / "cgroup.controllers").write_text("cpuset cpu io memory pids misc\n")
+    (cgroup / "cgroup.type").write_text("domain\n")
+    for name, line in (("misc.current", "{} 0"), ("misc.max", "{} max"), ("misc.events", "{}.max 0")):
+        (cgroup / name).write_text("".join(line.format(r) + "\n" for r in resources))
+    (out / "proc/self").mkdir(parents=True, exist_ok=True)
+    (out / "proc/self/cgroup").write_text(f"0::{self_cgroup}\n")
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     node = build_node_tree(
         Path(args.out),
@@ -70,6 +85,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         registers=args.registers,
         tdx_misc=args.tdx_misc,
         kvm_tdx=args.kvm_tdx,
+        ciphertext_hiding_asids=args.ciphertext_hiding_asids,
     )
     misc = node.misc
     summary = (
@@ -111,6 +127,13 @@ def register(subparsers: Any) -> None:
         choices=("auto", "Y", "N", "absent"),
         default="auto",
         help="kvm_intel tdx parameter (auto: Y when there are TDX keys; absent: a kernel without KVM TDX)",
+    )
+    build.add_argument(
+        "--ciphertext-hiding-asids",
+        type=int,
+        metavar="N",
+        help="AMD: kvm_amd.ciphertext_hiding_asids (6.18+): SNP ASIDs 1..N, SEV-ES the rest of sev_es (0: off; "
+        "default: a kernel without the parameter)",
     )
     build.add_argument("--out", required=True, help="directory to write (created; existing files replaced)")
     build.set_defaults(func=_cmd_build)

@@ -2,7 +2,8 @@
 
 Models what the collection's modules and the device plugins read on a real node:
 
-* ``sys/fs/cgroup/cgroup.controllers`` and the misc files of every cgroup (from :class:`MiscController`),
+* ``sys/fs/cgroup/cgroup.controllers`` and the misc files of every cgroup (from :class:`teesim.kernel.kvm.KvmKeys`,
+  a misc controller whose charges fail as KVM's launches do),
 * ``sys/module/kvm_intel/parameters/tdx`` or ``sys/module/kvm_amd/parameters/{sev,sev_es,sev_snp}``,
 * ``proc/cpuinfo`` (one processor per CPU, with the TEE flags), ``proc/cmdline``,
   ``proc/sys/kernel/osrelease``, ``etc/hostname``,
@@ -18,6 +19,8 @@ Optional extras (:class:`NodeSpec` fields; off by default, so plain trees stay a
   and ``dev/cpu/0/cpuid`` holding leaf 0x8000001F (ECX max ASID = ``sev`` + ``sev_es``, EDX min SEV ASID =
   ``sev_es`` + 1) on AMD, at the offsets the kernel's msr and cpuid drivers use (sparse files);
 * ``tdx_misc=False``: a kernel whose KVM has TDX (a vendor backport) but no ``tdx`` misc resource;
+* ``ciphertext_hiding_asids``: the ``kvm_amd`` parameter (AMD ciphertext hiding, 6.18+) that splits the
+  ``sev_es`` ASIDs into an SNP range and an SEV-ES range (:mod:`teesim.kernel.asids`);
 * ``kvm_tdx``: the ``kvm_intel`` ``tdx`` parameter (``auto``: Y when there are TDX keys; ``absent``: a
   kernel without KVM TDX has no such parameter);
 * ``pci``: PCI devices under ``sys/bus/pci/devices/<bdf>`` with ``vendor``, ``device``, ``class`` and the
@@ -35,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from teesim._collection import VENDOR_MISC_RESOURCES, canonical_resource
-from teesim.kernel.misc import MiscController
+from teesim.kernel.kvm import KvmKeys
 from teesim.kernel.profiles import CURRENT, KernelProfile
 
 CGROUP_ROOT = "sys/fs/cgroup"
@@ -105,6 +108,9 @@ class NodeSpec:
     tdx_misc: bool = True
     kvm_tdx: str = "auto"
     pci: tuple[PciDevice, ...] = ()
+    # kvm_amd.ciphertext_hiding_asids (Linux 6.18+, sev.c): None = a kernel without the parameter, 0 = off,
+    # N = SNP ASIDs 1..N and SEV-ES ASIDs N+1..sev_es (KVM caps N at the joint range and prints what it kept).
+    ciphertext_hiding_asids: int | None = None
 
     def resolved_capacity(self) -> dict[str, int]:
         if self.vendor not in VENDOR_RESOURCES:
@@ -132,8 +138,11 @@ class Node:
             raise ValueError(f"kvm_tdx {self.spec.kvm_tdx!r}: choose one of {', '.join(KVM_TDX_CHOICES)}")
         # Without the tdx misc resource the keys still exist in the hardware, but the kernel does not count them.
         counted = capacity if self.spec.tdx_misc else {k: v for k, v in capacity.items() if k != "tdx"}
-        self.misc: MiscController | None = (
-            MiscController(counted, self.spec.profile) if self.spec.profile.has_misc else None
+        # KVM's key allocation around the misc charge: ENOSPC for TDX KeyIDs, the SNP/SEV-ES ASID ranges.
+        self.misc: KvmKeys | None = (
+            KvmKeys(counted, self.spec.profile, self.spec.ciphertext_hiding_asids)
+            if self.spec.profile.has_misc
+            else None
         )
         self.hardware_capacity = dict(capacity)
         self._static = self._render_static(capacity)
@@ -179,6 +188,9 @@ class Node:
             enabled = "Y\n" if capacity.get("sev_es") else "N\n"
             files["sys/module/kvm_amd/parameters/sev_es"] = enabled
             files["sys/module/kvm_amd/parameters/sev_snp"] = enabled
+            if spec.ciphertext_hiding_asids is not None:
+                snp = min(spec.ciphertext_hiding_asids, capacity.get("sev_es", 0))
+                files["sys/module/kvm_amd/parameters/ciphertext_hiding_asids"] = f"{snp}\n"
         for device in spec.pci:
             base = f"sys/bus/pci/devices/{device.bdf}"
             files[f"{base}/vendor"] = device.vendor + "\n"

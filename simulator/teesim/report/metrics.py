@@ -1,9 +1,10 @@
 """Metrics of one strategy on one scenario, gathered while the simulation runs.
 
-* **failed launches**: KVM charges that failed (EBUSY), per consumer; a Kata sandbox the kubelet
-  retries counts once per try. How many fell *outside* the race window, per consumer (no other
-  guest charged a key on that node between ``poll_interval + node_status_interval`` before the pod
-  was bound, or before an external VM's start, and the failed launch);
+* **failed launches**: KVM launches that failed (ENOSPC for TDX KeyIDs, EBUSY for misc.max and SEV/SNP
+  ASIDs), per consumer; a Kata sandbox the kubelet retries counts once per try. How many fell
+  *outside* the race window, per consumer (no other guest charged a key on that node between
+  ``poll_interval + node_status_interval`` before the pod was bound, or before an external VM's start,
+  and the failed launch);
 * **admission failures**: pods the kubelet rejected (``UnexpectedAdmissionError``: device plugin
   resource unregistered or unhealthy after a restart or crash);
 * **stranded key-seconds**: the integral over time of keys free in the kernel (neither charged nor

@@ -15,7 +15,7 @@ from typing import Any
 from teesim.strategies.base import BASELINE
 
 TABLE_ROWS: tuple[tuple[str, str], ...] = (
-    ("failed launches (EBUSY)", "failed_launches"),
+    ("failed launches (ENOSPC/EBUSY)", "failed_launches"),
     ("  kata (each sandbox try)", "failed_launches_by_consumer.kata"),
     ("  kubevirt", "failed_launches_by_consumer.kubevirt"),
     ("  external VMs", "failed_launches_by_consumer.external"),

@@ -137,6 +137,17 @@ def _counts(value: Any, where: str) -> dict[str, int]:
     return out
 
 
+def _hiding(data: dict, at: str) -> int | None:
+    value = data.get("ciphertext_hiding_asids")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
+        raise ScenarioError(f"{at}.ciphertext_hiding_asids: expected an unsigned 32-bit integer, got {value!r}")
+    if data.get("vendor") != "amd":
+        raise ScenarioError(f"{at}.ciphertext_hiding_asids: AMD ciphertext hiding needs vendor: amd")
+    return value
+
+
 def _nodes(raw: Any, where: str) -> list[NodeSpec]:
     if not isinstance(raw, list) or not raw:
         raise ScenarioError(f"{where}: expected a non-empty list of nodes")
@@ -144,7 +155,7 @@ def _nodes(raw: Any, where: str) -> list[NodeSpec]:
     for index, item in enumerate(raw):
         at = f"{where}[{index}]"
         data = _mapping(item, at)
-        _check_keys(data, {"name", "vendor", "profile", "capacity", "count", "cpus"}, at)
+        _check_keys(data, {"name", "vendor", "profile", "capacity", "count", "cpus", "ciphertext_hiding_asids"}, at)
         name = str(data.get("name", f"node-{index + 1}"))
         count = int(_number(data, "count", at, 1, 1) or 1)
         try:
@@ -157,6 +168,8 @@ def _nodes(raw: Any, where: str) -> list[NodeSpec]:
                     vendor=str(data.get("vendor", "intel")),
                     capacity=capacity,
                     cpus=int(_number(data, "cpus", at, 4, 1) or 4),
+                    # AMD ciphertext hiding (teesim.kernel.kvm): SNP ASIDs 1..N of the sev_es range.
+                    ciphertext_hiding_asids=_hiding(data, at),
                 )
                 spec.resolved_capacity()
                 specs.append(spec)

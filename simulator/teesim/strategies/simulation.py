@@ -93,7 +93,13 @@ class World:
 
 @dataclass(frozen=True)
 class Failure:
-    """A guest that did not start: EBUSY/EINVAL at launch, or a kubelet admission error."""
+    """A guest that did not start: a launch error from KVM, or a kubelet admission error.
+
+    ``error`` is the errno name the launch failed with, as QEMU reports it: ``ENOSPC`` when TDX KeyIDs are
+    exhausted (``KVM_TDX_INIT_VM``), ``EBUSY`` at a cgroup's ``misc.max`` and for SEV/SNP ASIDs (QEMU's
+    ``ret=-16``), ``ENOTTY`` for an SEV-ES guest without an ASID range, ``EINVAL`` without capacity; empty
+    for an admission error (:mod:`teesim.kernel.kvm`).
+    """
 
     time: float
     node: str
@@ -104,6 +110,7 @@ class Failure:
     message: str
     in_race_window: bool
     attempt: int = 1
+    error: str = ""
 
 
 class Observer(Protocol):
@@ -274,7 +281,7 @@ class Simulation:
         cgroup = f"{EXTERNAL_CGROUP}/machine-qemu-{self._external_seq}-{uid}.scope"
         now = self.clock.now
         try:
-            node.charge(Consumer.EXTERNAL, cgroup, arrival.resource)
+            node.charge(Consumer.EXTERNAL, cgroup, arrival.resource, arrival.kind.value)
         except ChargeError as exc:
             self._fail_record(node, Consumer.EXTERNAL, arrival.resource, uid, "launch", exc, now, now)
             return
@@ -282,7 +289,7 @@ class Simulation:
         self.launched[Consumer.EXTERNAL.value] += 1
 
         def stop() -> None:
-            node.uncharge(Consumer.EXTERNAL, cgroup, arrival.resource)
+            node.uncharge(Consumer.EXTERNAL, cgroup, arrival.resource, arrival.kind.value)
             node.kernel.misc.remove_cgroup(cgroup)  # type: ignore[union-attr]
             self.completed[Consumer.EXTERNAL.value] += 1
             self._changed(node, arrival.resource, Consumer.EXTERNAL, charged=False)
@@ -373,7 +380,7 @@ class Simulation:
         if pod.first_launch_at is None:
             pod.first_launch_at = self.clock.now
         try:
-            node.charge(Consumer(pod.consumer), pod.cgroup, pod.misc_resource)
+            node.charge(Consumer(pod.consumer), pod.cgroup, pod.misc_resource, pod.guest.value)
         except ChargeError as exc:
             if pod.consumer is Consumer.KATA:
                 # FailedCreatePodSandBox: the pod worker retries the sandbox 10-15 s later, forever.
@@ -396,7 +403,7 @@ class Simulation:
             node.dra[name].release(pod.uid)
 
     def _stop(self, node: SimNode, pod: Pod) -> None:
-        node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource)
+        node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, pod.guest.value)
         pod.phase, pod.ended_at = Phase.SUCCEEDED, self.clock.now
         self._release(node, pod, was_running=True)
         self.completed[pod.consumer.value] += 1
@@ -455,9 +462,10 @@ class Simulation:
             recent = self._charge_times[(node.name, resource)]
             in_race = any(window_start <= t <= until for t in recent)
         message = str(exc)
-        if isinstance(exc, OSError) and exc.errno == errno.EBUSY:
-            message = f"EBUSY: {exc.strerror}"
-        failure = Failure(now, node.name, consumer.value, resource, uid, kind, message, in_race, attempt)
+        error = errno.errorcode.get(exc.errno, "") if isinstance(exc, OSError) and exc.errno else ""
+        if error:
+            message = f"{error}: {exc.strerror}"
+        failure = Failure(now, node.name, consumer.value, resource, uid, kind, message, in_race, attempt, error)
         self.failures.append(failure)
         if self.observer is not None:
             self.observer.on_failure(self, failure)

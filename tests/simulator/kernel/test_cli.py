@@ -47,7 +47,8 @@ def test_node_build_amd_old_and_no_misc(tmp_path: Path) -> None:
 
 def test_node_build_errors_are_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["node", "build", "--usage", "tdx=64", "--out", str(tmp_path / "x")]) == 2
-    assert "capacity reached" in capsys.readouterr().err
+    # KVM allocates the TDX KeyID before the misc charge: hardware exhaustion is ENOSPC (KVM_TDX_INIT_VM).
+    assert "[Errno 28] tdx: cannot charge 64 to /machine.slice: no free TDX KeyID" in capsys.readouterr().err
     assert main(["node", "build", "--profile", "no-misc", "--usage", "tdx=1", "--out", str(tmp_path / "y")]) == 2
     assert "has no misc controller" in capsys.readouterr().err
     assert main(["node", "build", "--capacity", "sev=1", "--out", str(tmp_path / "z")]) == 2
@@ -72,3 +73,13 @@ def test_node_build_registers_and_an_old_kernel_without_the_tdx_resource(tmp_pat
     assert (tmp_path / "sys/fs/cgroup/misc.capacity").read_text() == ""
     assert main(["node", "build", "--kvm-tdx", "absent", "--out", str(tmp_path / "k")]) == 0
     assert not (tmp_path / "k/sys/module/kvm_intel/parameters/tdx").exists()
+
+
+def test_node_build_with_ciphertext_hiding(tmp_path: Path) -> None:
+    out = tmp_path / "snp"
+    assert main(["node", "build", "--vendor", "amd", "--ciphertext-hiding-asids", "16", "--out", str(out)]) == 0
+    assert (out / "sys/module/kvm_amd/parameters/ciphertext_hiding_asids").read_text() == "16\n"
+    # KVM caps the value at the joint sev_es range and prints what it kept (-1u gives SNP everything).
+    big = tmp_path / "big"
+    assert main(["node", "build", "--vendor", "amd", "--ciphertext-hiding-asids", "4294967295", "--out", str(big)]) == 0
+    assert (big / "sys/module/kvm_amd/parameters/ciphertext_hiding_asids").read_text() == "99\n"

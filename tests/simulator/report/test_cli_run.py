@@ -47,9 +47,17 @@ def test_same_seed_identical_json_other_seed_differs() -> None:
 def test_every_bundled_scenario_runs(name: str) -> None:
     report = run_scenario(load_scenario(name))
     table = format_table(report)
-    assert "failed launches (EBUSY)" in table
+    assert "failed launches (ENOSPC/EBUSY)" in table
     for metrics in (s["metrics"] for s in report["strategies"].values()):
         assert sum(metrics["launched"].values()) > 0
+    if name == "snp-ciphertext-hiding":
+        # misc.capacity and misc.current count the joint sev_es range, which ciphertext hiding splits: the
+        # strategies read them, so even the kernel-reconciled pool places SNP guests past the SNP range, outside
+        # any race window.
+        for strategy in ("double-pool", "reconciling", "unified-reconciling"):
+            outside = report["strategies"][strategy]["metrics"]["failed_outside_race_window"]
+            assert sum(outside.values()) > 0, strategy
+        return
     reconciling = report["strategies"]["reconciling"]["metrics"]
     baseline = report["strategies"]["double-pool"]["metrics"]
     # The reconciling plugin's VMI failures are (almost all) inside the race window: on double-pool-snp

@@ -62,6 +62,8 @@ def test_node_count_expands_and_seed_override() -> None:
         (lambda d: d.update(settings={"poll_interval": 0}), r"poll_interval: expected a number >= 0.001"),
         (lambda d: d.update(seed="x"), "seed: expected an integer"),
         (lambda d: d.update(nodes=[]), "expected a non-empty list of nodes"),
+        (lambda d: d["nodes"][0].update(ciphertext_hiding_asids=16), "AMD ciphertext hiding needs vendor: amd"),
+        (lambda d: d["nodes"][0].update(ciphertext_hiding_asids=-1), "expected an unsigned 32-bit integer"),
     ],
 )
 def test_errors_name_the_key(mutate, message: str) -> None:

@@ -42,7 +42,7 @@ def test_zero_tdx_capacity_points_at_dmesg_bios_and_kernel(fs, run_module):
     fs.create_file(f"{CG}/misc.current", contents="")
     result = run_module(tee_capacity_check, {"resource": "tdx"})
     assert result["failed"] and result["capacity"] == 0
-    for hint in ("tdx capacity 0", "dmesg | grep virt/tdx", "BIOS", "6.16"):
+    for hint in ("tdx capacity 0", "dmesg | grep -i tdx", "'virt/tdx: TDX-Module initialized' at boot", "BIOS", "6.16"):
         assert hint in result["msg"]
 
 
@@ -83,3 +83,44 @@ def test_bad_arguments(tdx_host, run_module, args, message):
 def test_unknown_resource_choice_is_rejected(tdx_host, run_module):
     result = run_module(tee_capacity_check, {"resource": "sgx"})
     assert result["failed"] and "resource" in result["msg"]
+
+
+def _snp_host(fs, hiding):
+    fs.create_file(f"{CG}/misc.capacity", contents="sev 410\nsev_es 99\n")
+    fs.create_file(f"{CG}/misc.current", contents="sev 0\nsev_es 10\n")
+    if hiding is not None:
+        fs.create_file("/sys/module/kvm_amd/parameters/ciphertext_hiding_asids", contents=hiding)
+    else:
+        fs.create_dir("/sys/module/kvm_amd/parameters")
+
+
+def test_snp_is_bounded_by_the_ciphertext_hiding_range(fs, run_module):
+    _snp_host(fs, "16\n")
+    result = run_module(tee_capacity_check, {"resource": "snp", "min_free": 20})
+    assert result["failed"] and result["snp_asids"] == 16
+    assert (result["capacity"], result["free"]) == (16, 16)  # 89 look free in misc.current
+    assert "SNP ASIDs 1..16 of ciphertext hiding" in result["msg"] and "ret=-16" in result["msg"]
+    assert not run_module(tee_capacity_check, {"resource": "sev_es", "min_free": 20})["failed"]  # the joint pool
+
+
+@pytest.mark.parametrize("hiding", [None, "0\n"])
+def test_snp_without_a_split_is_the_joint_pool(fs, run_module, hiding):
+    _snp_host(fs, hiding)
+    result = run_module(tee_capacity_check, {"resource": "snp", "min_free": 20})
+    assert not result["failed"] and result["snp_asids"] is None and result["free"] == 89
+
+
+def test_a_garbled_parameter_warns_and_checks_the_joint_pool(fs, run_module):
+    _snp_host(fs, "max\n")
+    result = run_module(tee_capacity_check, {"resource": "snp", "min_free": 20})
+    assert result["snp_asids"] is None and any("ciphertext_hiding_asids" in w for w in result.get("warnings", []))
+
+
+def test_documentation_parses_and_returns_every_key(tdx_host, run_module):
+    import yaml
+
+    options = yaml.safe_load(tee_capacity_check.DOCUMENTATION)["options"]
+    assert options["resource"]["choices"] == ["tdx", "sev", "sev_es", "snp"]
+    returned = set(yaml.safe_load(tee_capacity_check.RETURN))
+    result = run_module(tee_capacity_check, {"resource": "tdx"})
+    assert returned == set(result) - {"changed", "failed", "msg", "invocation", "warnings"}

@@ -12,7 +12,13 @@ def test_tdx_host(fs, run_module):
     fs.create_file(f"{CG}/misc.current", contents="sev 0\nsev_es 0\ntdx 5\n")
     result = run_module(tee_capacity_info, {"host_root": "/host"})
     assert result["changed"] is False and not result["failed"]
-    assert result["misc_controller"] == {"present": True, "cgroup_version": 2, "path": CG, "reason": None}
+    assert result["misc_controller"] == {
+        "present": True,
+        "cgroup_version": 2,
+        "path": CG,
+        "reason": None,
+        "not_root_cgroup": False,
+    }
     tdx = result["resources"]["tdx"]
     assert (tdx["capacity"], tdx["current"], tdx["free"], tdx["current_source"]) == (63, 5, 58, "root")
     # Resources the kernel omits (capacity 0) are reported as such, not left out.

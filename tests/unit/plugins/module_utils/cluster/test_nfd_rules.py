@@ -40,3 +40,45 @@ def test_no_extended_resource_where_kubevirt_is_the_pool():
     plan = kp.plan([{"name": "t", "vendor": "intel", "consumers": ["kata", "kubevirt"]}])
     rules = nfd.rules(plan)
     assert [r["name"] for r in rules] == ["intel.tdx"] and "extendedResources" not in rules[0]
+
+
+def _split(snp):
+    return {"ciphertext_hiding": True, "snp": {"capacity": snp}, "sev_es": {"capacity": 99 - snp}}
+
+
+def test_ciphertext_hiding_nodes_advertise_their_snp_range_not_the_joint_count():
+    nodes = [
+        {"name": "snp-plain", "vendor": "amd", "consumers": ["kata"], "sev_asids": {"ciphertext_hiding": False}},
+        {"name": "snp-a", "vendor": "amd", "consumers": ["kata"], "sev_asids": _split(16)},
+        {"name": "snp-b", "vendor": "amd", "consumers": ["kata"], "sev_asids": _split(16)},
+        {"name": "snp-c", "vendor": "amd", "consumers": ["kata"], "sev_asids": _split(40)},
+    ]
+    plan = kp.plan(nodes)
+    assert plan["nfd"]["snp"]["static_values"] == {"snp-a": 16, "snp-b": 16, "snp-c": 40}
+    assert plan["nodes"]["snp-a"]["snp_asids"] == 16 and plan["nodes"]["snp-plain"]["snp_asids"] is None
+    rules = {r["name"]: r for r in nfd.rules(plan)}
+    assert rules["amd.sev-snp.keys"]["extendedResources"] == {
+        "sev-snp.amd.com/esids": "@cpu.security.sev.encrypted_state_ids"
+    }
+    assert rules["amd.sev-snp.keys"]["matchFeatures"][1]["matchExpressions"]["nodename"]["value"] == ["snp-plain"]
+    assert rules["amd.sev-snp.keys.snp-asids-16"]["extendedResources"] == {"sev-snp.amd.com/esids": "16"}
+    assert rules["amd.sev-snp.keys.snp-asids-16"]["matchFeatures"][1]["matchExpressions"]["nodename"]["value"] == [
+        "snp-a",
+        "snp-b",
+    ]
+    assert rules["amd.sev-snp.keys.snp-asids-40"]["extendedResources"] == {"sev-snp.amd.com/esids": "40"}
+    assert any("fixed at 16" in line for line in plan["summary"])
+
+
+def test_ciphertext_hiding_with_an_unknown_snp_count_is_refused():
+    broken = {"ciphertext_hiding": True, "snp": {"capacity": None}}
+    with pytest.raises(kp.KeyPoolError, match=r"node snp-a: ciphertext hiding splits .* SNP count is None"):
+        kp.plan([{"name": "snp-a", "vendor": "amd", "consumers": ["kata"], "sev_asids": broken}])
+    with pytest.raises(kp.KeyPoolError, match="sev_asids must be the sev_asids fact"):
+        kp.plan([{"name": "snp-a", "vendor": "amd", "consumers": ["kata"], "sev_asids": "16"}])
+
+
+def test_an_snp_split_on_a_kubevirt_pool_warns():
+    plan = kp.plan([{"name": "snp-vm", "vendor": "amd", "consumers": ["kubevirt"], "sev_asids": _split(8)}])
+    assert any("only 8 ASIDs" in w and "EBUSY" in w for w in plan["warnings"])
+    assert plan["nfd"]["snp"]["static_values"] == {}

@@ -360,3 +360,39 @@ def test_an_unreadable_misc_events_says_why_its_metric_is_missing():
     assert result["problems"] == [
         "n1 misc.events of machine.slice has no readable tdx.max count: tee_misc_events_total left out"
     ]
+
+
+def _hidden(facts, snp):
+    facts["sev_asids"] = {"ciphertext_hiding": True, "snp": {"capacity": snp}, "joint": {"capacity": 99}}
+    return facts
+
+
+def test_an_snp_pool_larger_than_the_ciphertext_hiding_range_is_critical():
+    facts = _hidden(host({"sev_es": 99}, {"sev_es": 6}), 16)
+    result = drift({"n1": facts}, [node("n1", {"sev-snp.amd.com/esids": "99"})])
+    (finding,) = findings(result, "n1", "snp_pool_exceeds_snp_range")
+    assert finding["severity"] == "critical"
+    assert finding["numbers"] == {"advertised": 99, "snp_asids": 16, "joint_sev_es_asids": 99, "difference": 83}
+    assert "fail to launch with EBUSY while misc.current sev_es still shows keys free" in finding["detail"]
+    assert '"16"' in finding["fix"]
+    # The joint count itself is what the kernel says: no stale-advertiser finding on top.
+    assert findings(result, "n1", "stale_advertiser") == []
+
+
+def test_an_snp_pool_within_the_range_or_without_hiding_is_fine():
+    within = drift({"n1": _hidden(host({"sev_es": 99}), 16)}, [node("n1", {"sev-snp.amd.com/esids": "16"})])
+    assert findings(within, "n1", "snp_pool_exceeds_snp_range") == []
+    plain = host({"sev_es": 99})
+    plain["sev_asids"] = {"ciphertext_hiding": False, "snp": {"capacity": 99}}
+    assert findings(drift({"n1": plain}, [node("n1", {"sev-snp.amd.com/esids": "99"})]), "n1") == []
+
+
+def test_critical_findings_say_how_the_failed_launches_show():
+    result = drift({"n1": host({"tdx": 63})}, [node("n1", TWO_POOLS)])
+    (double,) = findings(result, "n1", "double_pool")
+    assert "How it shows: a TD launch then fails in KVM_TDX_INIT_VM with ENOSPC" in double["detail"]
+    facts = _hidden(host({"sev_es": 99}), 16)
+    (snp,) = findings(
+        drift({"n1": facts}, [node("n1", {"sev-snp.amd.com/esids": "99"})]), "n1", "snp_pool_exceeds_snp_range"
+    )
+    assert "ret=-16" in snp["detail"]

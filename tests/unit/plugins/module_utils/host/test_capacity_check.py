@@ -72,3 +72,25 @@ def test_clean_file_without_the_resource_line_is_really_zero(fs):
     fs.create_file(f"{CG}/misc.current", contents="sev 0\n")
     report = evaluate(read_misc_state("/"), "tdx", min_capacity=0, expected_capacity=0, min_free=0)
     assert report.ok and (report.capacity, report.current, report.free) == (0, 0, 0)
+
+
+def test_exhaustion_says_how_the_failed_launch_shows_per_technology():
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import EXHAUSTION_SIGNATURES
+
+    # tdx.c allocates the KeyID before the misc charge: ENOSPC; misc.max: EBUSY. sev.c: EBUSY (QEMU ret=-16).
+    assert (
+        "KVM_TDX_INIT_VM" in EXHAUSTION_SIGNATURES["tdx"] and "No space left on device" in EXHAUSTION_SIGNATURES["tdx"]
+    )
+    assert "EBUSY" in EXHAUSTION_SIGNATURES["tdx"] and "misc.max" in EXHAUSTION_SIGNATURES["tdx"]
+    for name in ("sev", "sev_es"):
+        assert "ret=-16" in EXHAUSTION_SIGNATURES[name] and "ENOSPC" not in EXHAUSTION_SIGNATURES[name]
+    assert "ENOTTY" in EXHAUSTION_SIGNATURES["sev_es"]
+
+
+def test_too_few_free_keys_names_the_real_launch_error(fs):
+    fs.create_file(f"{CG}/misc.capacity", contents="sev_es 99\ntdx 63\n")
+    fs.create_file(f"{CG}/misc.current", contents="sev_es 98\ntdx 63\n")
+    (tdx,) = evaluate(read_misc_state("/"), "tdx", min_free=1).failures
+    assert "KVM_TDX_INIT_VM failed: No space left on device" in tdx.message
+    (snp,) = evaluate(read_misc_state("/"), "snp", min_free=2).failures
+    assert "ret=-16" in snp.message and "ENOSPC" not in snp.message

@@ -142,7 +142,20 @@ def test_tdx_host_is_ready(fs):
     assert facts["vsock"] == {"vhost_vsock": True, "vsock": True}
     assert facts["qgs"] == {"path": "/var/run/tdx-qgs/qgs.socket", "present": True, "is_socket": True}
     assert facts["sgx"]["ready"] is True
-    assert facts["kvm"]["amd"] == {"loaded": False, "sev": None, "sev_es": None, "sev_snp": None}
+    assert facts["kvm"]["amd"] == {
+        "loaded": False,
+        "sev": None,
+        "sev_es": None,
+        "sev_snp": None,
+        "ciphertext_hiding": {
+            "path": "/host/sys/module/kvm_amd/parameters/ciphertext_hiding_asids",
+            "present": None,
+            "asids": None,
+            "problem": None,
+        },
+    }
+    assert facts["sev_asids"]["ciphertext_hiding"] is None
+    assert facts["sev_asids"]["reasons"] == ["kvm_amd is not loaded"]
     assert facts["sev"]["ready"] is False
     assert facts["sev"]["reasons"] == ["SEV needs an AMD EPYC host; this CPU's vendor is GenuineIntel"]
     assert facts["gpu"]["probed"] is False
@@ -226,7 +239,10 @@ def test_snp_host_is_ready_for_all_three(fs):
 def test_snp_old_int_parameters_accept_1_and_0(fs):
     snp_host("/host", kvm_amd={"sev": "1\n", "sev_es": "1\n", "sev_snp": "0\n"})
     facts = hf.gather_host_facts("/host")
-    assert facts["kvm"]["amd"] == {"loaded": True, "sev": True, "sev_es": True, "sev_snp": False}
+    amd = dict(facts["kvm"]["amd"])
+    assert amd.pop("ciphertext_hiding")["present"] is False  # an old kernel: no such parameter, no split
+    assert amd == {"loaded": True, "sev": True, "sev_es": True, "sev_snp": False}
+    assert facts["sev_asids"]["ciphertext_hiding"] is False and facts["sev_asids"]["snp"]["capacity"] == 0
     assert facts["sev_es"]["ready"] is True
     assert facts["snp"]["ready"] is False
     assert "dmesg | grep -i sev" in facts["snp"]["reasons"][0]

@@ -348,3 +348,55 @@ def test_well_formed_lines_are_exact_even_among_junk(table, junk):
     parsed = mc.parse_misc_text("\n".join(lines) + "\n")
     assert parsed.values == table
     assert parsed.issues == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inside a container: a non-root cgroup, where misc.capacity never exists
+# ---------------------------------------------------------------------------------------------------
+
+
+def _container_cgroup(root, self_cgroup):
+    from pathlib import Path
+
+    from teesim.kernel.cli import build_pod_view
+
+    build_pod_view(Path(root), self_cgroup.strip()[3:])
+
+
+def test_a_private_cgroup_namespace_says_why_there_is_no_capacity(tmp_path):
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+
+    _container_cgroup(tmp_path, "0::/\n")
+    facts = capacity_facts(str(tmp_path))
+    controller = facts["misc_controller"]
+    assert controller["present"] is False and controller["not_root_cgroup"] is True
+    assert "not the host's root cgroup, and misc.capacity exists only there" in controller["reason"]
+    assert "own cgroup namespace (/proc/self/cgroup is '0::/')" in controller["reason"]
+    assert "host_root: /host" in controller["reason"] and "/proc/1/root" in controller["reason"]
+
+
+def test_a_bind_mounted_container_cgroup_names_its_path(tmp_path):
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
+
+    _container_cgroup(tmp_path, "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope\n")
+    state = mc.read_misc_state(str(tmp_path))
+    assert "this process's cgroup /kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope" in state.layout.reason
+    (failure,) = evaluate(state, "tdx").failures
+    assert "CONFIG_CGROUP_MISC" not in failure.message  # the kernel is fine; the reader looks at the wrong cgroup
+
+
+def test_a_kernel_without_misc_is_still_told_apart(tmp_path):
+    cg = tmp_path / "sys/fs/cgroup"
+    cg.mkdir(parents=True)
+    (cg / "cgroup.controllers").write_text("cpu memory pids\n")
+    layout = mc.locate_misc(str(tmp_path))
+    assert layout.not_root is False and "CONFIG_CGROUP_MISC" in layout.reason
+
+
+def test_the_preflight_in_a_container_says_where_the_capacity_is(tmp_path):
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+    from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import kernel_counts_tdx
+
+    _container_cgroup(tmp_path, "0::/\n")
+    counts, why = kernel_counts_tdx({"version": [6, 18, 0], "release": "6.18.0"}, capacity_facts(str(tmp_path)))
+    assert counts is None and "not the host's root cgroup" in why and not why.startswith("no misc cgroup controller")

@@ -82,3 +82,61 @@ def test_vendor_and_boot_verdict():
     assert rd.boot_verdict(facts) == {"ok": False, "vendor": "amd", "technology": "SEV-SNP", "reasons": ["x"]}
     unknown = rd.boot_verdict({"tee_vendor": None, "cpu": {"vendor": "HygonGenuine"}})
     assert unknown["ok"] is False and "HygonGenuine" in unknown["reasons"][0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# TDX readiness: kvm_intel's tdx parameter and the tdx line of misc.capacity, never log text
+# ---------------------------------------------------------------------------------------------------
+
+
+def _tdx_tree(tmp_path, **kwargs):
+    from teesim.kernel.cli import build_node_tree
+
+    root = tmp_path / "node"
+    build_node_tree(root, **kwargs)
+    return root
+
+
+def _facts_with_capacity(root):
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+    from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
+
+    facts = gather_host_facts(str(root))
+    rd.apply_capacity(facts, capacity_facts(str(root)))
+    return facts
+
+
+def test_tdx_needs_keyids_in_misc_capacity_as_well_as_kvm_intel_tdx(tmp_path):
+    # kvm_intel says Y, but the kernel (6.16+ counts TDX keys) has no tdx line: no TD can get a KeyID.
+    root = _tdx_tree(tmp_path, capacity={"tdx": 0}, kvm_tdx="Y")
+    facts = _facts_with_capacity(root)
+    assert facts["tdx"]["enabled"] is True and facts["tdx"]["misc_capacity"] == 0
+    assert facts["tdx"]["ready"] is False and facts["boot"]["ok"] is False
+    (reason,) = [r for r in facts["tdx"]["reasons"] if "misc.capacity has no tdx line" in r]
+    assert "'virt/tdx: module initialized'" in reason and "'virt/tdx: TDX-Module initialized' at boot" in reason
+
+
+def test_tdx_ready_from_the_parameter_and_the_capacity_whatever_the_logs_say(tmp_path):
+    root = _tdx_tree(tmp_path, capacity={"tdx": 63})
+    # A log saying the opposite is not read: readiness never depends on log text.
+    (root / "var/log").mkdir(parents=True)
+    (root / "var/log/dmesg").write_text("virt/tdx: TDX-Module initialization failed (-5)\n")
+    facts = _facts_with_capacity(root)
+    assert facts["tdx"]["ready"] is True and facts["tdx"]["misc_capacity"] == 63 and facts["boot"]["ok"] is True
+
+
+def test_old_kernels_without_the_tdx_resource_are_not_failed_by_the_capacity(tmp_path):
+    root = _tdx_tree(tmp_path, profile="old", capacity={"tdx": 31}, tdx_misc=False)
+    facts = _facts_with_capacity(root)
+    assert not any("misc.capacity has no tdx line" in r for r in facts["tdx"]["reasons"])
+
+
+def test_the_readiness_code_never_reads_logs():
+    from pathlib import Path
+
+    import ansible_collections.confidential.tee.plugins.module_utils.host as host_wing
+
+    for path in Path(host_wing.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        for log in ("dev/kmsg", "var/log", "journalctl", '"dmesg"', "'dmesg'"):
+            assert log not in text, (path.name, log)
