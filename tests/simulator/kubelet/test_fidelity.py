@@ -37,7 +37,7 @@ from teesim.kubelet.server import Kubelet
 from teesim.plugins.base import DevicePluginService, PluginServer
 
 RES = "devices.kubevirt.io/tdx"
-WAIT = 5.0
+WAIT = 60.0  # a bound for gRPC messages to arrive on a busy machine, not a timing
 PRE_START = dp.DevicePluginOptions(pre_start_required=True)
 
 

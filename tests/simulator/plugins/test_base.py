@@ -9,7 +9,7 @@ from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
 from teesim.plugins.base import DevicePluginService, PluginServer
 
 RES = "devices.kubevirt.io/tdx"
-WAIT = 10.0
+WAIT = 60.0  # a bound, not a timing: wait_for returns as soon as the condition holds, and a busy CI machine can be slow
 
 
 class _Aborted(Exception):

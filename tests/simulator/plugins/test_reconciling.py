@@ -12,7 +12,7 @@ from teesim.kubelet.ratelimit import TokenBucket
 from teesim.kubelet.server import Kubelet
 
 RES = "devices.kubevirt.io/tdx"
-WAIT = 10.0
+WAIT = 60.0  # a bound, not a timing: wait_for returns as soon as the condition holds, and a busy CI machine can be slow
 POLL = 0.05
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from teesim.kubelet.devicemanager import PodRef
 from teesim.plugins.unified import overhead_keys, parse_count
 
 KEYS = "tdx.intel.com/keys"
-WAIT = 10.0
+WAIT = 60.0  # a bound, not a timing: wait_for returns as soon as the condition holds, and a busy CI machine can be slow
 POLL = 0.05
 
 
