@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
-from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import ZERO_CAPACITY_HINTS
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import gather_hardware_keys
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import (
@@ -196,11 +195,11 @@ def _tdx_keys_check(facts, capacity, hardware):
             title,
             FAIL,
             "%s, but the kernel reports TDX capacity 0: %s" % (_tdx_hardware_keys_text(msr), why),
-            ZERO_CAPACITY_HINTS["tdx"],
+            _zero_capacity_hint("tdx"),
             source="hardware",
         )
     if counted is True:
-        return check("tdx.keys", title, FAIL, "misc.capacity has no tdx keys: %s" % why, ZERO_CAPACITY_HINTS["tdx"])
+        return check("tdx.keys", title, FAIL, "misc.capacity has no tdx keys: %s" % why, _zero_capacity_hint("tdx"))
     return check(
         "tdx.keys",
         title,
@@ -333,6 +332,14 @@ def _sev_asid_check(hardware, capacity):
     )
 
 
+def _zero_capacity_hint(resource):
+    # Imported here, on the failing path only: every line imported is compiled again on every host and run
+    # (AnsiballZ's zipimport keeps no bytecode; docs/fleet.md, "Where the per-host time goes").
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import ZERO_CAPACITY_HINTS
+
+    return ZERO_CAPACITY_HINTS[resource]
+
+
 def _sev_keys_check(capacity):
     entry = (capacity.get("resources") or {}).get("sev_es") or {}
     title = "SEV-ES/SNP ASIDs > 0 (sev_es)"
@@ -342,7 +349,7 @@ def _sev_keys_check(capacity):
         return check("sev.keys", title, SKIP, _unknown_capacity("sev_es", entry))
     if entry["capacity"] > 0:
         return check("sev.keys", title, PASS, "%d SEV-ES/SNP ASIDs in misc.capacity" % entry["capacity"], source="misc")
-    return check("sev.keys", title, FAIL, "misc.capacity has no sev_es ASIDs", ZERO_CAPACITY_HINTS["sev_es"])
+    return check("sev.keys", title, FAIL, "misc.capacity has no sev_es ASIDs", _zero_capacity_hint("sev_es"))
 
 
 def sev_section(facts, capacity, hardware) -> dict:
