@@ -157,6 +157,13 @@ EXAMPLES = r"""
     msg: >-
       SNP ready: {{ ansible_facts.tee_host.snp.ready }},
       IOMMU groups: {{ ansible_facts.tee_host.iommu.groups }}
+
+- name: Only what the fleet report reads, in one round trip per node (as playbooks/fleet_report.yml does)
+  confidential.tee.tee_host_info:
+    preflight: true
+    result: fleet
+    gather_gpu: false
+  register: tee_fleet_node
 """
 
 RETURN = r"""
