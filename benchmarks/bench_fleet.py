@@ -136,7 +136,7 @@ def _line(label: str, runs: list[Run], wall_base: float, cpu_base: float, base: 
     )
 
 
-def report(hosts: int, samples: dict[str, list[Run]], has_mitogen: bool) -> None:
+def report(hosts: int, samples: dict[str, list[Run]], has_mitogen: bool, why_not: str) -> None:
     vanilla_ping = samples["linear ping"]
     vp_wall, vp_cpu = _median(vanilla_ping, "wall_s"), _median(vanilla_ping, "cpu_s")
     print("linear (Ansible's default strategy); ratios wall / CPU to its ping:")
@@ -148,7 +148,7 @@ def report(hosts: int, samples: dict[str, list[Run]], has_mitogen: bool) -> None
         f"fleet / ping {_median(samples['linear fleet'], 'wall_s') / vp_wall:.2f}x wall (target <= 1.3x)"
     )
     if not has_mitogen:
-        print("mitogen: not installed (pip install 'confidential-tee[mitogen]'), its figures are left out")
+        print(f"mitogen: {why_not}, its figures are left out")
         return
     mp_wall, mp_cpu = _median(samples["mitogen ping"], "wall_s"), _median(samples["mitogen ping"], "cpu_s")
     print("mitogen_linear; ratios wall / CPU to mitogen's ping, then to the linear ping:")
@@ -202,7 +202,8 @@ def main() -> None:
             else "; mitogen sees confidential.tee and " + ", ".join(LEAN_COLLECTIONS) + " only"
         )
     )
-    report(hosts, samples, has_mitogen)
+    why_not = "--no-mitogen" if args.no_mitogen else "not installed (pip install 'confidential-tee[mitogen]')"
+    report(hosts, samples, has_mitogen, why_not)
     if args.scale_hosts > args.hosts:
         large_hosts, large = measure(args.scale_hosts, 1, args.forks, {"linear": {}}, only=("fleet",))
         scaling((hosts, samples["linear fleet"]), (large_hosts, large["linear fleet"]))
