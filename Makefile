@@ -68,6 +68,7 @@ test: sysdeps lint sanity pytest molecule
 
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
+	$(BIN)/python benchmarks/profile_host_info.py
 	$(BIN)/python benchmarks/bench_fleet.py
 	$(BIN)/python benchmarks/bench_simulator.py
 	$(BIN)/python benchmarks/bench_sweep.py

@@ -94,6 +94,17 @@ options:
         C(remediation); a registered module result with C(failed) works too.
       - Without it, the attestation section is V(SKIP) and says why.
     type: dict
+  result:
+    description:
+      - V(full) returns every fact in RV(host).
+      - V(fleet) needs O(preflight=true) and returns only what M(confidential.tee.tee_fleet_report) reads (about 60 %
+        of the bytes; kernel release, CPU vendor, a GPU summary, the misc cgroup resources and top-level cgroups, the
+        TDX key register summary, the problems of RV(host.warnings), the whole RV(host.preflight)). The fleet
+        playbook uses it, so that the host serialises less and the controller parses, registers and passes on less
+        per node.
+    type: str
+    choices: [full, fleet]
+    default: full
 notes:
   - Also sets the fact C(tee_host) to the same value as RV(host), except with O(preflight=true).
   - C(nvidia-smi) runs with a time limit (O(gpu_timeout)) and its output is bounded to 4 MiB; bytes that are
@@ -146,6 +157,13 @@ EXAMPLES = r"""
     msg: >-
       SNP ready: {{ ansible_facts.tee_host.snp.ready }},
       IOMMU groups: {{ ansible_facts.tee_host.iommu.groups }}
+
+- name: Only what the fleet report reads, in one round trip per node (as playbooks/fleet_report.yml does)
+  confidential.tee.tee_host_info:
+    preflight: true
+    result: fleet
+    gather_gpu: false
+  register: tee_fleet_node
 """
 
 RETURN = r"""
@@ -153,6 +171,10 @@ host:
   description:
     - Everything the module found. The same value is set as the fact C(tee_host) (not with O(preflight=true)).
     - Booleans are V(null) where the answer could not be determined (for example an unreadable file).
+    - With O(result=fleet), only the keys C(kernel) (C(release), C(version)), C(tee_vendor), C(gpu) (C(probed),
+      C(present), C(cc_capable), C(cc_state), C(ready_state), C(gpus) with C(name)), C(capacity)
+      (C(misc_controller), C(resources), C(cgroups)), C(hardware_keys) (C(tdx_misc_resource), C(tdx_misc_reason),
+      C(tdx) with C(readable) and C(tdx_guest_keyids)), C(warnings) (C(problem) only) and C(preflight).
   returned: always
   type: dict
   contains:
@@ -464,6 +486,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
 from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import (
     bounded_runner,
     empty_gpu,
@@ -513,6 +536,7 @@ def main():
             preflight=dict(type="bool", default=False),
             min_free_keys=dict(type="int", default=1, no_log=False),
             attestation=dict(type="dict"),
+            result=dict(type="str", choices=["full", "fleet"], default="full"),
         ),
         supports_check_mode=True,
     )
@@ -526,6 +550,11 @@ def main():
         module.fail_json(
             msg="gpu_timeout must be at least 1 second, got %d: raise it, or set gather_gpu: false to skip "
             "nvidia-smi" % module.params["gpu_timeout"]
+        )
+    if module.params["result"] == "fleet" and not module.params["preflight"]:
+        module.fail_json(
+            msg="result: fleet is the fleet report's view of the preflight facts: set preflight: true with it, or "
+            "result: full"
         )
     open_host(module)
     try:
@@ -548,7 +577,7 @@ def main():
         module.warn("%s: %s" % (warning["path"], warning["problem"]))
     if params["preflight"]:
         # Register the result instead: the facts twice would double the data the controller processes per host.
-        module.exit_json(changed=False, host=facts)
+        module.exit_json(changed=False, host=fleet_view(facts) if params["result"] == "fleet" else facts)
     module.exit_json(changed=False, host=facts, ansible_facts={"tee_host": facts})
 
 

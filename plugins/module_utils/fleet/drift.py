@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
-    bound_pods,
     is_running,
     items,
     labels_of,
     name_of,
     object_ref,
     pod_requests,
+    pods_by_node,
     resource_list,
     selector_matches,
 )
@@ -590,7 +590,8 @@ def runtime_class_findings(overheads, nodes) -> tuple[list[dict], dict[str, list
         for resource, amount in runtime_class["requests"].items():
             # An unreadable count (a listed problem) is not taken for "advertises nothing".
             advertising = [name for name in landing if _advertises(by_name[name], resource) != 0]
-            missing = [name for name in landing if name not in advertising]
+            advertises = set(advertising)  # a set: a list here would make this quadratic in the fleet's size
+            missing = [name for name in landing if name not in advertises]
             numbers = {
                 "runtime_class": runtime_class["name"],
                 "per_pod": amount,
@@ -623,9 +624,10 @@ def runtime_class_findings(overheads, nodes) -> tuple[list[dict], dict[str, list
 # ---------------------------------------------------------------------------------------------------
 
 
-def node_drift(node_name, host, node, pods, catalog) -> dict:
+def node_drift(node_name, host, node, bound, catalog) -> dict:
     """Pools and findings of one node. ``host`` is the ``tee_host_info`` result (``None``: unreachable),
-    ``node`` its Node object (``None``: not in the Kubernetes objects), ``pods`` every pod of the cluster."""
+    ``node`` its Node object (``None``: not in the Kubernetes objects), ``bound`` the pods bound to it and not
+    terminated (``kube_objects.pods_by_node``)."""
     problems: list[str] = []
     kernels = {resource: kernel_pool(host, resource) for resource in MISC_RESOURCES}
     problems += ["%s %s" % (node_name, k["events_unknown"]) for k in kernels.values() if k["events_unknown"]]
@@ -639,7 +641,6 @@ def node_drift(node_name, host, node, pods, catalog) -> dict:
             "findings": [],
             "problems": problems,
         }
-    bound = bound_pods(pods, node_name)
     advertised = advertised_pools(node, catalog, bound, problems)
     sev_device = sum(1 for pod in bound if is_running(pod) and pod_requests(pod, {SEV_DEVICE}, []).get(SEV_DEVICE))
     findings = []
@@ -691,13 +692,13 @@ def fleet_drift(hosts, kubernetes, resource_map=None) -> dict:
     """
     problems: list[str] = []
     nodes = unique_nodes(items(kubernetes.get("nodes")), problems)
-    pods = items(kubernetes.get("pods"))
+    bound = pods_by_node(items(kubernetes.get("pods")))
     catalog = pool_catalog(nfd_advertisers(kubernetes.get("node_feature_rules"), problems), resource_map)
     overheads = runtime_class_overheads(kubernetes.get("runtime_classes"), problems)
     fleet_findings, per_node = runtime_class_findings(overheads, nodes)
     by_name = {name_of(node): node for node in nodes}
     result = {}
     for name, host in hosts.items():
-        result[name] = node_drift(name, host, by_name.get(name), pods, catalog)
+        result[name] = node_drift(name, host, by_name.get(name), bound.get(name, []), catalog)
         result[name]["findings"] += per_node.get(name, [])
     return {"nodes": result, "findings": fleet_findings, "problems": problems, "catalog": catalog}

@@ -16,6 +16,7 @@ import re
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift import MISC_RESOURCES, fleet_drift
+from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
 
 SCHEMA = "confidential.tee/fleet-report/v1"
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -23,7 +24,6 @@ NO_KUBERNETES = "no Kubernetes objects given (kubernetes or kubernetes_dir): dri
 
 
 _STATUS_KEYS = ("failed", "unreachable", "skipped", "msg")
-_GPU_KEYS = ("probed", "present", "cc_capable", "cc_state", "ready_state")
 
 
 # Linux NAME_MAX (include/uapi/linux/limits.h): one path component is at most 255 bytes.
@@ -52,32 +52,16 @@ def _pick(mapping, keys) -> dict:
 def compact_result(result):
     """Only what the report reads from a registered ``tee_host_info`` (preflight) result.
 
-    A result is about 9 KB per host; Ansible's cost of passing data between tasks grows with its size, so the
-    ``fleet_hosts`` filter hands the report module this subset (about 6 KB, most of it the verdict) instead.
-    Applying it twice changes nothing.
+    A full result is 9 to 12 KB per host; Ansible's cost of passing data between tasks grows with its size, so the
+    ``fleet_hosts`` filter hands the report module this subset instead. The host part is ``host.fleet_view``, what
+    ``tee_host_info`` itself returns with ``result: fleet``; applying it twice changes nothing.
     """
     if not isinstance(result, dict):
         return result
     compact = _pick(result, _STATUS_KEYS)
     host = result.get("host")
-    if not isinstance(host, dict):
-        return compact
-    capacity = host.get("capacity") or {}
-    registers = host.get("hardware_keys") or {}
-    gpu = host.get("gpu") or {}
-    preflight = host.get("preflight")
-    compact["host"] = {
-        "kernel": _pick(host.get("kernel") or {}, ("release", "version")),
-        "tee_vendor": host.get("tee_vendor"),
-        "gpu": dict(_pick(gpu, _GPU_KEYS), gpus=[_pick(g, ("name",)) for g in gpu.get("gpus") or []]),
-        "capacity": _pick(capacity, ("misc_controller", "resources", "cgroups")),
-        "hardware_keys": dict(
-            _pick(registers, ("tdx_misc_resource", "tdx_misc_reason")),
-            tdx=_pick(registers.get("tdx") or {}, ("readable", "tdx_guest_keyids")),
-        ),
-        "warnings": [_pick(w, ("problem",)) for w in host.get("warnings") or []],
-        "preflight": preflight if isinstance(preflight, dict) else None,
-    }
+    if isinstance(host, dict):
+        compact["host"] = fleet_view(host)
     return compact
 
 

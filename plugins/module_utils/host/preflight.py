@@ -21,10 +21,6 @@ from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
-from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import (
-    EXHAUSTION_SIGNATURES,
-    ZERO_CAPACITY_HINTS,
-)
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import gather_hardware_keys
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import (
@@ -202,11 +198,11 @@ def _tdx_keys_check(facts, capacity, hardware):
             title,
             FAIL,
             "%s, but the kernel reports TDX capacity 0: %s" % (_tdx_hardware_keys_text(msr), why),
-            ZERO_CAPACITY_HINTS["tdx"],
+            _zero_capacity_hint("tdx"),
             source="hardware",
         )
     if counted is True:
-        return check("tdx.keys", title, FAIL, "misc.capacity has no tdx keys: %s" % why, ZERO_CAPACITY_HINTS["tdx"])
+        return check("tdx.keys", title, FAIL, "misc.capacity has no tdx keys: %s" % why, _zero_capacity_hint("tdx"))
     return check(
         "tdx.keys",
         title,
@@ -339,6 +335,21 @@ def _sev_asid_check(hardware, capacity):
     )
 
 
+def _zero_capacity_hint(resource):
+    # Imported here, on the failing path only: every line imported is compiled again on every host and run
+    # (AnsiballZ's zipimport keeps no bytecode; docs/fleet.md, "Where the per-host time goes").
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import ZERO_CAPACITY_HINTS
+
+    return ZERO_CAPACITY_HINTS[resource]
+
+
+def _exhaustion_signature(resource):
+    # On the failing path only, for the same reason as _zero_capacity_hint.
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import EXHAUSTION_SIGNATURES
+
+    return EXHAUSTION_SIGNATURES[resource]
+
+
 def _sev_keys_check(capacity):
     entry = (capacity.get("resources") or {}).get("sev_es") or {}
     title = "SEV-ES/SNP ASIDs > 0 (sev_es)"
@@ -351,7 +362,7 @@ def _sev_keys_check(capacity):
         return check("sev.keys", title, SKIP, _unknown_capacity("sev_es", entry))
     if entry["capacity"] > 0:
         return check("sev.keys", title, PASS, "%d SEV-ES/SNP ASIDs in misc.capacity" % entry["capacity"], source="misc")
-    return check("sev.keys", title, FAIL, "misc.capacity has no sev_es ASIDs", ZERO_CAPACITY_HINTS["sev_es"])
+    return check("sev.keys", title, FAIL, "misc.capacity has no sev_es ASIDs", _zero_capacity_hint("sev_es"))
 
 
 def _snp_asids_check(facts):
@@ -595,15 +606,14 @@ def keys_section(facts, capacity, hardware, min_free) -> dict:
         # misc.current charges SEV-ES and SNP guests alike: SNP's own usage is unknown, only its ceiling is.
         free = min(free, snp)
         numbers += "; SNP can use at most %d of them (ciphertext hiding: SNP ASIDs 1..%d)" % (free, snp)
-    result = check(
-        "keys.free",
-        title,
-        PASS if free >= min_free else FAIL,
-        numbers,
-        "stop unused guests, or cordon this node and move confidential workloads elsewhere: %s"
-        % EXHAUSTION_SIGNATURES[resource],
-        source="misc",
+    enough = free >= min_free
+    fix = (
+        None
+        if enough
+        else "stop unused guests, or cordon this node and move confidential workloads elsewhere: %s"
+        % _exhaustion_signature(resource)
     )
+    result = check("keys.free", title, PASS if enough else FAIL, numbers, fix, source="misc")
     return section("keys", "TEE keys", [result])
 
 

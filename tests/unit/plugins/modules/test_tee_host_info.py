@@ -13,6 +13,7 @@ from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.confidential.tee.plugins.doc_fragments import host_root
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
 from ansible_collections.confidential.tee.plugins.modules import tee_host_info
 
 
@@ -295,3 +296,23 @@ def test_min_free_keys_must_not_be_negative(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
     code, result = run_main(capsys, {"host_root": str(root), "preflight": True, "min_free_keys": -1})
     assert code == 1 and "min_free_keys must be 0 or more, got -1" in result["msg"]
+
+
+def test_fleet_result_is_the_report_view_of_the_full_facts(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    (root / "sys/fs/cgroup/machine.slice").mkdir(parents=True)
+    (root / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
+    (root / "sys/fs/cgroup/misc.current").write_text("tdx 5\n")
+    args = {"host_root": str(root), "gather_gpu": False, "preflight": True}
+    _, full = run_main(capsys, args)
+    code, fleet = run_main(capsys, dict(args, result="fleet"))
+    assert code == 0 and fleet["host"] == fleet_view(full["host"]) == fleet_view(fleet["host"])
+    assert fleet["host"]["preflight"] == full["host"]["preflight"]
+    assert len(json.dumps(fleet["host"])) < 0.8 * len(json.dumps(full["host"]))
+    assert "ansible_facts" not in fleet
+
+
+def test_fleet_result_needs_preflight(capsys, tmp_path):
+    root = small_tdx_tree(tmp_path / "node")
+    code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "result": "fleet"})
+    assert code == 1 and "set preflight: true" in result["msg"]

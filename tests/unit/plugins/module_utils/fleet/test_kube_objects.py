@@ -8,6 +8,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_object
     items,
     object_ref,
     pod_requests,
+    pods_by_node,
     resource_list,
     selector_matches,
 )
@@ -106,6 +107,16 @@ def test_object_ref():
 def test_bound_pods_exclude_other_nodes_and_terminated_phases():
     pods = [pod(node="n1"), pod(node="n2"), pod(phase="Succeeded"), pod(phase="Failed"), pod(phase="Pending")]
     assert [p["status"]["phase"] for p in bound_pods(pods, "n1")] == ["Running", "Pending"]
+
+
+def test_pods_by_node_is_bound_pods_of_every_node_in_one_pass():
+    pods = [pod(node="n1"), pod(node="n2"), pod(phase="Succeeded"), pod(node="n2", phase="Pending")]
+    pods += [pod(node=["n1"]), pod(node=None), {"kind": "Pod", "metadata": {}}]
+    grouped = pods_by_node(pods)
+    assert set(grouped) == {"n1", "n2"}  # a nodeName that is not a string names no node
+    for name in ("n1", "n2", "n3"):
+        assert grouped.get(name, []) == bound_pods(pods, name)
+    assert [p["status"]["phase"] for p in grouped["n2"]] == ["Running", "Pending"]
 
 
 def test_items_of_lists_and_objects():
