@@ -11,7 +11,9 @@ from __future__ import annotations
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.yaml.dumper import AnsibleDumper
-from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, kubevirt_objects
+import os
+
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
@@ -27,6 +29,7 @@ _ERRORS = (
     manifests.ManifestError,
     KeyError,
     TypeError,
+    ValueError,
 )
 
 
@@ -113,6 +116,25 @@ def manifest_files(objects, owner="confidential.tee"):
     ]
 
 
+UNSET = "__confidential_tee_unset__"
+
+
+def cluster_input_errors(hosts, hostvars, cluster=None):
+    """Every problem of the cluster playbook's inventory: ``hosts`` the node group, ``cluster`` the play's variables."""
+    nodes = {}
+    for host in hosts or []:
+        seen = hostvars[host]
+        nodes[host] = {name: seen[name] for name in inputs.NODE_VARS if name in seen}
+    # The playbook passes every name, the unset ones as UNSET (ansible.builtin.vars' default).
+    wide = {k: v for k, v in (cluster or {}).items() if k in inputs.CLUSTER_VARS and v != UNSET}
+    return inputs.input_problems(wide, nodes)
+
+
+def manifest_dir(value=None):
+    """The absolute manifest directory: relative to where ansible-playbook was started (this process's cwd)."""
+    return inputs.resolve_manifest_dir(value, os.getcwd())
+
+
 class FilterModule:
     def filters(self):
         funcs = (
@@ -126,5 +148,7 @@ class FilterModule:
             gpu_cc_containerd_ready,
             gpu_cc_mode_plan,
             manifest_files,
+            cluster_input_errors,
+            manifest_dir,
         )
         return {f.__name__: _wrap(f.__name__, f) for f in funcs}

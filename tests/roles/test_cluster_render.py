@@ -287,13 +287,16 @@ def test_stale_manifests_of_an_owner_are_pruned(render, tmp_path):
 @pytest.mark.parametrize(
     ("cluster_vars", "named"),
     [
-        ({"tee_output": "maybe"}, "tee_output must be apply, manifests or machineconfig (got maybe"),
-        ({"tee_output": "Apply"}, "tee_output must be apply, manifests or machineconfig (got Apply"),
-        ({"tee_cluster_flavor": "k3s"}, "tee_cluster_flavor kubernetes or openshift (got k3s)"),
-        ({"tee_manifest_dir": ""}, "tee_manifest_dir a non-empty path string"),
-        ({"tee_manifest_dir": ["a", "b"]}, "tee_manifest_dir a non-empty path string"),
+        ({"tee_output": "maybe"}, "tee_output must be one of apply, manifests, machineconfig, got 'maybe'"),
+        ({"tee_output": "Apply"}, "tee_output must be one of apply, manifests, machineconfig, got 'Apply'"),
+        ({"tee_output": ["apply"]}, "tee_output must be a string (one of apply, manifests, machineconfig), got a list"),
+        ({"tee_cluster_flavor": "k3s"}, "tee_cluster_flavor must be one of kubernetes, openshift, got 'k3s'"),
+        ({"tee_manifest_dir": ""}, "tee_manifest_dir must be a non-empty path string, got ''"),
+        ({"tee_manifest_dir": ["a", "b"]}, "tee_manifest_dir must be a non-empty path string, got ['a', 'b']"),
+        ({"tee_manifest_dir": {"a": 1}}, "tee_manifest_dir must be a non-empty path string, got {'a': 1}"),
+        ({"tee_cluster_gather_host_facts": "maybe"}, "tee_cluster_gather_host_facts must be true or false"),
     ],
-    ids=["unknown-output", "case-output", "flavor", "empty-dir", "list-dir"],
+    ids=["unknown-output", "case-output", "list-output", "flavor", "empty-dir", "list-dir", "map-dir", "maybe-facts"],
 )
 def test_cluster_wide_inputs_are_refused_before_anything_happens(render, cluster_vars, named):
     proc, files = render({"tdx-1": {"vendor": "intel"}}, **cluster_vars)
