@@ -8,11 +8,11 @@ that names the filter.
 
 from __future__ import annotations
 
+import os
+
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.yaml.dumper import AnsibleDumper
-import os
-
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc

@@ -4,11 +4,7 @@ object validated against real schemas (tests/roles/conftest.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,62 +12,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "playbooks" / "cluster.yml"
-QGS = "var/run/tdx-qgs/qgs.socket"
-
-
-def _qgs_socket(root: Path) -> None:
-    """A real listening-capable Unix socket file where tee_host_info looks for the QGS."""
-    path = root / QGS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    here = os.getcwd()
-    os.chdir(path.parent)  # bind a short relative name: AF_UNIX paths are limited to 108 bytes
-    try:
-        with contextlib.closing(socket.socket(socket.AF_UNIX)) as sock:
-            sock.bind(path.name)
-    finally:
-        os.chdir(here)
-
-
-@pytest.fixture
-def render(tmp_path, teesim_node, ansible_playbook_cli):
-    """``render(hosts, **cluster_vars) -> (completed process, {file name: object})``.
-
-    ``hosts`` maps inventory names to host vars; ``vendor`` builds the teesim tree, ``qgs`` adds the socket.
-    """
-
-    def run(hosts: dict, *args: str, **cluster_vars):
-        inventory_hosts = {}
-        for name, spec in hosts.items():
-            spec = dict(spec)
-            root = teesim_node(tmp_path / "nodes" / name, "--vendor", spec.pop("vendor"))
-            if spec.pop("qgs", False):
-                _qgs_socket(root)
-            inventory_hosts[name] = {"tee_host_root": str(root), **spec}
-        out = tmp_path / "manifests"
-        inventory = {
-            "all": {
-                "vars": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": sys.executable,
-                    "tee_output": "manifests",
-                    "tee_manifest_dir": str(out),
-                    **cluster_vars,
-                },
-                "children": {"tee_nodes": {"hosts": inventory_hosts}},
-            }
-        }
-        inventory_file = tmp_path / "inventory.yml"
-        inventory_file.write_text(yaml.safe_dump(inventory))
-        proc = ansible_playbook_cli(PLAYBOOK, "-i", str(inventory_file), *args)
-        files = {}
-        if out.is_dir():
-            for path in sorted(out.glob("*.yaml")):
-                text = path.read_text()
-                if text.startswith("# confidential.tee owner: "):  # this collection's files only
-                    files[path.name] = yaml.safe_load(text)
-        return proc, files
-
-    return run
+QGS = "var/run/tdx-qgs/qgs.socket"  # where tests/roles/conftest.py binds it
 
 
 def ok(proc) -> None:

@@ -32,7 +32,13 @@ NODE_VARS = (
     "tee_host_root",
     "tee_kubernetes_version",
 )
-CLUSTER_VARS = ("tee_output", "tee_cluster_flavor", "tee_manifest_dir", "tee_cluster_gather_host_facts", "kubevirt_cc_version")
+CLUSTER_VARS = (
+    "tee_output",
+    "tee_cluster_flavor",
+    "tee_manifest_dir",
+    "tee_cluster_gather_host_facts",
+    "kubevirt_cc_version",
+)
 CONSUMERS = (tee.KATA, tee.KUBEVIRT)
 MODES = ("auto", "kubevirt", "nfd")
 # The strings ansible-core's boolean() reads (module_utils/parsing/convert_bool.py, 2.19); anything else is an error.
@@ -76,7 +82,12 @@ def list_problem(name: str, value, choices) -> str | None:
             _shown(value),
         )
     if not isinstance(value, (list, tuple)):
-        return "%s must be a list such as [%s], got %s %s" % (name, ", ".join(choices), type(value).__name__, _shown(value))
+        return "%s must be a list such as [%s], got %s %s" % (
+            name,
+            ", ".join(choices),
+            type(value).__name__,
+            _shown(value),
+        )
     unknown = [item for item in value if item not in choices]
     if unknown:
         return "%s may hold only %s, got %s" % (name, ", ".join(choices), _shown(unknown[0]))
@@ -146,7 +157,9 @@ def input_problems(cluster: dict, nodes: dict) -> list[str]:
         out.extend(_node_problems(host, hv))
         name = hv.get("tee_k8s_node_name", host)
         if isinstance(name, str) and name in seen:
-            out.append("nodes %s and %s have one Kubernetes node name %s: set tee_k8s_node_name" % (seen[name], host, name))
+            out.append(
+                "nodes %s and %s have one Kubernetes node name %s: set tee_k8s_node_name" % (seen[name], host, name)
+            )
         elif isinstance(name, str):
             seen[name] = host
     return [problem for problem in out if problem]
