@@ -17,7 +17,11 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster import gp
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
-from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError, foreign_key_rules
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import (
+    KeyPoolError,
+    foreign_key_rules,
+    stale_rules,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.kubevirt_cc import KubeVirtConfigError
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifests
 
@@ -50,6 +54,10 @@ def nfd_tee_rule(plan, name="confidential-tee-keys", flavor="kubernetes", namesp
 
 def nfd_foreign_key_rules(rules, own_names=(), remove_names=()):
     return foreign_key_rules(rules, own_names, remove_names)
+
+
+def nfd_stale_rules(rules):
+    return stale_rules(rules)
 
 
 def kata_runtimeclasses(
@@ -140,6 +148,7 @@ class FilterModule:
         funcs = (
             nfd_tee_rule,
             nfd_foreign_key_rules,
+            nfd_stale_rules,
             kata_runtimeclasses,
             kubevirt_cc,
             openshift_sandboxed,
