@@ -8,14 +8,20 @@ that names the filter.
 
 from __future__ import annotations
 
+import os
+
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.yaml.dumper import AnsibleDumper
-from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, kubevirt_objects
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
-from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError, foreign_key_rules
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import (
+    KeyPoolError,
+    foreign_key_rules,
+    stale_rules,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.kubevirt_cc import KubeVirtConfigError
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifests
 
@@ -27,6 +33,7 @@ _ERRORS = (
     manifests.ManifestError,
     KeyError,
     TypeError,
+    ValueError,
 )
 
 
@@ -47,6 +54,10 @@ def nfd_tee_rule(plan, name="confidential-tee-keys", flavor="kubernetes", namesp
 
 def nfd_foreign_key_rules(rules, own_names=(), remove_names=()):
     return foreign_key_rules(rules, own_names, remove_names)
+
+
+def nfd_stale_rules(rules):
+    return stale_rules(rules)
 
 
 def kata_runtimeclasses(
@@ -113,11 +124,31 @@ def manifest_files(objects, owner="confidential.tee"):
     ]
 
 
+UNSET = "__confidential_tee_unset__"
+
+
+def cluster_input_errors(hosts, hostvars, cluster=None):
+    """Every problem of the cluster playbook's inventory: ``hosts`` the node group, ``cluster`` the play's variables."""
+    nodes = {}
+    for host in hosts or []:
+        seen = hostvars[host]
+        nodes[host] = {name: seen[name] for name in inputs.NODE_VARS if name in seen}
+    # The playbook passes every name, the unset ones as UNSET (ansible.builtin.vars' default).
+    wide = {k: v for k, v in (cluster or {}).items() if k in inputs.CLUSTER_VARS and v != UNSET}
+    return inputs.input_problems(wide, nodes)
+
+
+def manifest_dir(value=None):
+    """The absolute manifest directory: relative to where ansible-playbook was started (this process's cwd)."""
+    return inputs.resolve_manifest_dir(value, os.getcwd())
+
+
 class FilterModule:
     def filters(self):
         funcs = (
             nfd_tee_rule,
             nfd_foreign_key_rules,
+            nfd_stale_rules,
             kata_runtimeclasses,
             kubevirt_cc,
             openshift_sandboxed,
@@ -126,5 +157,7 @@ class FilterModule:
             gpu_cc_containerd_ready,
             gpu_cc_mode_plan,
             manifest_files,
+            cluster_input_errors,
+            manifest_dir,
         )
         return {f.__name__: _wrap(f.__name__, f) for f in funcs}

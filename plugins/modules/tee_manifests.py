@@ -16,6 +16,8 @@ description:
     the C(confidential.tee.manifest_files) filter, which also fixes the order (file name order is apply order)."
   - Manifests in O(secret_files) (Kubernetes Secrets) are written mode 0600, their text never appears in the
     result or the diff (only a SHA-256 of it), and the option is C(no_log).
+  - A file at a name this owner writes that this collection did not write (no owner line), or that another
+    owner wrote, is refused by name and never overwritten.
   - Meant to run on the controller (C(delegate_to) C(localhost)); one call per owner.
 author:
   - confidential.tee maintainers (@confidential-tee)
@@ -53,7 +55,15 @@ options:
     description: Remove this owner's files that are not in O(files).
     type: bool
     default: true
+  staged_for:
+    description:
+      - The real manifest directory when O(dest) is its stage (M(confidential.tee.tee_manifest_stage)).
+      - The stage is private scratch space, so it is written also in check mode (the commit then shows the
+        diff and writes nothing); messages name this directory instead of the stage.
+    type: path
+    version_added: 0.3.0
 seealso:
+  - module: confidential.tee.tee_manifest_stage
   - module: confidential.tee.tee_key_pools
 """
 
@@ -131,10 +141,12 @@ def main() -> None:
             "secret_files": {"type": "list", "elements": "dict", "default": [], "no_log": True},
             "owner": {"type": "str", "required": True},
             "prune": {"type": "bool", "default": True},
+            "staged_for": {"type": "path"},
         },
         supports_check_mode=True,
     )
     dest, owner = os.path.abspath(module.params["dest"]), module.params["owner"]
+    shown_dest = module.params["staged_for"] or dest
     if os.path.exists(dest) and not os.path.isdir(dest):
         module.fail_json(msg="dest %s exists and is not a directory; give a directory for the manifests" % dest)
     existing = _read_directory(dest)
@@ -142,9 +154,11 @@ def main() -> None:
         wanted = module.params["files"] + module.params["secret_files"]
         writes, removals = plan_directory(existing, wanted, owner, module.params["prune"])
     except ManifestError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg="%s (in %s, for %s; nothing was written)" % (exc, shown_dest, owner))
     secrets = {item.get("file") for item in module.params["secret_files"]}
-    changes = Changes("/", module.check_mode, backup=False)
+    # A stage is scratch space: written also in check mode, so the commit can show what would change.
+    staged = module.params["staged_for"] is not None
+    changes = Changes("/", module.check_mode and not staged, backup=False)
     changes.add_secrets(item.get("content") for item in module.params["secret_files"])
     try:
         record(changes, dest, writes, removals, secrets)

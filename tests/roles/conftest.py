@@ -9,8 +9,12 @@ Each validator also reports fields the API server would silently prune (a typo v
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
+import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +25,9 @@ jsonschema = pytest.importorskip("jsonschema")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 CORE_KINDS = {"RuntimeClass", "ConfigMap", "Node"}
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "playbooks" / "cluster.yml"
+QGS = "var/run/tdx-qgs/qgs.socket"
 
 
 def pruned_fields(obj, schema, resolve, where="") -> list[str]:
@@ -107,3 +114,61 @@ def _validator(reference: str) -> Callable[[dict], list[str]]:
     problems.kubevirt_definitions = definitions  # type: ignore[attr-defined]
     problems.crds = crds  # type: ignore[attr-defined]
     return problems
+
+
+def _qgs_socket(root: Path) -> None:
+    """A real listening-capable Unix socket file where tee_host_info looks for the QGS."""
+    path = root / QGS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    here = os.getcwd()
+    os.chdir(path.parent)  # bind a short relative name: AF_UNIX paths are limited to 108 bytes
+    try:
+        with contextlib.closing(socket.socket(socket.AF_UNIX)) as sock:
+            sock.bind(path.name)
+    finally:
+        os.chdir(here)
+
+
+@pytest.fixture
+def render(tmp_path, teesim_node, ansible_playbook_cli):
+    """``render(hosts, **cluster_vars) -> (completed process, {file name: object})``.
+
+    ``hosts`` maps inventory names to host vars; ``vendor`` builds the teesim tree, ``qgs`` adds the socket.
+    """
+
+    def run(hosts: dict, *args: str, cwd=None, **cluster_vars):
+        inventory_hosts = {}
+        for name, spec in hosts.items():
+            spec = dict(spec)
+            hiding = spec.pop("ciphertext_hiding_asids", None)
+            extra = ["--ciphertext-hiding-asids", str(hiding)] if hiding is not None else []
+            root = teesim_node(tmp_path / "nodes" / name, "--vendor", spec.pop("vendor"), *extra)
+            if spec.pop("qgs", False):
+                _qgs_socket(root)
+            inventory_hosts[name] = {"tee_host_root": str(root), **spec}
+        out = tmp_path / "manifests"
+        # tee_manifest_dir given (a relative one is read against cwd): the caller reads that directory itself.
+        cluster_vars.setdefault("tee_manifest_dir", str(out))
+        inventory = {
+            "all": {
+                "vars": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": sys.executable,
+                    "tee_output": "manifests",
+                    **cluster_vars,
+                },
+                "children": {"tee_nodes": {"hosts": inventory_hosts}},
+            }
+        }
+        inventory_file = tmp_path / "inventory.yml"
+        inventory_file.write_text(yaml.safe_dump(inventory))
+        proc = ansible_playbook_cli(PLAYBOOK, "-i", str(inventory_file), *args, cwd=cwd)
+        files = {}
+        if out.is_dir():
+            for path in sorted(out.glob("*.yaml")):
+                text = path.read_text()
+                if text.startswith("# confidential.tee owner: "):  # this collection's files only
+                    files[path.name] = yaml.safe_load(text)
+        return proc, files
+
+    return run

@@ -4,11 +4,7 @@ object validated against real schemas (tests/roles/conftest.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,64 +12,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "playbooks" / "cluster.yml"
-QGS = "var/run/tdx-qgs/qgs.socket"
-
-
-def _qgs_socket(root: Path) -> None:
-    """A real listening-capable Unix socket file where tee_host_info looks for the QGS."""
-    path = root / QGS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    here = os.getcwd()
-    os.chdir(path.parent)  # bind a short relative name: AF_UNIX paths are limited to 108 bytes
-    try:
-        with contextlib.closing(socket.socket(socket.AF_UNIX)) as sock:
-            sock.bind(path.name)
-    finally:
-        os.chdir(here)
-
-
-@pytest.fixture
-def render(tmp_path, teesim_node, ansible_playbook_cli):
-    """``render(hosts, **cluster_vars) -> (completed process, {file name: object})``.
-
-    ``hosts`` maps inventory names to host vars; ``vendor`` builds the teesim tree, ``qgs`` adds the socket.
-    """
-
-    def run(hosts: dict, *args: str, **cluster_vars):
-        inventory_hosts = {}
-        for name, spec in hosts.items():
-            spec = dict(spec)
-            hiding = spec.pop("ciphertext_hiding_asids", None)
-            extra = ["--ciphertext-hiding-asids", str(hiding)] if hiding is not None else []
-            root = teesim_node(tmp_path / "nodes" / name, "--vendor", spec.pop("vendor"), *extra)
-            if spec.pop("qgs", False):
-                _qgs_socket(root)
-            inventory_hosts[name] = {"tee_host_root": str(root), **spec}
-        out = tmp_path / "manifests"
-        inventory = {
-            "all": {
-                "vars": {
-                    "ansible_connection": "local",
-                    "ansible_python_interpreter": sys.executable,
-                    "tee_output": "manifests",
-                    "tee_manifest_dir": str(out),
-                    **cluster_vars,
-                },
-                "children": {"tee_nodes": {"hosts": inventory_hosts}},
-            }
-        }
-        inventory_file = tmp_path / "inventory.yml"
-        inventory_file.write_text(yaml.safe_dump(inventory))
-        proc = ansible_playbook_cli(PLAYBOOK, "-i", str(inventory_file), *args)
-        files = {}
-        if out.is_dir():
-            for path in sorted(out.glob("*.yaml")):
-                text = path.read_text()
-                if text.startswith("# confidential.tee owner: "):  # this collection's files only
-                    files[path.name] = yaml.safe_load(text)
-        return proc, files
-
-    return run
+QGS = "var/run/tdx-qgs/qgs.socket"  # where tests/roles/conftest.py binds it
 
 
 def ok(proc) -> None:
@@ -308,13 +247,16 @@ def test_stale_manifests_of_an_owner_are_pruned(render, tmp_path):
 @pytest.mark.parametrize(
     ("cluster_vars", "named"),
     [
-        ({"tee_output": "maybe"}, "tee_output must be apply, manifests or machineconfig (got maybe"),
-        ({"tee_output": "Apply"}, "tee_output must be apply, manifests or machineconfig (got Apply"),
-        ({"tee_cluster_flavor": "k3s"}, "tee_cluster_flavor kubernetes or openshift (got k3s)"),
-        ({"tee_manifest_dir": ""}, "tee_manifest_dir a non-empty path string"),
-        ({"tee_manifest_dir": ["a", "b"]}, "tee_manifest_dir a non-empty path string"),
+        ({"tee_output": "maybe"}, "tee_output must be one of apply, manifests, machineconfig, got 'maybe'"),
+        ({"tee_output": "Apply"}, "tee_output must be one of apply, manifests, machineconfig, got 'Apply'"),
+        ({"tee_output": ["apply"]}, "tee_output must be a string (one of apply, manifests, machineconfig), got a list"),
+        ({"tee_cluster_flavor": "k3s"}, "tee_cluster_flavor must be one of kubernetes, openshift, got 'k3s'"),
+        ({"tee_manifest_dir": ""}, "tee_manifest_dir must be a non-empty path string, got ''"),
+        ({"tee_manifest_dir": ["a", "b"]}, "tee_manifest_dir must be a non-empty path string, got ['a', 'b']"),
+        ({"tee_manifest_dir": {"a": 1}}, "tee_manifest_dir must be a non-empty path string, got {'a': 1}"),
+        ({"tee_cluster_gather_host_facts": "maybe"}, "tee_cluster_gather_host_facts must be true or false"),
     ],
-    ids=["unknown-output", "case-output", "flavor", "empty-dir", "list-dir"],
+    ids=["unknown-output", "case-output", "list-output", "flavor", "empty-dir", "list-dir", "map-dir", "maybe-facts"],
 )
 def test_cluster_wide_inputs_are_refused_before_anything_happens(render, cluster_vars, named):
     proc, files = render({"tdx-1": {"vendor": "intel"}}, **cluster_vars)

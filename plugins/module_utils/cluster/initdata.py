@@ -16,6 +16,12 @@ Standard library only. Formats followed (read in upstream sources, 2026-08):
   bank with the digest and accepts only a 32-byte (sha256) digest (guest-components
   ``attester/src/az_*_vtpm``), so PCR 8 = SHA-256(32 zero bytes || digest), as the OpenShift sandboxed
   containers documentation computes it.
+* Checked again against kata-containers ``src/libs/kata-types/src/initdata.rs`` at 014ab2f (2026): version
+  ``0.1.0`` only, algorithms sha256/sha384/sha512, ``adjust_digest`` 48 bytes (TDX) / 32 (SNP) / 64 (CCA),
+  annotation = STANDARD base64 of a gzip stream. What it cannot promise: runtime-rs
+  (``add_hypervisor_initdata_overrides``) parses the decoded document and hands the hypervisor its own
+  ``toml::to_string_pretty`` re-serialization, whose digest is taken over that text, not over the text written
+  here; with runtime-rs compare the register value with the one the runtime logs. The Go runtime was not re-read.
 """
 
 from __future__ import annotations

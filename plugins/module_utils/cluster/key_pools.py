@@ -332,6 +332,22 @@ def summary_line(node: dict) -> str:
     )
 
 
+def _counts_keys(name, value) -> bool:
+    """An extendedResources entry that counts TEE keys: a key resource name, or any name (the GPU Operator's
+    ``feature.node.kubernetes.io/...`` up to v25.10) whose value is a TEE key feature."""
+    return name in KEY_RESOURCES or (isinstance(value, str) and value in tee.NFD_FEATURES)
+
+
+def stale_rules(rules) -> list:
+    """Names of rules in the cluster left behind by a rename (``tee.STALE_NFD_RULES``): the cleanup deletes them."""
+    names = []
+    for rule in rules or []:
+        meta = rule.get("metadata") if isinstance(rule, dict) else None
+        if isinstance(meta, dict) and meta.get("name") in tee.STALE_NFD_RULES:
+            names.append(meta["name"])
+    return sorted(set(names))
+
+
 def foreign_key_rules(rules, own_names=(), remove_names=()) -> list:
     """NodeFeatureRules (as read from the API) that advertise TEE key resources but are not ours.
 
@@ -340,16 +356,21 @@ def foreign_key_rules(rules, own_names=(), remove_names=()) -> list:
     """
     found = []
     for rule in rules or []:
-        meta = rule.get("metadata", {}) if isinstance(rule, dict) else {}
+        if not isinstance(rule, dict):
+            continue
+        meta = rule.get("metadata") if isinstance(rule.get("metadata"), dict) else {}
         name = meta.get("name")
         if name in own_names or name in remove_names:
             continue
+        spec = rule.get("spec") if isinstance(rule.get("spec"), dict) else {}
+        listed = spec.get("rules") if isinstance(spec.get("rules"), list) else []
         resources = sorted(
             {
                 res
-                for item in (rule.get("spec", {}) or {}).get("rules", []) or []
-                for res in (item.get("extendedResources") or {})
-                if res in KEY_RESOURCES
+                for item in listed
+                if isinstance(item, dict) and isinstance(item.get("extendedResources"), dict)
+                for res, value in item["extendedResources"].items()
+                if _counts_keys(res, value)
             }
         )
         if resources:

@@ -22,6 +22,19 @@ Upstream facts this follows (kubevirt/kubevirt @d923fdb, hyperconverged-cluster-
   the KubeVirt spec it generates. HCO lists every KubeVirt beta gate it does not enable in
   ``disabledFeatureGates`` (``controllers/handlers/kubevirt.go``), so enabling ``WorkloadEncryptionSEV``
   also removes it from there, guarded by a ``test`` operation.
+* virt-handler serves ``devices.kubevirt.io/sev`` on every node with ``/dev/sev`` whenever
+  ``WorkloadEncryptionSEVEnabled()`` (``pkg/virt-handler/device-manager/device_controller.go``
+  ``updatePermittedHostDevicePlugins``, read at kubevirt/kubevirt 5fe600a): a cluster-wide switch, no per-node one.
+  ``IsFeatureGateEnabled`` (``pkg/virt-config/feature-gates.go``) reads an explicit ``featureGates`` entry first,
+  then ``disabledFeatureGates``, then the gate's default; ``WorkloadEncryptionSEV`` is Beta, on by default, since
+  July 2026. So a KubeVirt CR this collection renders for any purpose (GPU passthrough, TDX) lists
+  ``WorkloadEncryptionSEV`` in ``disabledFeatureGates`` unless some node uses KubeVirt's SEV pool, and where the
+  gate is on (wanted, or enabled by the user) virt-handler is kept off every SNP node whose keys Kata counts
+  through NFD, or the node gets a second advertiser.
+* ``featureGates`` is an atomic list: an empty ``featureGates: []`` in a server-side-apply manifest would claim it
+  and wipe gates others set, so the lists are emitted only when they hold something this collection sets.
+* KubeVirt serves ``devices.kubevirt.io/tdx`` from v1.9.0 (v1.8 has no TDX device plugin): with an older KubeVirt,
+  a TDX pool planned on KubeVirt would not exist, so it is refused; an unknown version is said, not assumed.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.inputs import parse_version
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import KUBEVIRT_TDX, QGS_SOCKET
 
@@ -42,6 +56,8 @@ OWNED_GATES = (TDX_GATE, SEV_GATE, VSOCK_GATE)
 # are on by default, so only they appear in the disabledFeatureGates HCO writes.
 BETA_GATES = (SEV_GATE,)
 ATTESTATION_MODES = ("auto", "enforced", "disabled")
+# The first KubeVirt release with the TDX device plugin (devices.kubevirt.io/tdx).
+TDX_MIN_VERSION = (1, 9, 0)
 FG_PATH = "/spec/configuration/developerConfiguration/featureGates"
 DISABLED_PATH = "/spec/configuration/developerConfiguration/disabledFeatureGates"
 CC_PATH = "/spec/configuration/confidentialCompute"
@@ -215,12 +231,54 @@ def merge_placement(existing, excluded) -> dict:
 # --- the desired KubeVirt configuration ------------------------------------------------------------
 
 
+def tdx_version(tdx_nodes, version) -> list:
+    """Warnings about the KubeVirt version for a TDX pool on KubeVirt; refused when KubeVirt is older than v1.9.0.
+
+    ``version`` is the live CR's ``status.observedKubeVirtVersion`` or ``kubevirt_cc_version``; ``None`` is unknown.
+    """
+    if not tdx_nodes:
+        return []
+    parsed = parse_version(version)
+    if version is not None and parsed is None:
+        raise KubeVirtConfigError("kubevirt_cc_version must be a version such as v1.9.0, got %r" % (version,))
+    if parsed is None:
+        return [
+            "KubeVirt's version is unknown (no API access and no kubevirt_cc_version): the TDX pool on %s needs "
+            "KubeVirt v1.9.0 or later (v1.8 has no devices.kubevirt.io/tdx plugin); set kubevirt_cc_version to check"
+            % ", ".join(tdx_nodes)
+        ]
+    if parsed < TDX_MIN_VERSION:
+        raise KubeVirtConfigError(
+            "KubeVirt %s has no TDX device plugin (devices.kubevirt.io/tdx arrives in v1.9.0), so the TDX pool planned "
+            "on KubeVirt for %s would not exist and TDX VMIs and Kata pods charging it would never schedule. Upgrade "
+            "KubeVirt to v1.9.0 or later, or remove kubevirt from those nodes' tee_node_consumers and set "
+            "tee_key_pool_mode: nfd (NFD's tdx.intel.com/keys is then the pool)" % (version, ", ".join(tdx_nodes))
+        )
+    return []
+
+
+def sev_nfd_nodes(plan: dict) -> list:
+    """SNP nodes whose keys Kata counts through NFD: virt-handler's SEV plugin must never run there."""
+    return sorted(
+        name
+        for name, node in (plan.get("nodes") or {}).items()
+        if node.get("tee") == "snp" and node.get("nfd_extended_resource")
+    )
+
+
 def desired(plan: dict, attestation: dict, devices: list, vsock: bool = True) -> dict:
     """What this collection sets, independent of who applies it (KubeVirt CR or HCO)."""
     gates = list(plan["kubevirt"]["feature_gates"])
     if vsock and gates:
         gates.append(VSOCK_GATE)
-    out = {"feature_gates": gates, "excluded_nodes": list(plan["kubevirt"]["excluded_nodes"]), "devices": devices}
+    out = {
+        "feature_gates": gates,
+        "excluded_nodes": list(plan["kubevirt"]["excluded_nodes"]),
+        "devices": devices,
+        # WorkloadEncryptionSEV is Beta (on by default): off unless a node uses KubeVirt's SEV pool.
+        "disabled_gates": [] if SEV_GATE in gates else [SEV_GATE],
+        "sev_nfd_nodes": sev_nfd_nodes(plan),
+    }
     if TDX_GATE in gates:
         out["confidential_compute"] = {
             "tdx": {"attestation": {"enforced": attestation["enforced"], "qgsSocketPath": attestation["qgsSocketPath"]}}
@@ -234,7 +292,7 @@ def kubevirt_spec(want: dict, base_spec) -> tuple:
     config = base.get("configuration") or {}
     dev = config.get("developerConfiguration") or {}
     warnings = []
-    developer = {"featureGates": merge_gates(dev.get("featureGates"), want["feature_gates"])}
+    gates = merge_gates(dev.get("featureGates"), want["feature_gates"])
     disabled = list(dev.get("disabledFeatureGates") or [])
     clash = [g for g in want["feature_gates"] if g in disabled]
     if clash:
@@ -242,8 +300,20 @@ def kubevirt_spec(want: dict, base_spec) -> tuple:
             "removed %s from disabledFeatureGates: virt-operator rejects a gate that is both enabled and disabled"
             % ", ".join(clash)
         )
-        developer["disabledFeatureGates"] = [g for g in disabled if g not in clash]
-    configuration = {"developerConfiguration": developer}
+    new_disabled = [g for g in disabled if g not in clash]
+    excluded = list(want["excluded_nodes"])
+    if SEV_GATE in gates:
+        # Enabled (by this plan or by the user): the SEV plugin runs wherever virt-handler does.
+        excluded = sorted(set(excluded) | set(want.get("sev_nfd_nodes") or []))
+    else:
+        new_disabled = merge_gates(new_disabled, want.get("disabled_gates") or [])
+    developer = {}
+    # Only non-empty lists: an empty atomic list in a server-side-apply manifest claims it and wipes others' gates.
+    if gates:
+        developer["featureGates"] = gates
+    if new_disabled != disabled and (new_disabled or disabled):
+        developer["disabledFeatureGates"] = new_disabled
+    configuration = {"developerConfiguration": developer} if developer else {}
     if "confidential_compute" in want:
         configuration["confidentialCompute"] = want["confidential_compute"]
     if want["devices"]:
@@ -253,8 +323,9 @@ def kubevirt_spec(want: dict, base_spec) -> tuple:
         }
     spec = {"configuration": configuration}
     placement = ((base.get("workloads") or {}).get("nodePlacement")) or {}
-    if want["excluded_nodes"] or has_exclusion(placement):
-        spec["workloads"] = {"nodePlacement": merge_placement(placement, want["excluded_nodes"])}
+    if excluded or has_exclusion(placement):
+        spec["workloads"] = {"nodePlacement": merge_placement(placement, excluded)}
+    want["excluded_nodes"] = excluded
     return spec, warnings
 
 

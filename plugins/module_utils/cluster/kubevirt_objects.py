@@ -27,8 +27,9 @@ def render(plan: dict, nodes, options: dict) -> dict:
         options.get("attestation_mode", "auto"),
         options.get("qgs_socket_path") or kv.DEFAULT_QGS_SOCKET,
     )
+    version_warnings = kv.tdx_version(plan["kubevirt"]["tdx_nodes"], options.get("kubevirt_version"))
     want = kv.desired(plan, attestation, kv.gpu_devices(options.get("gpu_devices")), options.get("vsock", True))
-    warnings = list(plan.get("warnings", [])) + attestation["warnings"]
+    warnings = list(plan.get("warnings", [])) + attestation["warnings"] + version_warnings
     if manager == "kubevirt":
         spec, more = kv.kubevirt_spec(want, options.get("base_spec"))
         obj = kv.kubevirt_object(options["name"], options["namespace"], spec)
@@ -50,5 +51,7 @@ def render(plan: dict, nodes, options: dict) -> dict:
         "excluded_nodes": want["excluded_nodes"],
         "confidential_compute": want.get("confidential_compute"),
         "attestation": attestation,
+        "disabled_feature_gates": want["disabled_gates"] if manager == "kubevirt" else [],
+        "kubevirt_version": options.get("kubevirt_version"),
         "warnings": warnings + more,
     }

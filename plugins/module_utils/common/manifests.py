@@ -60,9 +60,36 @@ def manifest_files(objects) -> list:
     return [{"file": name, "object": out[name]} for name in sorted(out)]
 
 
+MARKER_PREFIX = "# confidential.tee owner: "
+
+
 def marker(owner: str) -> str:
     """First line of every manifest an owner writes; pruning touches only files that carry it."""
-    return "# confidential.tee owner: %s\n" % owner
+    return "%s%s\n" % (MARKER_PREFIX, owner)
+
+
+def owner_of(text) -> str | None:
+    """The owner named by a manifest's first line, ``None`` when the file is not one this collection wrote."""
+    if not isinstance(text, str) or not text.startswith(MARKER_PREFIX):
+        return None
+    return text[len(MARKER_PREFIX) :].split("\n", 1)[0]
+
+
+def _refuse_foreign(name: str, text, owner: str) -> None:
+    """A file at a name this owner writes that someone else wrote is named and left alone, never overwritten."""
+    found = owner_of(text)
+    if found == owner:
+        return
+    if found is None:
+        why = "is not a file this collection wrote (%s)" % (
+            "unreadable as UTF-8 text" if text is None else "its first line is not %r" % MARKER_PREFIX.strip()
+        )
+    else:
+        why = "was written by %s, not %s" % (found, owner)
+    raise ManifestError(
+        "%s %s: refusing to overwrite it. Move or rename that file (this collection writes the object there), "
+        "or point tee_manifest_dir at a directory of its own" % (name, why)
+    )
 
 
 def plan_directory(existing: dict, wanted: list, owner: str, prune: bool = True):
@@ -81,6 +108,8 @@ def plan_directory(existing: dict, wanted: list, owner: str, prune: bool = True)
         if not isinstance(content, str) or not content.startswith(head):
             raise ManifestError("manifest %s must start with the owner line %r" % (name, head.strip()))
         names.add(name)
+        if name in existing:
+            _refuse_foreign(name, existing[name], owner)
         if existing.get(name) != content:
             writes.append({"file": name, "before": existing.get(name), "after": content})
     removals = []

@@ -154,3 +154,17 @@ EXTENDED_RESOURCES = (
     SGX_ENCLAVE,
     SGX_PROVISION,
 )
+
+# Names that moved in 2026 -------------------------------------------------------------------------
+
+# kata-deploy's chart 4.1 renamed its NodeFeatureRule amd64-tee-keys to kata-tee-keys (templates/
+# node-feature-rules.yaml); Helm upgrades create the new rule and leave the old one, so both advertise the keys.
+KATA_CHART_RULE = "kata-tee-keys"
+KATA_PRE_41_CHART_RULE = "amd64-tee-keys"
+STALE_NFD_RULES = {
+    KATA_PRE_41_CHART_RULE: "stale rule from the pre-4.1 kata-deploy chart (4.1 renamed it kata-tee-keys)"
+}
+# GPU Operator up to v25.10 could publish a third key pool: an NFD extended resource under this prefix whose value is
+# a TEE key feature (NFD_FEATURES). Any such name counts the same keys a second or third time.
+GPU_OPERATOR_LEGACY_PREFIX = "feature.node.kubernetes.io/"
+GPU_OPERATOR_LEGACY_UNTIL = "v25.10"

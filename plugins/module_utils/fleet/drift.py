@@ -664,6 +664,48 @@ def node_drift(node_name, host, node, bound, catalog) -> dict:
     }
 
 
+def renamed_advertisers(nfd) -> list[dict]:
+    """Fleet findings for key advertisers whose names moved in 2026 (``tee.STALE_NFD_RULES``, the GPU Operator's
+    ``feature.node.kubernetes.io/`` pool): each counts keys another advertiser already counts."""
+    findings = []
+    for resource, rules in sorted(nfd.items()):
+        for rule in rules:
+            if rule["misc"] is None:
+                continue
+            object_name = rule["rule"].split(" ", 1)[1].split("/", 1)[0]
+            if object_name in tee.STALE_NFD_RULES:
+                findings.append(
+                    _finding(
+                        None,
+                        rule["misc"],
+                        "stale_nfd_rule",
+                        WARNING,
+                        tee.STALE_NFD_RULES[object_name],
+                        {"rule": rule["rule"], "extended_resource": resource, "value": rule["value"]},
+                        "%s still advertises %s = %s next to the chart's %s: a second advertiser of the same keys"
+                        % (rule["rule"], resource, rule["value"], tee.KATA_CHART_RULE),
+                        "kubectl delete nodefeaturerule %s (confidential.tee.nfd_tee_rules deletes it when applying)"
+                        % object_name,
+                    )
+                )
+            elif resource.startswith(tee.GPU_OPERATOR_LEGACY_PREFIX):
+                findings.append(
+                    _finding(
+                        None,
+                        rule["misc"],
+                        "gpu_operator_key_pool",
+                        WARNING,
+                        "third key pool from GPU Operator %s or older" % tee.GPU_OPERATOR_LEGACY_UNTIL,
+                        {"rule": rule["rule"], "extended_resource": resource, "value": rule["value"]},
+                        "%s advertises %s = %s: another count of the node's %s keys (GPU Operator up to %s added it)"
+                        % (rule["rule"], resource, rule["value"], rule["misc"], tee.GPU_OPERATOR_LEGACY_UNTIL),
+                        "upgrade the GPU Operator past %s, then remove that extendedResources entry (or the rule)"
+                        % tee.GPU_OPERATOR_LEGACY_UNTIL,
+                    )
+                )
+    return findings
+
+
 def unique_nodes(nodes, problems) -> list[dict]:
     """Node objects with a name, each name once: a nameless Node or a second Node of one name is a problem
     (the API server never returns either; a merged or hand-edited dump can), and the first one is used."""
@@ -693,9 +735,11 @@ def fleet_drift(hosts, kubernetes, resource_map=None) -> dict:
     problems: list[str] = []
     nodes = unique_nodes(items(kubernetes.get("nodes")), problems)
     bound = pods_by_node(items(kubernetes.get("pods")))
-    catalog = pool_catalog(nfd_advertisers(kubernetes.get("node_feature_rules"), problems), resource_map)
+    nfd = nfd_advertisers(kubernetes.get("node_feature_rules"), problems)
+    catalog = pool_catalog(nfd, resource_map)
     overheads = runtime_class_overheads(kubernetes.get("runtime_classes"), problems)
     fleet_findings, per_node = runtime_class_findings(overheads, nodes)
+    fleet_findings += renamed_advertisers(nfd)
     by_name = {name_of(node): node for node in nodes}
     result = {}
     for name, host in hosts.items():

@@ -12,6 +12,7 @@ import hashlib
 import shutil
 import subprocess
 import tomllib
+import zlib
 
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import initdata
@@ -151,3 +152,34 @@ def test_extra_settings_merge_into_the_generated_configs():
 def test_bad_input_names_the_field(spec, message):
     with pytest.raises(initdata.InitdataError, match=message):
         initdata.build(spec)
+
+
+# A vector written by hand (not by this collection's TOML emitter), its digests computed once with coreutils
+# (sha256sum, sha384sum) and frozen here. kata-containers src/libs/kata-types/src/initdata.rs (read at 014ab2f):
+# calculate_digest hashes the TOML text as given, adjust_digest truncates or zero-pads to 48 bytes (TDX) or
+# 32 bytes (SNP), and the annotation is STANDARD base64 of a gzip stream (flate2 GzDecoder).
+VECTOR = (
+    'algorithm = "sha256"\nversion = "0.1.0"\n\n[data]\n"policy.rego" = """\npackage agent_policy\n'
+    'default AllowRequestsFailingPolicy := false\n"""\n'
+)
+VECTOR_SHA256 = "d4485a03ce86e902894d23f622bc159d80744023cd42f1d65b341f76d5937305"
+VECTOR_SHA384 = "88dbbd1d766987d253399973915ec1195378b60e7f81b554fd50c80e4348994394a4d4ddf447c221a011ff65dc78dbfa"
+
+
+def test_an_independent_vector_gives_upstreams_register_values():
+    raw = initdata.digest(VECTOR, "sha256")
+    assert raw.hex() == VECTOR_SHA256
+    assert initdata.fit(raw, initdata.TDX_MRCONFIGID_BYTES).hex() == VECTOR_SHA256 + "00" * 16
+    assert initdata.fit(initdata.digest(VECTOR, "sha384"), initdata.SNP_HOSTDATA_BYTES).hex() == VECTOR_SHA384[:64]
+
+
+def test_the_annotation_decodes_the_way_the_kata_runtime_decodes_it(built):
+    packed = base64.b64decode(built["annotation"], validate=True)  # STANDARD alphabet, padded
+    text = zlib.decompress(packed, wbits=31).decode("utf-8")  # a gzip container, read without the gzip module
+    assert text == built["toml"]
+    parsed = tomllib.loads(text)  # parse_initdata: version 0.1.0, a supported algorithm, string values only
+    assert set(parsed) == {"version", "algorithm", "data"} and parsed["version"] == "0.1.0"
+    assert parsed["algorithm"] in ("sha256", "sha384", "sha512")
+    assert all(isinstance(value, str) for value in parsed["data"].values())
+    assert built["annotation_name"] == "io.katacontainers.config.hypervisor.cc_init_data"
+    assert built["digest"] == hashlib.sha256(text.encode()).hexdigest()

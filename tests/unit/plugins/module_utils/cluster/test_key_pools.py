@@ -144,3 +144,21 @@ def test_node_names_are_dns1123_subdomains(name):
 def test_a_valid_253_character_node_name_is_planned():
     longest = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
     assert longest in kp.plan([node(longest)])["nodes"]
+
+
+def test_renamed_and_third_pool_rules_are_found_and_garbage_is_skipped():
+    def rule(name, resources):
+        return {"metadata": {"name": name}, "spec": {"rules": [{"name": "r", "extendedResources": resources}]}}
+
+    rules = [
+        rule("amd64-tee-keys", {"sev-snp.amd.com/esids": "@cpu.security.sev.encrypted_state_ids"}),
+        rule("kata-tee-keys", {"sev-snp.amd.com/esids": "@cpu.security.sev.encrypted_state_ids"}),
+        rule("nvidia", {"feature.node.kubernetes.io/snp-esids": "@cpu.security.sev.encrypted_state_ids"}),
+        rule("labels-only", {"feature.node.kubernetes.io/gpu": "8"}),
+        {"metadata": "junk", "spec": {"rules": 5}},
+        7,
+    ]
+    assert kp.stale_rules(rules) == ["amd64-tee-keys"]
+    found = kp.foreign_key_rules(rules, own_names=["confidential-tee-keys"], remove_names=kp.stale_rules(rules))
+    assert [f["name"] for f in found] == ["kata-tee-keys", "nvidia"]
+    assert found[1]["resources"] == ["feature.node.kubernetes.io/snp-esids"]

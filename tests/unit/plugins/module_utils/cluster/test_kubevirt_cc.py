@@ -136,8 +136,65 @@ def test_kubevirt_spec_fragment():
     spec, warnings = kv.kubevirt_spec(want, base)
     developer = spec["configuration"]["developerConfiguration"]
     assert developer["featureGates"] == ["Snapshot", "WorkloadEncryptionTDX", "VSOCK"]
-    assert developer["disabledFeatureGates"] == ["Other"] and "VSOCK" in warnings[0]
+    # WorkloadEncryptionSEV is Beta (on by default) and no node uses KubeVirt's SEV pool: disabled.
+    assert developer["disabledFeatureGates"] == ["Other", "WorkloadEncryptionSEV"] and "VSOCK" in warnings[0]
     assert spec["configuration"]["confidentialCompute"] == {
         "tdx": {"attestation": {"enforced": True, "qgsSocketPath": SOCKET}}
     }
     assert "workloads" not in spec and "permittedHostDevices" not in spec["configuration"]
+
+
+# --- WorkloadEncryptionSEV is Beta (on by default): the SEV plugin never reaches a node NFD counts for Kata ------
+
+
+def _gpu_only_want(nodes):
+    plan = kp.plan(nodes)
+    attestation = kv.tdx_attestation(plan["kubevirt"]["tdx_nodes"], {})
+    devices = kv.gpu_devices([{"pci_vendor_selector": "10de:2330", "resource_name": "nvidia.com/GH100"}])
+    return kv.desired(plan, attestation, devices, vsock=True)
+
+
+def test_a_kubevirt_cr_rendered_for_gpus_disables_the_sev_gate_and_emits_no_empty_gate_list():
+    want = _gpu_only_want([{"name": "snp-kata", "vendor": "amd", "consumers": ["kata"]}])
+    spec, _ = kv.kubevirt_spec(want, {})
+    developer = spec["configuration"]["developerConfiguration"]
+    assert "featureGates" not in developer  # never featureGates: [] (server-side apply would claim the list)
+    assert developer["disabledFeatureGates"] == ["WorkloadEncryptionSEV"]
+    assert spec["configuration"]["permittedHostDevices"]["pciHostDevices"][0]["pciVendorSelector"] == "10DE:2330"
+
+
+def test_a_user_enabled_sev_gate_keeps_virt_handler_off_the_nfd_counted_snp_nodes():
+    want = _gpu_only_want(
+        [
+            {"name": "snp-kata", "vendor": "amd", "consumers": ["kata"]},
+            {"name": "tdx-1", "vendor": "intel", "consumers": ["kata"]},
+        ]
+    )
+    base = {"configuration": {"developerConfiguration": {"featureGates": ["WorkloadEncryptionSEV"]}}}
+    spec, _ = kv.kubevirt_spec(want, base)
+    assert "disabledFeatureGates" not in spec["configuration"]["developerConfiguration"]
+    terms = spec["workloads"]["nodePlacement"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["snp-kata"]  # not tdx-1: no SEV there
+    assert want["excluded_nodes"] == ["snp-kata"]
+
+
+def test_nothing_to_set_emits_no_developer_configuration():
+    want = {"feature_gates": [], "excluded_nodes": [], "devices": [], "disabled_gates": [], "sev_nfd_nodes": []}
+    spec, _ = kv.kubevirt_spec(want, {})
+    assert spec == {"configuration": {}}
+
+
+@pytest.mark.parametrize("version", ["v1.8.2", "1.8.0", "v1.7.0-rc.1"])
+def test_a_tdx_pool_on_kubevirt_older_than_1_9_is_refused(version):
+    with pytest.raises(kv.KubeVirtConfigError, match=r"has no TDX device plugin .* v1\.9\.0"):
+        kv.tdx_version(["tdx-1"], version)
+
+
+def test_the_kubevirt_version_for_tdx():
+    assert kv.tdx_version(["tdx-1"], "v1.9.0") == [] and kv.tdx_version(["tdx-1"], "v1.10.1") == []
+    assert kv.tdx_version([], "v1.8.0") == []  # no TDX pool on KubeVirt: any version will do
+    assert "KubeVirt's version is unknown" in kv.tdx_version(["tdx-1"], None)[0]
+    with pytest.raises(kv.KubeVirtConfigError, match="kubevirt_cc_version must be a version"):
+        kv.tdx_version(["tdx-1"], "latest")

@@ -396,3 +396,35 @@ def test_critical_findings_say_how_the_failed_launches_show():
         drift({"n1": facts}, [node("n1", {"sev-snp.amd.com/esids": "99"})]), "n1", "snp_pool_exceeds_snp_range"
     )
     assert "ret=-16" in snp["detail"]
+
+
+def _rule(name, resource, value):
+    return {
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+        "kind": "NodeFeatureRule",
+        "metadata": {"name": name},
+        "spec": {"rules": [{"name": "keys", "extendedResources": {resource: value}, "matchFeatures": []}]},
+    }
+
+
+def test_names_that_moved_in_2026_are_fleet_findings():
+    rules = [
+        *RULES,
+        _rule("amd64-tee-keys", "tdx.intel.com/keys", "@cpu.security.tdx.total_keys"),
+        _rule("nvidia-cc", "feature.node.kubernetes.io/tdx-keys", "@cpu.security.tdx.total_keys"),
+        _rule("nvidia-labels", "feature.node.kubernetes.io/gpu", "8"),  # counts no keys: no finding
+    ]
+    result = drift({"n1": host({"tdx": 63})}, [node("n1", {"tdx.intel.com/keys": "63"})], rules=rules)
+    by_id = {f["id"]: f for f in result["findings"]}
+    stale = by_id["stale_nfd_rule"]
+    assert stale["title"].startswith("stale rule from the pre-4.1 kata-deploy chart") and stale["severity"] == "warning"
+    assert stale["node"] is None and "kubectl delete nodefeaturerule amd64-tee-keys" in stale["fix"]
+    third = by_id["gpu_operator_key_pool"]
+    assert third["title"] == "third key pool from GPU Operator v25.10 or older" and third["resource"] == "tdx"
+    assert third["numbers"]["extended_resource"] == "feature.node.kubernetes.io/tdx-keys"
+    assert sorted(by_id) == ["gpu_operator_key_pool", "stale_nfd_rule"]
+
+
+def test_no_rename_finding_on_the_collections_own_rules():
+    result = drift({"n1": host({"tdx": 63})}, [node("n1", {"tdx.intel.com/keys": "63"})])
+    assert [f for f in result["findings"] if f["id"] in ("stale_nfd_rule", "gpu_operator_key_pool")] == []

@@ -1,0 +1,59 @@
+"""inputs: the cluster playbook's inventory checked as a whole, every message naming the variable and the node."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import inputs
+
+
+def test_a_good_inventory_has_no_problems():
+    nodes = {"tdx-1": {"tee_node_consumers": ["kata", "kubevirt"], "tee_node_gpu": "yes", "tee_cpu_vendor": "intel"}}
+    assert inputs.input_problems({"tee_output": "manifests", "kubevirt_cc_version": "v1.9.0"}, nodes) == []
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        ({"tee_node_gpu": "maybe"}, "tee_node_gpu must be true or false, got 'maybe' for node n1"),
+        ({"tee_node_gpu": 2}, "tee_node_gpu must be true or false, got 2 for node n1"),
+        ({"tee_node_consumers": "kata"}, "tee_node_consumers must be a YAML list such as [kata, kubevirt]"),
+        ({"tee_node_consumers": {"kata": 1}}, "tee_node_consumers must be a list such as [kata, kubevirt], got dict"),
+        ({"tee_key_pool_mode": ["nfd"]}, "tee_key_pool_mode must be a string (one of auto, kubevirt, nfd), got a list"),
+        ({"tee_cpu_vendor": "arm"}, "tee_cpu_vendor must be one of auto, intel, amd, got 'arm' for node n1"),
+        ({"tee_k8s_node_name": "a-.b"}, "tee_k8s_node_name 'a-.b' is not a Kubernetes node name (for node n1 (a-.b))"),
+        ({"tee_host_root": ""}, "tee_host_root must be a non-empty path for node n1"),
+        ({"tee_kubernetes_version": 1.33}, "tee_kubernetes_version must be a version such as v1.9.0, got 1.33"),
+    ],
+)
+def test_each_wrong_per_node_variable_is_named_with_its_node(node, expected):
+    problems = inputs.input_problems({}, {"n1": node})
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+
+
+def test_an_inventory_name_that_is_no_node_name_asks_for_tee_k8s_node_name():
+    (problem,) = inputs.input_problems({}, {"TDX_1": {}})
+    assert problem.startswith("the inventory name (no tee_k8s_node_name) 'TDX_1' is not a Kubernetes node name")
+
+
+def test_two_hosts_with_one_node_name_and_an_empty_group():
+    assert (
+        "nodes a and b have one Kubernetes node name n"
+        in inputs.input_problems({}, {"a": {"tee_k8s_node_name": "n"}, "b": {"tee_k8s_node_name": "n"}})[0]
+    )
+    assert "must list at least one node" in inputs.input_problems({}, {})[0]
+
+
+@pytest.mark.parametrize("value", ["", "   ", [], ["a"], {"a": 1}, 7, None, "a\0b"])
+def test_a_manifest_dir_that_is_no_path_is_refused(value):
+    assert inputs.input_problems({"tee_manifest_dir": value}, {"n": {}})[0].startswith("tee_manifest_dir must be")
+
+
+def test_a_relative_manifest_dir_resolves_against_the_given_cwd():
+    assert inputs.resolve_manifest_dir("out/../gitops", "/work/ops") == "/work/ops/gitops"
+    assert inputs.resolve_manifest_dir("/srv/x/", "/work/ops") == "/srv/x"
+    assert inputs.resolve_manifest_dir(None, "/work/ops") == "/work/ops/manifests"
+    assert inputs.resolve_manifest_dir("~/m", "/w") == os.path.expanduser("~/m")
+    with pytest.raises(ValueError, match="tee_manifest_dir must be a non-empty path string"):
+        inputs.resolve_manifest_dir("", "/w")
