@@ -66,6 +66,9 @@ class BoundPods:
         # kept with every change (the unified plugin asks at every poll that follows one).
         self._overhead: Counter[str] = Counter()
         self._overhead_started: Counter[str] = Counter()
+        # Container requests of pods whose guest started: the devices a plugin's own pods hold whose
+        # key the kernel already charges (a VMI admitted but not started holds a device, no key).
+        self._requests_started: Counter[str] = Counter()
         self._started: set[str] = set()
         # What requested() answers until the next change (the report and the kubelet ask per event).
         self._requested_view: dict[str, int] | None = None
@@ -101,6 +104,7 @@ class BoundPods:
         if pod.started_at is not None and pod.uid not in self._started:
             self._started.add(pod.uid)
             self._overhead_started.update(pod.overhead)
+            self._requests_started.update(pod.requests)
         self._changed()
 
     def release(self, pod: Pod, was_running: bool) -> bool:
@@ -112,6 +116,7 @@ class BoundPods:
         if pod.uid in self._started:
             self._started.discard(pod.uid)
             self._overhead_started.subtract(pod.overhead)
+            self._requests_started.subtract(pod.requests)
         if not was_running:
             self.claims[pod.misc_resource] -= 1
         self._changed()
@@ -137,6 +142,11 @@ class BoundPods:
         pods whose guest runs (a Kata pod's sandbox exists, ``PodReadyToStartContainers``), i.e.
         whose key the kernel charges (as :meth:`started` was told). Kept with every change."""
         return (self._overhead_started if started_only else self._overhead)[resource]
+
+    def started_requests_of(self, resource: str) -> int:
+        """Devices of ``resource`` that bound pods whose guest runs hold through container requests:
+        the own allocations whose key the kernel charges. Kept with every change."""
+        return self._requests_started[resource]
 
 
 class SimNode:

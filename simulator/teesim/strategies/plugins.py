@@ -37,7 +37,6 @@ from teesim._collection import parse_misc_text
 from teesim.cluster.clock import VirtualClock
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.node import SimNode
-from teesim.cluster.pods import Consumer
 from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
 from teesim.plugins.reconcile import capacity_from_misc, device_ids, next_unhealthy
 
@@ -260,6 +259,16 @@ class ReconcilingPlugin(InProcessPlugin):
     def accounted_elsewhere(self) -> int:
         return 0
 
+    def own_charged(self, own: frozenset[str]) -> int:
+        """How many own devices the kernel already charges: those of pods whose guest started.
+
+        virt-handler, where KubeVirt's plugins run, knows each VMI's domain state (its domain
+        informer, ``pkg/virt-handler/vm.go``); a VMI admitted but not started holds a device and no
+        key. Counting every own device as charged (what the model did before issue 19) hid one key
+        too few per such VMI: the scheduler placed a guest on that phantom key, which failed, freed
+        the slot, and the next one was placed there again."""
+        return min(len(own), self.node.bound.started_requests_of(self.resource_name))
+
     def reserve(self) -> int:
         return 0
 
@@ -297,14 +306,21 @@ class ReconcilingPlugin(InProcessPlugin):
 
     def _decide(self) -> None:
         own, accounted, reserve = self.own_allocated(), self.accounted_elsewhere(), self.reserve()
-        inputs = (self.ids, own, self._current, accounted, reserve)
+        charged = self.own_charged(own)
+        inputs = (self.ids, own, self._current, accounted, reserve, charged)
         decided = self._decided
         # next_unhealthy(x, next_unhealthy(x, p)) == next_unhealthy(x, p): with the same inputs and our
         # own last answer as the previous set, the answer is that set again.
         if self.skip_unchanged and decided is not None and decided[1] is self.unhealthy and decided[0] == inputs:
             return
         self.unhealthy = next_unhealthy(
-            self.ids, own, self._current, self.unhealthy, accounted_elsewhere=accounted, reserve=reserve
+            self.ids,
+            own,
+            self._current,
+            self.unhealthy,
+            accounted_elsewhere=accounted,
+            reserve=reserve,
+            own_charged=charged,
         )
         self._decided = (inputs, self.unhealthy)
 
@@ -441,14 +457,15 @@ class DRADriver:
 
     def charged_claims(self) -> int:
         """Allocated devices whose key the kernel charges, as far as the driver can tell from the
-        claims' pods: a VMI's (assumed, like the device plugins do) and a started Kata pod's."""
+        claims' pods: those whose guest started (a VMI's domain, a Kata pod's sandbox). A claim of a
+        pod not started yet holds a device and no key (see :meth:`ReconcilingPlugin.own_charged`)."""
         key = (self.pool.claims_revision, self.node.bound.generation)
         if self._charged_claims is not None and self._charged_claims[0] == key:
             return self._charged_claims[1]
         count = 0
         for uid in self.pool.allocated.values():
             pod = self.node.bound.get(uid)
-            if pod is not None and (pod.consumer is Consumer.KUBEVIRT or pod.started_at is not None):
+            if pod is not None and pod.started_at is not None:
                 count += 1
         self._charged_claims = (key, count)
         return count

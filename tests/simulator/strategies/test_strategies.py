@@ -422,3 +422,24 @@ def test_reconciling_never_marks_an_allocated_device_unhealthy() -> None:
         sim.run(probe)
         assert not probe.violations, name
         assert sim.launched["kubevirt"] >= 4, name
+
+
+def _phantom_slot_world() -> World:
+    """4 keys, all held: 3 long VMIs (running), then one VMI with a 30 s launch delay (admitted, not
+    started), and Kata pods arriving while it waits for its domain."""
+    items = [(float(i), Consumer.KUBEVIRT, FOREVER, 1.0) for i in range(3)]
+    items.append((10.0, Consumer.EXTERNAL, FOREVER, 0.0))
+    items.append((20.0, Consumer.KUBEVIRT, FOREVER, 30.0))
+    items += [(40.0 + i, Consumer.KATA, FOREVER, 1.0) for i in range(3)]
+    return World(nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 5}),), arrivals=_arrivals(*items), duration=300.0)
+
+
+def test_a_vmi_admitted_but_not_started_holds_a_device_and_no_key_no_phantom_slot() -> None:
+    """Issue 19: counting every own device as charged hid one key too few while a VMI waited for its
+    domain: the scheduler placed a Kata pod on that phantom key, it failed outside the race window
+    and was retried for ever. The plugin now counts as charged only the devices of started guests."""
+    for name in ("unified-reconciling", "dra-overhead-served"):
+        sim, metrics = _run(_phantom_slot_world(), name)
+        assert metrics["failed_launches"] == 0, (name, sim.failures[:3])
+        assert metrics["launched"] == {"kata": 0, "kubevirt": 4, "external": 1}, name
+        assert metrics["pending_at_end"] == 3, name
