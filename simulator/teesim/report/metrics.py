@@ -52,9 +52,10 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[int(rank) - 1]
 
 
-def _kata_summary(sim: Simulation) -> dict[str, int]:
-    """What the kubelet's sandbox retries did to Kata pods."""
-    kata = [p for p in sim.pods if p.consumer is Consumer.KATA]
+def _retry_summary(sim: Simulation, consumer: Consumer) -> dict[str, int]:
+    """What retries did to one consumer's pods: the kubelet's sandbox retries (Kata), virt-handler's
+    back-off (VMIs)."""
+    kata = [p for p in sim.pods if p.consumer is consumer]
     return {
         "pods": len(kata),
         "pods_with_failed_launch": sum(1 for p in kata if p.attempts > 1 or (p.attempts and p.started_at is None)),
@@ -212,7 +213,8 @@ class MetricsRecorder:
             "admission_failures_by_consumer": {
                 c.value: sum(1 for f in admission if f.consumer == c.value) for c in Consumer
             },
-            "kata": _kata_summary(sim),
+            "kata": _retry_summary(sim, Consumer.KATA),
+            "kubevirt": _retry_summary(sim, Consumer.KUBEVIRT),
             "stranded_key_seconds": r(sum(self.stranded_key_seconds.values())),
             "stranded_for_all_key_seconds": r(sum(self.stranded_for_all_key_seconds.values())),
             "pending_pod_seconds": r(self.pending_pod_seconds),

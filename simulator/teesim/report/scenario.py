@@ -267,6 +267,8 @@ _POSITIVE_SETTINGS = frozenset(
         "reregister_delay",
         "node_status_interval",
         "min_list_interval",
+        "virt_handler_backoff_base",
+        "virt_handler_backoff_max",
     }
 )
 _NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps"})

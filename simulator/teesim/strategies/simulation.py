@@ -10,8 +10,9 @@ Wires the layers below into the life of every guest:
    predicate checks requests and overhead against the node as the kubelet sees it (failure:
    ``OutOf<resource>``); either way the pod fails;
 3. ``launch_delay`` later QEMU creates the guest and KVM charges one key in the pod's cgroup. EBUSY is a
-   failed launch: a VMI fails for good; a Kata pod's sandbox is retried by the kubelet 10 to 15 s
-   later (:mod:`teesim.kubelet.podworkers`), every try another failed launch until one succeeds;
+   failed launch: virt-handler retries a VMI with its workqueue's exponential back-off
+   (:mod:`teesim.cluster.virthandler`); a Kata pod's sandbox is retried by the kubelet 10 to 15 s
+   later (:mod:`teesim.kubelet.podworkers`); every try another failed launch until one succeeds;
 4. after its lifetime the guest stops, the key is uncharged, the pod succeeds; the scheduler frees its
    requests and DRA claims at once, the kubelet frees its devices lazily.
 
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
+from teesim.cluster import virthandler
 from teesim.cluster.clock import HeapClock, VirtualClock
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import EXTERNAL_CGROUP, SimNode
@@ -77,6 +79,9 @@ class Settings:
     pod_resources_background_qps: float = 0.0
     # split-nodes: the nodes NFD's rule matches (default: every second node by name).
     kata_nodes: tuple[str, ...] | None = None
+    # virt-handler's workqueue back-off for a VMI whose domain did not start (teesim.cluster.virthandler).
+    virt_handler_backoff_base: float = virthandler.BASE_DELAY
+    virt_handler_backoff_max: float = virthandler.MAX_DELAY
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,9 @@ class Simulation:
         # (node, misc resource) whose usage an advertiser published since the observer last looked.
         self.published: list[tuple[str, str]] = []
         self.retry_rng = random.Random(f"{world.seed}/kubelet-retries")
+        self._vmi_backoff = virthandler.Backoff(
+            self.settings.virt_handler_backoff_base, self.settings.virt_handler_backoff_max
+        )
         roles = node_roles(strategy, [s.name for s in world.nodes], self.settings.kata_nodes)
         self.nodes: dict[str, SimNode] = {}
         for spec in world.nodes:
@@ -367,8 +375,12 @@ class Simulation:
                 self._attempt_failed(node, pod, exc)
                 retry = sandbox_retry_at(self.clock.now, self.retry_rng)
                 self.clock.at(retry, lambda: self._launch(node, pod))
-            else:
+            elif virthandler.fails_for_good(str(exc)):
                 self._fail(node, pod, "launch", exc)
+            else:
+                # virt-handler's sync failed: AddRateLimited, 5 ms doubling to 1000 s, until it starts.
+                self._attempt_failed(node, pod, exc)
+                self.clock.after(self._vmi_backoff.delay(pod.attempts), lambda: self._launch(node, pod))
             return
         pod.phase, pod.started_at = Phase.RUNNING, self.clock.now
         node.bound.started(pod)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.node import NodeSpec
@@ -101,10 +102,10 @@ def test_static_fails_once_external_vms_take_keys_and_reconciling_does_not() -> 
     sim, reconciling = _run(world, "reconciling")
     _, sgr = _run(world, "secure-guest-resources")
     # Static and NFD advertise 10 while only 6 are free: the 7th and 8th VMI hit EBUSY long after the
-    # external VMs started, i.e. outside any race window.
-    assert static["failed_launches_by_consumer"]["kubevirt"] == 2
-    assert static["kubevirt_failed_outside_race_window"] == 2
-    assert nfd["failed_launches_by_consumer"]["kubevirt"] == 2
+    # external VMs started, i.e. outside any race window, and virt-handler retries them for ever.
+    assert static["kubevirt"]["pods_with_failed_launch"] == static["kubevirt"]["never_started"] == 2
+    assert static["kubevirt_failed_outside_race_window"] == static["failed_launches_by_consumer"]["kubevirt"] > 2
+    assert nfd["kubevirt"]["never_started"] == 2
     # Reconciling marks the 4 keys Unhealthy: the last two VMIs wait instead of failing.
     assert reconciling["failed_launches"] == 0
     assert reconciling["pending_at_end"] == 2
@@ -127,8 +128,8 @@ def test_secure_guest_resources_strands_what_it_reserves_and_fails_beyond_it() -
     assert over["pending_at_end"] == 4
     assert over["stranded_key_seconds"] > 2 * 300
     _, under = _run(_external_then_vmis(reserved=2), "secure-guest-resources")
-    assert under["failed_launches_by_consumer"]["kubevirt"] == 2
-    assert under["kubevirt_failed_outside_race_window"] == 2
+    assert under["kubevirt"]["never_started"] == 2
+    assert under["kubevirt_failed_outside_race_window"] == under["failed_launches_by_consumer"]["kubevirt"] > 2
 
 
 def test_reconciling_fails_only_inside_the_race_window() -> None:
@@ -144,11 +145,11 @@ def test_reconciling_fails_only_inside_the_race_window() -> None:
         duration=300.0,
     )
     sim, metrics = _run(world, "reconciling")
-    assert metrics["failed_launches_by_consumer"]["kubevirt"] == 1
+    assert metrics["kubevirt"]["never_started"] == 1
     assert metrics["kubevirt_failed_outside_race_window"] == 0
-    (failure,) = sim.failures
-    assert failure.in_race_window
-    assert failure.message.startswith("EBUSY")
+    # virt-handler retries it (no key ever frees); every retry shares the first failure's verdict.
+    assert len(sim.failures) == metrics["failed_launches_by_consumer"]["kubevirt"] > 1
+    assert all(f.in_race_window and f.message.startswith("EBUSY") for f in sim.failures)
 
 
 def _kata_and_vmis(n: int = 12) -> tuple[tuple[float, Consumer, float, float], ...]:
@@ -164,9 +165,10 @@ def test_the_double_pool_gives_kata_and_vmis_n_keys_each_and_kata_retries() -> N
     assert shared["failed_launches"] == 0
     assert shared["pending_at_end"] == 2
     # Double pool: VMIs see 10 devices and Kata sees 10 keys, each ignoring the other: all 12 are
-    # bound, 2 guests find no key. A VMI fails for good; a Kata sandbox is retried every 10-15 s.
+    # bound, 2 guests find no key. virt-handler retries the VMI with a doubling back-off; the kubelet
+    # retries the Kata sandbox every 10-15 s.
     assert double["pending_at_end"] == 0
-    assert double["failed_launches_by_consumer"]["kubevirt"] == 1
+    assert double["kubevirt"]["never_started"] == 1
     assert double["kata"]["never_started"] == 1
     kata_fails = [f for f in sim.failures if f.consumer == "kata"]
     assert len(kata_fails) > 10, "every retry is another failed launch"
@@ -443,3 +445,20 @@ def test_a_vmi_admitted_but_not_started_holds_a_device_and_no_key_no_phantom_slo
         assert metrics["failed_launches"] == 0, (name, sim.failures[:3])
         assert metrics["launched"] == {"kata": 0, "kubevirt": 4, "external": 1}, name
         assert metrics["pending_at_end"] == 3, name
+
+
+def test_virt_handler_retries_a_vmi_refused_a_key_with_back_off_until_one_frees() -> None:
+    """Two keys held by external VMs for 60 s; a VMI bound at once is refused (EBUSY) and retried by
+    virt-handler (5 ms doubling), never failed for good: it starts on the first try after 60 s."""
+    items = [(0.0, Consumer.EXTERNAL, 60.0, 0.0), (0.0, Consumer.EXTERNAL, 60.0, 0.0)]
+    items.append((1.0, Consumer.KUBEVIRT, FOREVER, 1.0))
+    world = World(nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 2}),), arrivals=_arrivals(*items), duration=400.0)
+    sim, metrics = _run(world, "double-pool")
+    vmi = next(p for p in sim.pods if p.consumer is Consumer.KUBEVIRT)
+    assert vmi.phase.value == "Running" and vmi.started_at is not None
+    # Tries at 2 s + 0.005 * (2**n - 1): the 14th (n = 13) is the first after 60 s, at 2 + 40.955 + 40.96.
+    assert vmi.attempts == 15
+    assert vmi.started_at == pytest.approx(2.0 + 0.005 * (2**14 - 1))
+    assert metrics["failed_launches_by_consumer"]["kubevirt"] == 14
+    assert metrics["kubevirt"] == {"pods": 1, "pods_with_failed_launch": 1, "retries": 14, "never_started": 0}
+    assert [f.attempt for f in sim.failures] == list(range(1, 15))
