@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.pods import Consumer, Pod
@@ -29,6 +29,11 @@ from teesim.kubelet.ratelimit import TokenBucket
 
 EXTERNAL_CGROUP = "machine.slice"
 _NONE: frozenset[str] = frozenset()
+
+
+# A node's allocatable CPU (millicores) and memory (MiB) unless the scenario says otherwise: a
+# two-socket TEE host, large enough that keys, not CPU or memory, are what runs out.
+DEFAULT_COMPUTE: dict[str, int] = {"cpu": 128_000, "memory": 512 * 1024}
 
 
 class PublishTimes(dict[str, float]):
@@ -166,6 +171,7 @@ class SimNode:
         rng: random.Random | None = None,
         role: str = "both",
         on_change: Callable[[SimNode], None] | None = None,
+        compute: Mapping[str, int] | None = None,
     ):
         self.kernel = Node(spec)
         self.name = spec.name
@@ -183,6 +189,8 @@ class SimNode:
         self._status: dict[str, int] | None = None
         self._allocatable: dict[str, int] | None = None
         self._nfd: dict[str, int] = {}
+        # Allocatable CPU (millicores) and memory (MiB): what NodeResourcesFit filters and scores by.
+        self.compute: dict[str, int] = dict(DEFAULT_COMPUTE if compute is None else compute)
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
         self.status_devices: dict[str, int] = {}
         self.bound = BoundPods()
@@ -336,6 +344,7 @@ class SimNode:
         if merged is None:
             merged = dict(self.device_allocatable(now))
             merged.update(self._nfd)
+            merged.update(self.compute)
             if self._device_allocatable is not None:  # not time-dependent (no grace period running)
                 self._allocatable = merged
         return merged
@@ -356,6 +365,7 @@ class SimNode:
         if merged is None:
             merged = self._status = dict(self.status_devices)
             merged.update(self._nfd)
+            merged.update(self.compute)
         return merged
 
     def dynamic(self) -> dict[str, int]:

@@ -196,6 +196,7 @@ class MetricsRecorder:
         self._advance(sim.world.duration)
         launch = [f for f in self.failures if f.kind == "launch"]
         admission = [f for f in self.failures if f.kind == "admission"]
+        readmission = [f for f in self.failures if f.kind == "readmission"]
         by_consumer = {c.value: sum(1 for f in launch if f.consumer == c.value) for c in Consumer}
         outside = {c.value: sum(1 for f in launch if f.consumer == c.value and not f.in_race_window) for c in Consumer}
         undetected = sum(len(v) for v in self._changes.values())
@@ -210,6 +211,9 @@ class MetricsRecorder:
             "failed_outside_race_window": outside,
             "kubevirt_failed_outside_race_window": outside[Consumer.KUBEVIRT.value],
             "admission_failures": len(admission),
+            "rejected_at_kubelet_restart": {
+                c.value: sum(1 for f in readmission if f.consumer == c.value) for c in Consumer
+            },
             "admission_failures_by_consumer": {
                 c.value: sum(1 for f in admission if f.consumer == c.value) for c in Consumer
             },

@@ -269,6 +269,8 @@ _POSITIVE_SETTINGS = frozenset(
         "min_list_interval",
         "virt_handler_backoff_base",
         "virt_handler_backoff_max",
+        "node_cpu",
+        "node_memory",
     }
 )
 _NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps"})

@@ -24,7 +24,7 @@ re-register), plugin crash (stream broken, restart later), unreadable ``misc`` f
 An :class:`Observer` sees every event; :mod:`teesim.report.metrics` turns that into the metrics.
 After every event :attr:`Simulation.changed` lists the nodes whose state may differ from the last
 event's, so that observing a fleet costs what changed, not what exists.
-Simplifications: no CPU/memory, no network or API-server latency, VMIs are not re-created.
+Simplifications: no network or API-server latency, VMIs are not re-created.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Protocol
 from teesim.cluster import virthandler
 from teesim.cluster.clock import HeapClock, VirtualClock
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
-from teesim.cluster.node import EXTERNAL_CGROUP, SimNode
+from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
 from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
@@ -82,6 +82,9 @@ class Settings:
     # virt-handler's workqueue back-off for a VMI whose domain did not start (teesim.cluster.virthandler).
     virt_handler_backoff_base: float = virthandler.BASE_DELAY
     virt_handler_backoff_max: float = virthandler.MAX_DELAY
+    # Every node's allocatable CPU (cores) and memory (MiB), what the scheduler scores by.
+    node_cpu: float = DEFAULT_COMPUTE["cpu"] / 1000
+    node_memory: float = DEFAULT_COMPUTE["memory"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class Failure:
     consumer: str
     resource: str
     uid: str
-    kind: str  # "launch" or "admission"
+    kind: str  # "launch", "admission", or "readmission" (a pod rejected when its kubelet restarted)
     message: str
     in_race_window: bool
     attempt: int = 1
@@ -119,6 +122,10 @@ class Observer(Protocol):
 
 def _node_name(node: SimNode) -> str:
     return node.name
+
+
+def _created(pod: Pod) -> tuple[float, str]:
+    return (pod.created, pod.uid)
 
 
 class Simulation:
@@ -152,7 +159,11 @@ class Simulation:
                     "strategy can count keys there; use it with `teesim node build` to test detection"
                 )
             node = SimNode(
-                spec, random.Random(f"{world.seed}/{spec.name}/devices"), roles[spec.name].value, self._node_changed
+                spec,
+                random.Random(f"{world.seed}/{spec.name}/devices"),
+                roles[spec.name].value,
+                self._node_changed,
+                {"cpu": round(self.settings.node_cpu * 1000), "memory": round(self.settings.node_memory)},
             )
             node.usage_published_at.on_publish = partial(self._usage_published, spec.name)
             node.pod_resources = TokenBucket(background_qps=self.settings.pod_resources_background_qps)
@@ -347,8 +358,11 @@ class Simulation:
         node.devices.add_pod(ref)
         self.clock.after(pod.launch_delay, lambda: self._launch(node, pod))
 
-    def _predicate(self, node: SimNode, pod: Pod) -> AdmissionRejection | None:
-        """The kubelet's resource predicate against the node object it last published."""
+    def _predicate(
+        self, node: SimNode, pod: Pod, admitted: Mapping[str, int] | None = None
+    ) -> AdmissionRejection | None:
+        """The kubelet's resource predicate against the node object it last published; the other
+        pods are those bound here, or ``admitted`` (what the pods admitted before need)."""
         held = {r: len(node.devices.allocated_ids(r)) for r in pod.requests}
         holds = node.devices.holds_devices(self._ref(pod))
         allocatable = sanitize_allocatable(node.status_allocatable(), held, holds)
@@ -356,6 +370,8 @@ class Simulation:
         if self.strategy.dra_overhead_served:
             overhead = {r: n for r, n in overhead.items() if r not in self._dra_names}
         need = admission_need(pod.requests, overhead, allocatable)
+        if admitted is not None:
+            return check_fit(need, allocatable, admitted)
         others = dict(node.requested())
         for resource, amount in pod.scheduled_need.items():
             others[resource] = others.get(resource, 0) - amount
@@ -395,6 +411,8 @@ class Simulation:
             node.dra[name].release(pod.uid)
 
     def _stop(self, node: SimNode, pod: Pod) -> None:
+        if pod.phase is not Phase.RUNNING:
+            return  # rejected when the kubelet restarted: its guest was stopped then
         node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource)
         pod.phase, pod.ended_at = Phase.SUCCEEDED, self.clock.now
         self._release(node, pod, was_running=True)
@@ -424,10 +442,10 @@ class Simulation:
         )
         pod.in_race_window = failure.in_race_window
 
-    def _fail(self, node: SimNode, pod: Pod, kind: str, exc: Exception) -> None:
+    def _fail(self, node: SimNode, pod: Pod, kind: str, exc: Exception, was_running: bool = False) -> None:
         now = self.clock.now
         pod.phase, pod.ended_at, pod.reason = Phase.FAILED, now, str(exc)
-        self._release(node, pod, was_running=False)
+        self._release(node, pod, was_running=was_running)
         since, until = self._window(pod)
         attempt = max(pod.attempts, 1)
         self._fail_record(
@@ -478,13 +496,43 @@ class Simulation:
 
         def back() -> None:
             node.kubelet_up = True
-            for pod in self.waiting.pop(node.name, []):
+            # fastStatusUpdateOnce: the first node status comes from the restored device manager,
+            # whose stopped endpoints count 0 devices until their plugins register again.
+            node.sync_status(clock.now)
+            waiting = self.waiting.pop(node.name, [])
+            self._readmit(node, {id(p) for p in waiting})
+            for pod in waiting:
                 if pod.phase is Phase.BOUND:
                     self._admit(node, pod)
             for plugin in self.plugins[node.name]:
                 clock.after(self.settings.reregister_delay, plugin.register)
 
         clock.after(self.settings.kubelet_restart_downtime, back)
+
+    def _readmit(self, node: SimNode, skip: set[int]) -> None:
+        """A restarted kubelet admits again every pod it had admitted (``HandlePodAdditions`` in
+        ``pkg/kubelet/kubelet.go``, v1.34: the pods sorted by creation time, each through
+        ``canAdmitPod`` against the pods admitted before it). The predicate counts requests and
+        overhead against the node object; ``sanitizeNodeAllocatable`` raises a device-plugin resource
+        to the devices pods hold only when *this* pod holds devices, so a pod that takes its key
+        through overhead alone finds that resource at 0 while its plugin has not registered again and
+        is rejected: its guest is stopped and the pod fails (``rejectPod``)."""
+        pods = sorted(
+            (p for p in node.bound.pods() if id(p) not in skip and p.phase in (Phase.BOUND, Phase.RUNNING)),
+            key=_created,
+        )
+        admitted: dict[str, int] = {}
+        for pod in pods:
+            rejection = self._predicate(node, pod, admitted)
+            if rejection is None:
+                for resource, amount in pod.scheduled_need.items():
+                    admitted[resource] = admitted.get(resource, 0) + amount
+                continue
+            running = pod.phase is Phase.RUNNING
+            if running:
+                node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource)
+                self._changed(node, pod.misc_resource, pod.consumer, charged=False)
+            self._fail(node, pod, "readmission", RuntimeError(str(rejection)), was_running=running)
 
     def _fault(self, fault: FaultSpec) -> None:
         node = self.nodes[fault.node]

@@ -290,7 +290,7 @@ def test_unified_counts_kata_through_the_bound_pods_not_twice() -> None:
     plugin = _key_plugin(sim)
     assert plugin.unhealthy == frozenset(), "Kata's 4 keys are the scheduler's already (overhead)"
     assert sim.nodes[NODE].devices.allocatable() == {KEYS: 10}
-    assert sim.nodes[NODE].requested() == {KEYS: 4}
+    assert sim.nodes[NODE].requested()[KEYS] == 4
     assert metrics["stranded_key_seconds"] == 0
 
 
@@ -462,3 +462,35 @@ def test_virt_handler_retries_a_vmi_refused_a_key_with_back_off_until_one_frees(
     assert metrics["failed_launches_by_consumer"]["kubevirt"] == 14
     assert metrics["kubevirt"] == {"pods": 1, "pods_with_failed_launch": 1, "retries": 14, "never_started": 0}
     assert [f.attempt for f in sim.failures] == list(range(1, 15))
+
+
+def test_a_kubelet_restart_readmits_running_pods_and_rejects_overhead_only_kata_pods() -> None:
+    """kubelet.go HandlePodAdditions (v1.34): every pod is admitted again; sanitizeNodeAllocatable
+    raises a device-plugin resource to the devices held only for a pod that holds devices. A Kata pod
+    whose key is RuntimeClass overhead on a device-plugin name finds 0 (its plugin has not registered
+    again) and is rejected, its VM stopped; on NFD's name (kept in the Node object by NFD) or a
+    DRA-backed one it stays. VMIs hold their devices and stay."""
+    items = [(float(i), Consumer.KATA if i % 2 else Consumer.KUBEVIRT, FOREVER, 1.0) for i in range(4)]
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),),
+        arrivals=_arrivals(*items),
+        faults=(FaultSpec("kubelet-restart", 100.0, NODE),),
+        duration=300.0,
+    )
+    expected = {
+        "double-pool": 0,
+        "nfd-shared": 0,
+        "kata-overhead-on-kubevirt": 2,
+        "unified-reconciling": 2,
+        "dra-overhead-served": 0,
+    }
+    for name, kata_rejected in expected.items():
+        sim, metrics = _run(world, name)
+        assert metrics["rejected_at_kubelet_restart"] == {"kata": kata_rejected, "kubevirt": 0, "external": 0}, name
+        assert metrics["launched"]["kubevirt"] == 2, name
+        rejected = [f for f in sim.failures if f.kind == "readmission"]
+        assert all(
+            f.message.startswith(f"OutOf{KEYS if name != 'kata-overhead-on-kubevirt' else KV}") for f in rejected
+        )
+        # The rejected pods' VMs were stopped: only the survivors hold keys.
+        assert sim.nodes[NODE].usage("tdx") == 4 - kata_rejected, name
