@@ -71,6 +71,11 @@ class BoundPods:
         # kept with every change (the unified plugin asks at every poll that follows one).
         self._overhead: Counter[str] = Counter()
         self._overhead_started: Counter[str] = Counter()
+        # Pods whose start reached the API server and an informer (PodReadyToStartContainers through
+        # the kubelet's status manager, then a watch): what a plugin outside the kubelet can know.
+        # A released pod stays here until its deletion reaches the informer too.
+        self._seen: set[str] = set()
+        self._overhead_seen: Counter[str] = Counter()
         # Container requests of pods whose guest started: the devices a plugin's own pods hold whose
         # key the kernel already charges (a VMI admitted but not started holds a device, no key).
         self._requests_started: Counter[str] = Counter()
@@ -112,10 +117,32 @@ class BoundPods:
             self._requests_started.update(pod.requests)
         self._changed()
 
-    def release(self, pod: Pod, was_running: bool) -> bool:
-        """The pod terminated: the scheduler stops counting it. False when it was not bound here."""
+    def observe_started(self, pod: Pod) -> None:
+        """The pod's start reached the informers (still bound: a pod released first is never seen)."""
+        if pod.uid in self._pods and pod.uid in self._started and pod.uid not in self._seen:
+            self._seen.add(pod.uid)
+            self._overhead_seen.update(pod.overhead)
+            self._changed()
+
+    def observe_released(self, pod: Pod) -> None:
+        """The pod's end reached the informers."""
+        if pod.uid in self._seen and pod.uid not in self._pods:
+            self._seen.discard(pod.uid)
+            self._overhead_seen.subtract(pod.overhead)
+            self._changed()
+
+    def seen_started(self, uid: str) -> bool:
+        """Whether an informer shows the pod started (and not yet gone)."""
+        return uid in self._seen
+
+    def release(self, pod: Pod, was_running: bool, keep_seen: bool = False) -> bool:
+        """The pod terminated: the scheduler stops counting it. False when it was not bound here.
+        ``keep_seen``: informers still show it started until :meth:`observe_released`."""
         if self._pods.pop(pod.uid, None) is None:
             return False
+        if pod.uid in self._seen and not keep_seen:
+            self._seen.discard(pod.uid)
+            self._overhead_seen.subtract(pod.overhead)
         self._requested.subtract(pod.scheduled_need)
         self._overhead.subtract(pod.overhead)
         if pod.uid in self._started:
@@ -144,9 +171,10 @@ class BoundPods:
     def overhead_of(self, resource: str, *, started_only: bool = False) -> int:
         """Keys of ``resource`` that bound pods take through ``spec.overhead``, what an informer sees
         (every pod here is Pending or Running; terminated ones are released). ``started_only``: only
-        pods whose guest runs (a Kata pod's sandbox exists, ``PodReadyToStartContainers``), i.e.
-        whose key the kernel charges (as :meth:`started` was told). Kept with every change."""
-        return (self._overhead_started if started_only else self._overhead)[resource]
+        pods an informer shows started (a Kata pod's sandbox exists, ``PodReadyToStartContainers``,
+        as :meth:`observe_started` was told), i.e. whose key the kernel charges, plus ended pods
+        whose deletion has not reached the informer yet. Kept with every change."""
+        return (self._overhead_seen if started_only else self._overhead)[resource]
 
     def started_requests_of(self, resource: str) -> int:
         """Devices of ``resource`` that bound pods whose guest runs hold through container requests:

@@ -273,7 +273,7 @@ _POSITIVE_SETTINGS = frozenset(
         "node_memory",
     }
 )
-_NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps"})
+_NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps", "api_latency"})
 _OTHER_SETTINGS = frozenset({"reserved", "external_reserve", "plugin_tracks_allocate", "kata_nodes"})
 
 

@@ -33,6 +33,8 @@ does the full poll every time: the reference engine).
 
 from __future__ import annotations
 
+from functools import partial
+
 from teesim._collection import parse_misc_text
 from teesim.cluster.clock import VirtualClock
 from teesim.cluster.dra import DRAPool
@@ -395,8 +397,18 @@ class UnifiedPlugin(ReconcilingPlugin):
 class DRADriver:
     """A DRA driver's kubelet plugin: publishes the node's key devices as a ResourceSlice."""
 
-    def __init__(self, node: SimNode, clock: VirtualClock, pool: DRAPool, misc_resource: str, reserve: int = 0):
+    def __init__(
+        self,
+        node: SimNode,
+        clock: VirtualClock,
+        pool: DRAPool,
+        misc_resource: str,
+        reserve: int = 0,
+        publish_latency: float = 0.0,
+    ):
         self.node = node
+        # A slice written now reaches the scheduler's informer this much later.
+        self.publish_latency = publish_latency
         self.clock = clock
         self.pool = pool
         self.misc_resource = misc_resource
@@ -443,7 +455,11 @@ class DRADriver:
         )
         if self._published != (self.ids, self.hidden):
             hidden = self.hidden
-            self.pool.publish([i for i in self.ids if i not in hidden])
+            devices = [i for i in self.ids if i not in hidden]
+            if self.publish_latency > 0:
+                self.clock.after(self.publish_latency, partial(self.pool.publish, devices))
+            else:
+                self.pool.publish(devices)
             self._published = (self.ids, hidden)
         self._decided_on = (
             node.files_revision(),
@@ -457,16 +473,13 @@ class DRADriver:
 
     def charged_claims(self) -> int:
         """Allocated devices whose key the kernel charges, as far as the driver can tell from the
-        claims' pods: those whose guest started (a VMI's domain, a Kata pod's sandbox). A claim of a
-        pod not started yet holds a device and no key (see :meth:`ReconcilingPlugin.own_charged`)."""
+        claims' pods: those an informer shows started (a VMI's domain, a Kata pod's sandbox). A
+        claim of a pod not started yet holds a device and no key (see :meth:`ReconcilingPlugin.own_charged`)."""
         key = (self.pool.claims_revision, self.node.bound.generation)
         if self._charged_claims is not None and self._charged_claims[0] == key:
             return self._charged_claims[1]
-        count = 0
-        for uid in self.pool.allocated.values():
-            pod = self.node.bound.get(uid)
-            if pod is not None and pod.started_at is not None:
-                count += 1
+        bound = self.node.bound
+        count = sum(1 for uid in self.pool.allocated.values() if bound.seen_started(uid))
         self._charged_claims = (key, count)
         return count
 

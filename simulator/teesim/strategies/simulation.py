@@ -85,6 +85,11 @@ class Settings:
     # Every node's allocatable CPU (cores) and memory (MiB), what the scheduler scores by.
     node_cpu: float = DEFAULT_COMPUTE["cpu"] / 1000
     node_memory: float = DEFAULT_COMPUTE["memory"]
+    # What a plugin outside the kubelet learns through the API server, this much later: a pod's
+    # PodReadyToStartContainers (the status manager's patch, then a watch) and deletion, and a DRA
+    # ResourceSlice write reaching the scheduler. Default: the p99 bound of the API latency SLO for
+    # mutating single-object calls, 1 s (kubernetes/community sig-scalability/slos/api_call_latency.md).
+    api_latency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -227,7 +232,9 @@ class Simulation:
 
     def _plugin_options(self) -> PluginOptions:
         s = self.settings
-        return PluginOptions(s.min_list_interval, s.plugin_list_latency, s.plugin_tracks_allocate, s.external_reserve)
+        return PluginOptions(
+            s.min_list_interval, s.plugin_list_latency, s.plugin_tracks_allocate, s.external_reserve, s.api_latency
+        )
 
     def _setup(self) -> None:
         settings, clock, until = self.settings, self.clock, self.world.duration
@@ -400,12 +407,23 @@ class Simulation:
             return
         pod.phase, pod.started_at = Phase.RUNNING, self.clock.now
         node.bound.started(pod)
+        self._after_api(partial(node.bound.observe_started, pod))
         self.launched[pod.consumer.value] += 1
         self._changed(node, pod.misc_resource, pod.consumer)
         self.clock.after(pod.duration, lambda: self._stop(node, pod))
 
+    def _after_api(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when a write to the API server reaches the informers."""
+        latency = self.settings.api_latency
+        if latency > 0:
+            self.clock.after(latency, callback)
+        else:
+            callback()
+
     def _release(self, node: SimNode, pod: Pod, was_running: bool) -> None:
-        node.bound.release(pod, was_running)
+        delayed = self.settings.api_latency > 0
+        if node.bound.release(pod, was_running, keep_seen=delayed) and delayed:
+            self.clock.after(self.settings.api_latency, partial(node.bound.observe_released, pod))
         node.devices.finish_pod(self._ref(pod))
         for name in pod.dra_devices:
             node.dra[name].release(pod.uid)
