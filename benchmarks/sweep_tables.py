@@ -66,7 +66,9 @@ def main(path: str) -> int:
     results, runs = report["results"], outside_runs(report["runs"])
     seeds = report["sweep"].get("seeds")
     print(f"<!-- from {path}: seeds {seeds} -->")
-    for scenario, strategies in results.items():
+    order = report["sweep"].get("strategies") or []  # the registry's order, the baseline first
+    for scenario, unordered in results.items():
+        strategies = {name: unordered[name] for name in order if name in unordered} or unordered
         print(f"\n**{scenario}** (mean ± 95 % interval half-width over {len(seeds or [])} seeds)\n")
         print("| strategy | runs failing outside the window | " + " | ".join(c for c, _ in COLUMNS) + " |")
         print("|---|---|" + "---|" * len(COLUMNS))
@@ -81,7 +83,8 @@ def main(path: str) -> int:
     for (_, strategy), (bad, n) in runs.items():
         totals[strategy][0] += bad
         totals[strategy][1] += n
-    for strategy, (bad, n) in totals.items():
+    for strategy in [name for name in order if name in totals] or list(totals):
+        bad, n = totals[strategy]
         low, high = wilson(bad, n)
         print(f"| `{strategy}` | {bad}/{n} | {100 * bad / n:.1f} % | {100 * low:.1f} to {100 * high:.1f} % |")
     return 0
