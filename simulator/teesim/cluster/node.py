@@ -83,11 +83,20 @@ class BoundPods:
         # What requested() answers until the next change (the report and the kubelet ask per event).
         self._requested_view: dict[str, int] | None = None
         self.on_change: Callable[[], None] | None = None
+        # Called instead of on_change when only what informers show moved (the scheduler's view did not).
+        self.on_observe: Callable[[], None] | None = None
 
     def _changed(self) -> None:
         self.generation += 1
         self._requested_view = None
         if self.on_change is not None:
+            self.on_change()
+
+    def _observed(self) -> None:
+        self.generation += 1
+        if self.on_observe is not None:
+            self.on_observe()
+        elif self.on_change is not None:
             self.on_change()
 
     def __contains__(self, uid: str) -> bool:
@@ -122,14 +131,14 @@ class BoundPods:
         if pod.uid in self._pods and pod.uid in self._started and pod.uid not in self._seen:
             self._seen.add(pod.uid)
             self._overhead_seen.update(pod.overhead)
-            self._changed()
+            self._observed()
 
     def observe_released(self, pod: Pod) -> None:
         """The pod's end reached the informers."""
         if pod.uid in self._seen and pod.uid not in self._pods:
             self._seen.discard(pod.uid)
             self._overhead_seen.subtract(pod.overhead)
-            self._changed()
+            self._observed()
 
     def seen_started(self, uid: str) -> bool:
         """Whether an informer shows the pod started (and not yet gone)."""
@@ -223,6 +232,7 @@ class SimNode:
         self.status_devices: dict[str, int] = {}
         self.bound = BoundPods()
         self.bound.on_change = self._view_changed
+        self.bound.on_observe = self._touch
         # Bumped by every change of what view() depends on (node status, NFD, bound pods, DRA pools):
         # a node touched only by a kernel charge keeps the scheduler's view it had.
         self.view_revision = 0
