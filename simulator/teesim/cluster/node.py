@@ -75,6 +75,7 @@ class BoundPods:
         # the kubelet's status manager, then a watch): what a plugin outside the kubelet can know.
         # A released pod stays here until its deletion reaches the informer too.
         self._seen: set[str] = set()
+        self.seen_revision = 0  # bumped whenever _seen changes (readers cache on it)
         self._overhead_seen: Counter[str] = Counter()
         # Container requests of pods whose guest started: the devices a plugin's own pods hold whose
         # key the kernel already charges (a VMI admitted but not started holds a device, no key).
@@ -94,6 +95,7 @@ class BoundPods:
 
     def _observed(self) -> None:
         self.generation += 1
+        self.seen_revision += 1
         if self.on_observe is not None:
             self.on_observe()
         elif self.on_change is not None:
@@ -152,6 +154,7 @@ class BoundPods:
         if pod.uid in self._seen and not keep_seen:
             self._seen.discard(pod.uid)
             self._overhead_seen.subtract(pod.overhead)
+            self.seen_revision += 1
         self._requested.subtract(pod.scheduled_need)
         self._overhead.subtract(pod.overhead)
         if pod.uid in self._started:

@@ -424,8 +424,8 @@ class DRADriver:
         self._decided_on: tuple[object, ...] | None = None
         # (IDs, hidden devices) of the slice last published: the same pair publishes the same slice.
         self._published: tuple[tuple[str, ...], frozenset[str]] | None = None
-        # ((claims revision, bound pods' generation), charged_claims()): a kernel charge alone moves
-        # the files, not the claims.
+        # ((claims revision, what informers show started), charged_claims()): a kernel charge alone
+        # moves the files, not the claims.
         self._charged_claims: tuple[tuple[int, int], int] | None = None
 
     @property
@@ -475,7 +475,7 @@ class DRADriver:
         """Allocated devices whose key the kernel charges, as far as the driver can tell from the
         claims' pods: those an informer shows started (a VMI's domain, a Kata pod's sandbox). A
         claim of a pod not started yet holds a device and no key (see :meth:`ReconcilingPlugin.own_charged`)."""
-        key = (self.pool.claims_revision, self.node.bound.generation)
+        key = (self.pool.claims_revision, self.node.bound.seen_revision)
         if self._charged_claims is not None and self._charged_claims[0] == key:
             return self._charged_claims[1]
         bound = self.node.bound
