@@ -15,9 +15,9 @@ the real processes.
   allocations are what pod-resources ``List`` reports (through the node's rate limiter, at most every
   ``min_list_interval``) plus every ``Allocate`` since. ``list_latency`` puts time between the
   ``List`` and the publish, to show the race when ``track_allocate`` is off.
-* :class:`UnifiedPlugin`: the same under Kata's resource name, also subtracting the keys bound pods
-  take through RuntimeClass overhead (the node's bound pods, as an informer sees them) and keeping
-  ``reserve`` keys for VMs outside Kubernetes.
+* :class:`UnifiedPlugin`: the same under Kata's resource name, also subtracting the keys started
+  pods take through RuntimeClass overhead (as a pod informer sees them, ``api_latency`` late) and
+  keeping ``reserve`` keys for VMs outside Kubernetes.
 * :class:`DRADriver`: publishes the node's ResourceSlice from the kernel's free count; its own
   devices are those in allocated claims (it sees claims through the API, no pod-resources needed);
   it keeps ``reserve`` keys out of the slice like the unified plugin.
@@ -379,9 +379,11 @@ class ReconcilingPlugin(InProcessPlugin):
 
 class UnifiedPlugin(ReconcilingPlugin):
     """One pool under Kata's resource name: the keys of Kata pods whose sandbox exists (their VM is
-    charged) come from the bound pods. A Kata pod still waiting for its sandbox (bound, or retrying
-    after EBUSY) is counted by the scheduler but charges nothing: counting it here too would hide
-    too little for as long as it retries."""
+    charged) come from a pod informer through the API server (``PodReadyToStartContainers`` arrives
+    ``api_latency`` after the VM started; until then the key is hidden twice, too careful for a
+    moment). A Kata pod still waiting for its sandbox (bound, or retrying after EBUSY) is counted by
+    the scheduler but charges nothing: counting it here too would hide too little for as long as it
+    retries."""
 
     def __init__(self, *args, reserve: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
