@@ -1,6 +1,6 @@
 """Throughput of the teesim model, side by side with the reference engine, plus the fleet run.
 
-Prints figures, asserts nothing (``make benchmark``). Four parts:
+Prints figures, asserts nothing (``make benchmark``). Five parts:
 
 1. the kernel model's charge/uncharge and render rates;
 2. every bundled scenario under every strategy, run by the engine ``teesim run`` uses and by the
@@ -23,7 +23,11 @@ Rates are per CPU second of this process (``time.process_time``), so a busy mach
 clock more than the figure; the wall time and the load average are printed alongside. The best of
 ``--repeat`` runs counts.
 
-Usage: python benchmarks/bench_simulator.py [--repeat N] [--no-fleet] [--git-baseline REF] [SCENARIO ...]
+5. the sweep users wait for (issue 19): every bundled scenario x every strategy x ``--sweep-seeds``
+   (1-30) run serially in a fresh interpreter, its CPU seconds for this tree and for
+   ``--sweep-baseline`` (the previous commit), divided by two cores against the 60 s target.
+
+Usage: python benchmarks/bench_simulator.py [--repeat N] [--no-fleet] [--git-baseline REF] [--sweep-only] [SCENARIO ...]
 """
 
 from __future__ import annotations
@@ -273,6 +277,57 @@ def bench_git_baseline(ref: str, names: list[str], repeat: int) -> None:
     )
 
 
+_SWEEP_SCRIPT = r"""
+import json, sys, time
+from teesim.report.scenario import bundled_scenarios
+from teesim.report.sweep import make_tasks, run_serial
+seeds = range(int(sys.argv[1]), int(sys.argv[2]) + 1)
+tasks = make_tasks(sorted(bundled_scenarios()), seeds)
+started = time.process_time()
+results = run_serial(tasks)
+cpu = time.process_time() - started
+print(json.dumps({"runs": len(results), "cpu_s": cpu, "events": sum(r["metrics"]["events"] for r in results)}))
+"""
+
+
+def _sweep_cpu(simulator: Path, first: int, last: int) -> dict:
+    """CPU seconds of the whole sweep (every bundled scenario and strategy, seeds first..last), run
+    serially in a fresh interpreter on the simulator at ``simulator``: what the cores share."""
+    env = {**os.environ, "PYTHONPATH": str(simulator)}
+    result = subprocess.run(
+        [sys.executable, "-c", _SWEEP_SCRIPT, str(first), str(last)], env=env, check=True, capture_output=True
+    )
+    return json.loads(result.stdout)
+
+
+def bench_sweep(ref: str | None, first: int, last: int, target_s: float = 60.0, cores: int = 2) -> None:
+    """The sweep users wait for (issue 19's speed target): this tree, and ``ref`` as committed."""
+    rows = [("this tree", _sweep_cpu(ROOT / "simulator", first, last))]
+    if ref:
+        with tempfile.TemporaryDirectory(prefix="teesim-sweep-") as tmp:
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", ref, "simulator", "plugins/module_utils"],
+                check=True,
+                capture_output=True,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            rows.append((f"git {ref}", _sweep_cpu(Path(tmp) / "simulator", first, last)))
+    # The target is for 30 seeds: a shorter sweep is scaled to 30 (runs cost the same on average).
+    scale = 30 / (last - first + 1)
+    print(f"\nsweep: every bundled scenario x every strategy x seeds {first}-{last}, serial, CPU seconds")
+    print(f"{'code':<24} {'runs':>6} {'events':>10} {'cpu s':>8} {'30 seeds':>9} {'/ 2 cores':>10} {'target':>8}")
+    for label, row in rows:
+        per_core = row["cpu_s"] * scale / cores
+        verdict = "met" if per_core <= target_s else "missed"
+        print(
+            f"{label:<24} {row['runs']:>6} {row['events']:>10} {row['cpu_s']:>8.1f} "
+            f"{row['cpu_s'] * scale:>9.1f} {per_core:>9.1f}s {verdict:>8}"
+        )
+    if len(rows) == 2:
+        cpu, events = rows[0][1]["cpu_s"] / rows[1][1]["cpu_s"], rows[0][1]["events"] / rows[1][1]["events"]
+        print(f"this tree / {rows[1][0]}: {cpu:.2f}x the CPU for {events:.2f}x the events")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", help="bundled names or paths (default: all bundled)")
@@ -283,10 +338,21 @@ def main() -> int:
         "--baseline-budget", type=float, default=3.0, help="CPU seconds for the reference engine per fleet run"
     )
     parser.add_argument("--git-baseline", metavar="REF", help="also time the simulator as committed at REF")
+    parser.add_argument(
+        "--sweep-seeds", default="1-30", help="seeds of the sweep part, FIRST-LAST (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--sweep-baseline", default="HEAD~1", help="commit the sweep is compared with (default: %(default)s)"
+    )
+    parser.add_argument("--sweep-only", action="store_true", help="only the sweep part")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     print(f"python {sys.version.split()[0]}; {os.cpu_count()} CPUs; load average {load:.2f} at start")
     names = args.scenarios or sorted(bundled_scenarios())
+    first, _, last = args.sweep_seeds.partition("-")
+    if args.sweep_only:
+        bench_sweep(args.sweep_baseline, int(first), int(last or first))
+        return 0
     bench_kernel()
     bench_scenarios(names, max(args.repeat, 1))
     bench_breakdown(names, max(args.repeat, 1))
@@ -294,6 +360,7 @@ def main() -> int:
         bench_fleet(args.fleet, args.baseline_budget)
     if args.git_baseline:
         bench_git_baseline(args.git_baseline, names, max(args.repeat, 1))
+    bench_sweep(args.sweep_baseline, int(first), int(last or first))
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.pods import Consumer, Pod
@@ -29,6 +29,11 @@ from teesim.kubelet.ratelimit import TokenBucket
 
 EXTERNAL_CGROUP = "machine.slice"
 _NONE: frozenset[str] = frozenset()
+
+
+# A node's allocatable CPU (millicores) and memory (MiB) unless the scenario says otherwise: a
+# two-socket TEE host, large enough that keys, not CPU or memory, are what runs out.
+DEFAULT_COMPUTE: dict[str, int] = {"cpu": 128_000, "memory": 512 * 1024}
 
 
 class PublishTimes(dict[str, float]):
@@ -66,15 +71,34 @@ class BoundPods:
         # kept with every change (the unified plugin asks at every poll that follows one).
         self._overhead: Counter[str] = Counter()
         self._overhead_started: Counter[str] = Counter()
+        # Pods whose start reached the API server and an informer (PodReadyToStartContainers through
+        # the kubelet's status manager, then a watch): what a plugin outside the kubelet can know.
+        # A released pod stays here until its deletion reaches the informer too.
+        self._seen: set[str] = set()
+        self.seen_revision = 0  # bumped whenever _seen changes (readers cache on it)
+        self._overhead_seen: Counter[str] = Counter()
+        # Container requests of pods whose guest started: the devices a plugin's own pods hold whose
+        # key the kernel already charges (a VMI admitted but not started holds a device, no key).
+        self._requests_started: Counter[str] = Counter()
         self._started: set[str] = set()
         # What requested() answers until the next change (the report and the kubelet ask per event).
         self._requested_view: dict[str, int] | None = None
         self.on_change: Callable[[], None] | None = None
+        # Called instead of on_change when only what informers show moved (the scheduler's view did not).
+        self.on_observe: Callable[[], None] | None = None
 
     def _changed(self) -> None:
         self.generation += 1
         self._requested_view = None
         if self.on_change is not None:
+            self.on_change()
+
+    def _observed(self) -> None:
+        self.generation += 1
+        self.seen_revision += 1
+        if self.on_observe is not None:
+            self.on_observe()
+        elif self.on_change is not None:
             self.on_change()
 
     def __contains__(self, uid: str) -> bool:
@@ -101,17 +125,42 @@ class BoundPods:
         if pod.started_at is not None and pod.uid not in self._started:
             self._started.add(pod.uid)
             self._overhead_started.update(pod.overhead)
+            self._requests_started.update(pod.requests)
         self._changed()
 
-    def release(self, pod: Pod, was_running: bool) -> bool:
-        """The pod terminated: the scheduler stops counting it. False when it was not bound here."""
+    def observe_started(self, pod: Pod) -> None:
+        """The pod's start reached the informers (still bound: a pod released first is never seen)."""
+        if pod.uid in self._pods and pod.uid in self._started and pod.uid not in self._seen:
+            self._seen.add(pod.uid)
+            self._overhead_seen.update(pod.overhead)
+            self._observed()
+
+    def observe_released(self, pod: Pod) -> None:
+        """The pod's end reached the informers."""
+        if pod.uid in self._seen and pod.uid not in self._pods:
+            self._seen.discard(pod.uid)
+            self._overhead_seen.subtract(pod.overhead)
+            self._observed()
+
+    def seen_started(self, uid: str) -> bool:
+        """Whether an informer shows the pod started (and not yet gone)."""
+        return uid in self._seen
+
+    def release(self, pod: Pod, was_running: bool, keep_seen: bool = False) -> bool:
+        """The pod terminated: the scheduler stops counting it. False when it was not bound here.
+        ``keep_seen``: informers still show it started until :meth:`observe_released`."""
         if self._pods.pop(pod.uid, None) is None:
             return False
+        if pod.uid in self._seen and not keep_seen:
+            self._seen.discard(pod.uid)
+            self._overhead_seen.subtract(pod.overhead)
+            self.seen_revision += 1
         self._requested.subtract(pod.scheduled_need)
         self._overhead.subtract(pod.overhead)
         if pod.uid in self._started:
             self._started.discard(pod.uid)
             self._overhead_started.subtract(pod.overhead)
+            self._requests_started.subtract(pod.requests)
         if not was_running:
             self.claims[pod.misc_resource] -= 1
         self._changed()
@@ -134,9 +183,15 @@ class BoundPods:
     def overhead_of(self, resource: str, *, started_only: bool = False) -> int:
         """Keys of ``resource`` that bound pods take through ``spec.overhead``, what an informer sees
         (every pod here is Pending or Running; terminated ones are released). ``started_only``: only
-        pods whose guest runs (a Kata pod's sandbox exists, ``PodReadyToStartContainers``), i.e.
-        whose key the kernel charges (as :meth:`started` was told). Kept with every change."""
-        return (self._overhead_started if started_only else self._overhead)[resource]
+        pods an informer shows started (a Kata pod's sandbox exists, ``PodReadyToStartContainers``,
+        as :meth:`observe_started` was told), i.e. whose key the kernel charges, plus ended pods
+        whose deletion has not reached the informer yet. Kept with every change."""
+        return (self._overhead_seen if started_only else self._overhead)[resource]
+
+    def started_requests_of(self, resource: str) -> int:
+        """Devices of ``resource`` that bound pods whose guest runs hold through container requests:
+        the own allocations whose key the kernel charges. Kept with every change."""
+        return self._requests_started[resource]
 
 
 class SimNode:
@@ -156,6 +211,7 @@ class SimNode:
         rng: random.Random | None = None,
         role: str = "both",
         on_change: Callable[[SimNode], None] | None = None,
+        compute: Mapping[str, int] | None = None,
     ):
         self.kernel = Node(spec)
         self.name = spec.name
@@ -173,10 +229,13 @@ class SimNode:
         self._status: dict[str, int] | None = None
         self._allocatable: dict[str, int] | None = None
         self._nfd: dict[str, int] = {}
+        # Allocatable CPU (millicores) and memory (MiB): what NodeResourcesFit filters and scores by.
+        self.compute: dict[str, int] = dict(DEFAULT_COMPUTE if compute is None else compute)
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
         self.status_devices: dict[str, int] = {}
         self.bound = BoundPods()
         self.bound.on_change = self._view_changed
+        self.bound.on_observe = self._touch
         # Bumped by every change of what view() depends on (node status, NFD, bound pods, DRA pools):
         # a node touched only by a kernel charge keeps the scheduler's view it had.
         self.view_revision = 0
@@ -332,6 +391,7 @@ class SimNode:
         if merged is None:
             merged = dict(self.device_allocatable(now))
             merged.update(self._nfd)
+            merged.update(self.compute)
             if self._device_allocatable is not None:  # not time-dependent (no grace period running)
                 self._allocatable = merged
         return merged
@@ -352,6 +412,7 @@ class SimNode:
         if merged is None:
             merged = self._status = dict(self.status_devices)
             merged.update(self._nfd)
+            merged.update(self.compute)
         return merged
 
     def dynamic(self) -> dict[str, int]:

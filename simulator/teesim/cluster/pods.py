@@ -4,9 +4,14 @@ Models the parts of a pod spec that decide TEE-key accounting: container request
 resources, ``spec.overhead`` copied from the RuntimeClass's ``overhead.podFixed`` (the RuntimeClass
 admission controller does this), the guest the pod launches and the misc resource that guest charges
 (TDX guests ``tdx``, plain SEV ``sev``, SEV-ES *and* SNP ``sev_es``).
-Simplifications: one container per pod (KubeVirt's ``compute`` container or a Kata workload), no CPU
-or memory. A Kata pod whose sandbox fails is retried by the kubelet (``attempts`` counts the tries);
-a VMI whose launch fails stays failed (re-creating it is KubeVirt's VM controller's business).
+CPU (millicores, ``cpu``) and memory (MiB, ``memory``) are requested too, because the default
+scheduler scores nodes by them (:mod:`teesim.cluster.scheduler`): a Kata pod's RuntimeClass adds
+1 CPU and 2048Mi of overhead (kata-deploy chart 4.1.0 ``runtimeclasses.yaml``, ``qemu-tdx``/``qemu-snp``)
+to its container's 1 CPU and 2048Mi; a VMI's ``compute`` container requests 200m (2 vCPUs at
+KubeVirt's default ``cpuAllocationRatio`` 10) and 4096Mi of guest memory plus 250Mi of launcher
+overhead. Those workload sizes are the model's assumption, not an upstream default.
+Simplifications: one container per pod (KubeVirt's ``compute`` container or a Kata workload). A Kata
+pod whose sandbox fails is retried by the kubelet, a VMI by virt-handler (``attempts`` counts the tries).
 """
 
 from __future__ import annotations
@@ -62,6 +67,11 @@ RUNTIME_CLASSES: dict[str, RuntimeClass] = {
     "kata-qemu-tdx": RuntimeClass("kata-qemu-tdx", {NFD_TDX_KEYS: 1}),
     "kata-qemu-snp": RuntimeClass("kata-qemu-snp", {NFD_SNP_ESIDS: 1}),
 }
+# CPU (millicores) and memory (MiB): see the module docstring for where each comes from.
+KATA_CONTAINER_REQUESTS: dict[str, int] = {"cpu": 1000, "memory": 2048}
+KATA_COMPUTE_OVERHEAD: dict[str, int] = {"cpu": 1000, "memory": 2048}
+VMI_COMPUTE_REQUESTS: dict[str, int] = {"cpu": 200, "memory": 4096 + 250}
+
 # Which RuntimeClass a Kata guest of each misc resource uses.
 KATA_RUNTIME_CLASS: dict[str, str] = {"tdx": "kata-qemu-tdx", "sev_es": "kata-qemu-snp"}
 
@@ -148,7 +158,8 @@ def kata_pod(
         created=created,
         launch_delay=launch_delay,
         duration=duration,
-        overhead=dict(runtime.overhead if overhead is None else overhead),
+        requests=dict(KATA_CONTAINER_REQUESTS),
+        overhead={**KATA_COMPUTE_OVERHEAD, **(runtime.overhead if overhead is None else overhead)},
         runtime_class=runtime.name,
     )
 
@@ -164,5 +175,5 @@ def vmi_pod(
         created=created,
         launch_delay=launch_delay,
         duration=duration,
-        requests=dict(requests),
+        requests={**VMI_COMPUTE_REQUESTS, **requests},
     )

@@ -20,10 +20,10 @@ from these facts:
 * pods with the same need get the same answer until the next binding, so pending pods are kept in
   groups by need and a pass asks each group once (for its first old and first new pod) rather than
   each pod: a pass that binds nothing costs the number of distinct needs, not the queue's length;
-* for a new pod needing one resource (most pods: one key), "every node" is a lookup: a heap per
-  (resource, amount) holds the nodes that fit, ordered as ``choose_node`` orders them (its score,
-  then fewest pods, then name), and a node whose view changed gets a fresh entry (old ones are
-  skipped when they surface).
+* "every node" is a lookup: a heap per distinct need holds the nodes that fit it, ordered as
+  ``choose_node`` orders them (its score, then fewest pods, then name), and a node whose view
+  changed gets a fresh entry (old ones are skipped when they surface). For a pod left pending by
+  the last pass the answer is the same as among the changed nodes alone: the others still do not fit.
 
 ``incremental=False`` keeps the naive pass (fresh views of every node, every pod against every
 node): the reference the tests and the benchmark compare the incremental pass with.
@@ -44,18 +44,18 @@ NeedOf = Callable[[Pod], dict[str, int]]
 
 
 class LeastAllocatedIndex:
-    """The node :func:`choose_node` picks for a need of ``amount`` of one ``resource``: the first of
-    the nodes that fit, ordered by ``(-score, bound pods, name)``, kept in a heap. Entries carry the
-    node's view version; an entry whose node has a newer view is dropped when it surfaces."""
+    """The node :func:`choose_node` picks for ``need``: the first of the nodes that fit, ordered by
+    ``(-score, bound pods, name)``, kept in a heap. Entries carry the node's view version; an entry
+    whose node has a newer view is dropped when it surfaces."""
 
-    def __init__(self, resource: str, amount: int, views: Iterable[NodeView], versions: Mapping[str, int]):
-        self.need = {resource: amount}
+    def __init__(self, need: Mapping[str, int], views: Iterable[NodeView], versions: Mapping[str, int]):
+        self.need = need
         self.versions = versions
         self._heap = [entry for view in views if (entry := self._entry(view)) is not None]
         heapify(self._heap)
         self._size = max(len(self._heap), 1)
 
-    def _entry(self, view: NodeView) -> tuple[float, int, str, int] | None:
+    def _entry(self, view: NodeView) -> tuple[int, int, str, int] | None:
         if not fits(view, self.need):
             return None
         return (-score(view, self.need), view.pods, view.name, self.versions[view.name])
@@ -108,7 +108,7 @@ class SchedulingQueue:
         self._versions: dict[str, int] = dict.fromkeys(nodes, 0)
         # Each node's view_revision when its cached view was built.
         self._built_at: dict[str, int] = {name: node.view_revision for name, node in nodes.items()}
-        self._indexes: dict[tuple[str, int], LeastAllocatedIndex] = {}
+        self._indexes: dict[tuple[tuple[str, int], ...], LeastAllocatedIndex] = {}
         # The pending pods grouped by what the scheduler counts for them (a sorted tuple of the need):
         # a pass asks once per group, not once per pod. _added: pods added since the last pass.
         self._groups: dict[tuple[tuple[str, int], ...], _NeedGroup] = {}
@@ -179,13 +179,11 @@ class SchedulingQueue:
                 offers.append((group.seqs[at], False, group, at))
         offers.sort(key=_first)
         for _, old, group, at in offers:
-            need = group.need
-            if len(need) == 1 or not old:
-                # The index answers for every node; for an old pod the nodes whose view did not
-                # change cannot fit, so its answer is the one among the changed nodes too.
-                choice = self._choose_anywhere(need)
-            else:
-                choice = choose_node(need, candidates) if candidates else None
+            if old and not candidates:
+                continue  # left pending last time, and no node changed since
+            # The index answers for every node; for an old pod the nodes whose view did not change
+            # cannot fit, so its answer is the one among the changed nodes too.
+            choice = self._choose_anywhere(group.need)
             if choice is not None:
                 return group, at, choice
         return None
@@ -215,13 +213,11 @@ class SchedulingQueue:
             index.update(view)
 
     def _choose_anywhere(self, need: Mapping[str, int]) -> str | None:
-        if len(need) != 1:
-            return choose_node(need, list(self._views.values()))
-        ((resource, amount),) = need.items()
-        index = self._indexes.get((resource, amount))
+        signature = tuple(sorted(need.items()))
+        index = self._indexes.get(signature)
         if index is None:
-            index = LeastAllocatedIndex(resource, amount, self._views.values(), self._versions)
-            self._indexes[(resource, amount)] = index
+            index = LeastAllocatedIndex(need, self._views.values(), self._versions)
+            self._indexes[signature] = index
         return index.best()
 
     def _full_pass(self, bind: Bind) -> None:

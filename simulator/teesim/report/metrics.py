@@ -53,9 +53,10 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[int(rank) - 1]
 
 
-def _kata_summary(sim: Simulation) -> dict[str, int]:
-    """What the kubelet's sandbox retries did to Kata pods."""
-    kata = [p for p in sim.pods if p.consumer is Consumer.KATA]
+def _retry_summary(sim: Simulation, consumer: Consumer) -> dict[str, int]:
+    """What retries did to one consumer's pods: the kubelet's sandbox retries (Kata), virt-handler's
+    back-off (VMIs)."""
+    kata = [p for p in sim.pods if p.consumer is consumer]
     return {
         "pods": len(kata),
         "pods_with_failed_launch": sum(1 for p in kata if p.attempts > 1 or (p.attempts and p.started_at is None)),
@@ -196,6 +197,7 @@ class MetricsRecorder:
         self._advance(sim.world.duration)
         launch = [f for f in self.failures if f.kind == "launch"]
         admission = [f for f in self.failures if f.kind == "admission"]
+        readmission = [f for f in self.failures if f.kind == "readmission"]
         by_consumer = {c.value: sum(1 for f in launch if f.consumer == c.value) for c in Consumer}
         outside = {c.value: sum(1 for f in launch if f.consumer == c.value and not f.in_race_window) for c in Consumer}
         undetected = sum(len(v) for v in self._changes.values())
@@ -210,10 +212,14 @@ class MetricsRecorder:
             "failed_outside_race_window": outside,
             "kubevirt_failed_outside_race_window": outside[Consumer.KUBEVIRT.value],
             "admission_failures": len(admission),
+            "rejected_at_kubelet_restart": {
+                c.value: sum(1 for f in readmission if f.consumer == c.value) for c in Consumer
+            },
             "admission_failures_by_consumer": {
                 c.value: sum(1 for f in admission if f.consumer == c.value) for c in Consumer
             },
-            "kata": _kata_summary(sim),
+            "kata": _retry_summary(sim, Consumer.KATA),
+            "kubevirt": _retry_summary(sim, Consumer.KUBEVIRT),
             "stranded_key_seconds": r(sum(self.stranded_key_seconds.values())),
             "stranded_for_all_key_seconds": r(sum(self.stranded_for_all_key_seconds.values())),
             "pending_pod_seconds": r(self.pending_pod_seconds),

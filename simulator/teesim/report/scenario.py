@@ -298,9 +298,13 @@ _POSITIVE_SETTINGS = frozenset(
         "reregister_delay",
         "node_status_interval",
         "min_list_interval",
+        "virt_handler_backoff_base",
+        "virt_handler_backoff_max",
+        "node_cpu",
+        "node_memory",
     }
 )
-_NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps"})
+_NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps", "api_latency"})
 _OTHER_SETTINGS = frozenset({"reserved", "external_reserve", "plugin_tracks_allocate", "kata_nodes"})
 
 

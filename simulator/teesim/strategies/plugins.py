@@ -15,9 +15,9 @@ the real processes.
   allocations are what pod-resources ``List`` reports (through the node's rate limiter, at most every
   ``min_list_interval``) plus every ``Allocate`` since. ``list_latency`` puts time between the
   ``List`` and the publish, to show the race when ``track_allocate`` is off.
-* :class:`UnifiedPlugin`: the same under Kata's resource name, also subtracting the keys bound pods
-  take through RuntimeClass overhead (the node's bound pods, as an informer sees them) and keeping
-  ``reserve`` keys for VMs outside Kubernetes.
+* :class:`UnifiedPlugin`: the same under Kata's resource name, also subtracting the keys started
+  pods take through RuntimeClass overhead (as a pod informer sees them, ``api_latency`` late) and
+  keeping ``reserve`` keys for VMs outside Kubernetes.
 * :class:`DRADriver`: publishes the node's ResourceSlice from the kernel's free count; its own
   devices are those in allocated claims (it sees claims through the API, no pod-resources needed);
   it keeps ``reserve`` keys out of the slice like the unified plugin.
@@ -33,11 +33,12 @@ does the full poll every time: the reference engine).
 
 from __future__ import annotations
 
+from functools import partial
+
 from teesim._collection import parse_misc_text
 from teesim.cluster.clock import VirtualClock
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.node import SimNode
-from teesim.cluster.pods import Consumer
 from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
 from teesim.plugins.reconcile import capacity_from_misc, device_ids, next_unhealthy
 
@@ -260,6 +261,16 @@ class ReconcilingPlugin(InProcessPlugin):
     def accounted_elsewhere(self) -> int:
         return 0
 
+    def own_charged(self, own: frozenset[str]) -> int:
+        """How many own devices the kernel already charges: those of pods whose guest started.
+
+        virt-handler, where KubeVirt's plugins run, knows each VMI's domain state (its domain
+        informer, ``pkg/virt-handler/vm.go``); a VMI admitted but not started holds a device and no
+        key. Counting every own device as charged (what the model did before issue 19) hid one key
+        too few per such VMI: the scheduler placed a guest on that phantom key, which failed, freed
+        the slot, and the next one was placed there again."""
+        return min(len(own), self.node.bound.started_requests_of(self.resource_name))
+
     def reserve(self) -> int:
         return 0
 
@@ -297,14 +308,21 @@ class ReconcilingPlugin(InProcessPlugin):
 
     def _decide(self) -> None:
         own, accounted, reserve = self.own_allocated(), self.accounted_elsewhere(), self.reserve()
-        inputs = (self.ids, own, self._current, accounted, reserve)
+        charged = self.own_charged(own)
+        inputs = (self.ids, own, self._current, accounted, reserve, charged)
         decided = self._decided
         # next_unhealthy(x, next_unhealthy(x, p)) == next_unhealthy(x, p): with the same inputs and our
         # own last answer as the previous set, the answer is that set again.
         if self.skip_unchanged and decided is not None and decided[1] is self.unhealthy and decided[0] == inputs:
             return
         self.unhealthy = next_unhealthy(
-            self.ids, own, self._current, self.unhealthy, accounted_elsewhere=accounted, reserve=reserve
+            self.ids,
+            own,
+            self._current,
+            self.unhealthy,
+            accounted_elsewhere=accounted,
+            reserve=reserve,
+            own_charged=charged,
         )
         self._decided = (inputs, self.unhealthy)
 
@@ -361,9 +379,11 @@ class ReconcilingPlugin(InProcessPlugin):
 
 class UnifiedPlugin(ReconcilingPlugin):
     """One pool under Kata's resource name: the keys of Kata pods whose sandbox exists (their VM is
-    charged) come from the bound pods. A Kata pod still waiting for its sandbox (bound, or retrying
-    after EBUSY) is counted by the scheduler but charges nothing: counting it here too would hide
-    too little for as long as it retries."""
+    charged) come from a pod informer through the API server (``PodReadyToStartContainers`` arrives
+    ``api_latency`` after the VM started; until then the key is hidden twice, too careful for a
+    moment). A Kata pod still waiting for its sandbox (bound, or retrying after EBUSY) is counted by
+    the scheduler but charges nothing: counting it here too would hide too little for as long as it
+    retries."""
 
     def __init__(self, *args, reserve: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -379,8 +399,18 @@ class UnifiedPlugin(ReconcilingPlugin):
 class DRADriver:
     """A DRA driver's kubelet plugin: publishes the node's key devices as a ResourceSlice."""
 
-    def __init__(self, node: SimNode, clock: VirtualClock, pool: DRAPool, misc_resource: str, reserve: int = 0):
+    def __init__(
+        self,
+        node: SimNode,
+        clock: VirtualClock,
+        pool: DRAPool,
+        misc_resource: str,
+        reserve: int = 0,
+        publish_latency: float = 0.0,
+    ):
         self.node = node
+        # A slice written now reaches the scheduler's informer this much later.
+        self.publish_latency = publish_latency
         self.clock = clock
         self.pool = pool
         self.misc_resource = misc_resource
@@ -396,8 +426,8 @@ class DRADriver:
         self._decided_on: tuple[object, ...] | None = None
         # (IDs, hidden devices) of the slice last published: the same pair publishes the same slice.
         self._published: tuple[tuple[str, ...], frozenset[str]] | None = None
-        # ((claims revision, bound pods' generation), charged_claims()): a kernel charge alone moves
-        # the files, not the claims.
+        # ((claims revision, what informers show started), charged_claims()): a kernel charge alone
+        # moves the files, not the claims.
         self._charged_claims: tuple[tuple[int, int], int] | None = None
 
     @property
@@ -427,7 +457,11 @@ class DRADriver:
         )
         if self._published != (self.ids, self.hidden):
             hidden = self.hidden
-            self.pool.publish([i for i in self.ids if i not in hidden])
+            devices = [i for i in self.ids if i not in hidden]
+            if self.publish_latency > 0:
+                self.clock.after(self.publish_latency, partial(self.pool.publish, devices))
+            else:
+                self.pool.publish(devices)
             self._published = (self.ids, hidden)
         self._decided_on = (
             node.files_revision(),
@@ -441,15 +475,13 @@ class DRADriver:
 
     def charged_claims(self) -> int:
         """Allocated devices whose key the kernel charges, as far as the driver can tell from the
-        claims' pods: a VMI's (assumed, like the device plugins do) and a started Kata pod's."""
-        key = (self.pool.claims_revision, self.node.bound.generation)
+        claims' pods: those an informer shows started (a VMI's domain, a Kata pod's sandbox). A
+        claim of a pod not started yet holds a device and no key (see :meth:`ReconcilingPlugin.own_charged`)."""
+        key = (self.pool.claims_revision, self.node.bound.seen_revision)
         if self._charged_claims is not None and self._charged_claims[0] == key:
             return self._charged_claims[1]
-        count = 0
-        for uid in self.pool.allocated.values():
-            pod = self.node.bound.get(uid)
-            if pod is not None and (pod.consumer is Consumer.KUBEVIRT or pod.started_at is not None):
-                count += 1
+        bound = self.node.bound
+        count = sum(1 for uid in self.pool.allocated.values() if bound.seen_started(uid))
         self._charged_claims = (key, count)
         return count
 

@@ -10,8 +10,9 @@ Wires the layers below into the life of every guest:
    predicate checks requests and overhead against the node as the kubelet sees it (failure:
    ``OutOf<resource>``); either way the pod fails;
 3. ``launch_delay`` later QEMU creates the guest and KVM charges one key in the pod's cgroup. EBUSY is a
-   failed launch: a VMI fails for good; a Kata pod's sandbox is retried by the kubelet 10 to 15 s
-   later (:mod:`teesim.kubelet.podworkers`), every try another failed launch until one succeeds;
+   failed launch: virt-handler retries a VMI with its workqueue's exponential back-off
+   (:mod:`teesim.cluster.virthandler`); a Kata pod's sandbox is retried by the kubelet 10 to 15 s
+   later (:mod:`teesim.kubelet.podworkers`); every try another failed launch until one succeeds;
 4. after its lifetime the guest stops, the key is uncharged, the pod succeeds; the scheduler frees its
    requests and DRA claims at once, the kubelet frees its devices lazily.
 
@@ -23,7 +24,7 @@ re-register), plugin crash (stream broken, restart later), unreadable ``misc`` f
 An :class:`Observer` sees every event; :mod:`teesim.report.metrics` turns that into the metrics.
 After every event :attr:`Simulation.changed` lists the nodes whose state may differ from the last
 event's, so that observing a fleet costs what changed, not what exists.
-Simplifications: no CPU/memory, no network or API-server latency, VMIs are not re-created.
+Simplifications: no network or API-server latency, VMIs are not re-created.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
+from teesim.cluster import virthandler
 from teesim.cluster.clock import HeapClock, VirtualClock
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
-from teesim.cluster.node import EXTERNAL_CGROUP, SimNode
+from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
 from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
@@ -77,6 +79,17 @@ class Settings:
     pod_resources_background_qps: float = 0.0
     # split-nodes: the nodes NFD's rule matches (default: every second node by name).
     kata_nodes: tuple[str, ...] | None = None
+    # virt-handler's workqueue back-off for a VMI whose domain did not start (teesim.cluster.virthandler).
+    virt_handler_backoff_base: float = virthandler.BASE_DELAY
+    virt_handler_backoff_max: float = virthandler.MAX_DELAY
+    # Every node's allocatable CPU (cores) and memory (MiB), what the scheduler scores by.
+    node_cpu: float = DEFAULT_COMPUTE["cpu"] / 1000
+    node_memory: float = DEFAULT_COMPUTE["memory"]
+    # What a plugin outside the kubelet learns through the API server, this much later: a pod's
+    # PodReadyToStartContainers (the status manager's patch, then a watch) and deletion, and a DRA
+    # ResourceSlice write reaching the scheduler. Default: the p99 bound of the API latency SLO for
+    # mutating single-object calls, 1 s (kubernetes/community sig-scalability/slos/api_call_latency.md).
+    api_latency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,7 @@ class Failure:
     consumer: str
     resource: str
     uid: str
-    kind: str  # "launch" or "admission"
+    kind: str  # "launch", "admission", or "readmission" (a pod rejected when its kubelet restarted)
     message: str
     in_race_window: bool
     attempt: int = 1
@@ -121,6 +134,10 @@ class Observer(Protocol):
 
 def _node_name(node: SimNode) -> str:
     return node.name
+
+
+def _created(pod: Pod) -> tuple[float, str]:
+    return (pod.created, pod.uid)
 
 
 class Simulation:
@@ -142,6 +159,9 @@ class Simulation:
         # (node, misc resource) whose usage an advertiser published since the observer last looked.
         self.published: list[tuple[str, str]] = []
         self.retry_rng = random.Random(f"{world.seed}/kubelet-retries")
+        self._vmi_backoff = virthandler.Backoff(
+            self.settings.virt_handler_backoff_base, self.settings.virt_handler_backoff_max
+        )
         roles = node_roles(strategy, [s.name for s in world.nodes], self.settings.kata_nodes)
         self.nodes: dict[str, SimNode] = {}
         for spec in world.nodes:
@@ -151,7 +171,11 @@ class Simulation:
                     "strategy can count keys there; use it with `teesim node build` to test detection"
                 )
             node = SimNode(
-                spec, random.Random(f"{world.seed}/{spec.name}/devices"), roles[spec.name].value, self._node_changed
+                spec,
+                random.Random(f"{world.seed}/{spec.name}/devices"),
+                roles[spec.name].value,
+                self._node_changed,
+                {"cpu": round(self.settings.node_cpu * 1000), "memory": round(self.settings.node_memory)},
             )
             node.usage_published_at.on_publish = partial(self._usage_published, spec.name)
             node.pod_resources = TokenBucket(background_qps=self.settings.pod_resources_background_qps)
@@ -215,7 +239,9 @@ class Simulation:
 
     def _plugin_options(self) -> PluginOptions:
         s = self.settings
-        return PluginOptions(s.min_list_interval, s.plugin_list_latency, s.plugin_tracks_allocate, s.external_reserve)
+        return PluginOptions(
+            s.min_list_interval, s.plugin_list_latency, s.plugin_tracks_allocate, s.external_reserve, s.api_latency
+        )
 
     def _setup(self) -> None:
         settings, clock, until = self.settings, self.clock, self.world.duration
@@ -359,8 +385,11 @@ class Simulation:
         node.devices.add_pod(ref)
         self.clock.after(pod.launch_delay, lambda: self._launch(node, pod))
 
-    def _predicate(self, node: SimNode, pod: Pod) -> AdmissionRejection | None:
-        """The kubelet's resource predicate against the node object it last published."""
+    def _predicate(
+        self, node: SimNode, pod: Pod, admitted: Mapping[str, int] | None = None
+    ) -> AdmissionRejection | None:
+        """The kubelet's resource predicate against the node object it last published; the other
+        pods are those bound here, or ``admitted`` (what the pods admitted before need)."""
         held = {r: len(node.devices.allocated_ids(r)) for r in pod.requests}
         holds = node.devices.holds_devices(self._ref(pod))
         allocatable = sanitize_allocatable(node.status_allocatable(), held, holds)
@@ -368,6 +397,8 @@ class Simulation:
         if self.strategy.dra_overhead_served:
             overhead = {r: n for r, n in overhead.items() if r not in self._dra_names}
         need = admission_need(pod.requests, overhead, allocatable)
+        if admitted is not None:
+            return check_fit(need, allocatable, admitted)
         others = dict(node.requested())
         for resource, amount in pod.scheduled_need.items():
             others[resource] = others.get(resource, 0) - amount
@@ -387,22 +418,39 @@ class Simulation:
                 self._attempt_failed(node, pod, exc)
                 retry = sandbox_retry_at(self.clock.now, self.retry_rng)
                 self.clock.at(retry, lambda: self._launch(node, pod))
-            else:
+            elif virthandler.fails_for_good(str(exc)):
                 self._fail(node, pod, "launch", exc)
+            else:
+                # virt-handler's sync failed: AddRateLimited, 5 ms doubling to 1000 s, until it starts.
+                self._attempt_failed(node, pod, exc)
+                self.clock.after(self._vmi_backoff.delay(pod.attempts), lambda: self._launch(node, pod))
             return
         pod.phase, pod.started_at = Phase.RUNNING, self.clock.now
         node.bound.started(pod)
+        self._after_api(partial(node.bound.observe_started, pod))
         self.launched[pod.consumer.value] += 1
         self._changed(node, pod.misc_resource, pod.consumer)
         self.clock.after(pod.duration, lambda: self._stop(node, pod))
 
+    def _after_api(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when a write to the API server reaches the informers."""
+        latency = self.settings.api_latency
+        if latency > 0:
+            self.clock.after(latency, callback)
+        else:
+            callback()
+
     def _release(self, node: SimNode, pod: Pod, was_running: bool) -> None:
-        node.bound.release(pod, was_running)
+        delayed = self.settings.api_latency > 0
+        if node.bound.release(pod, was_running, keep_seen=delayed) and delayed:
+            self.clock.after(self.settings.api_latency, partial(node.bound.observe_released, pod))
         node.devices.finish_pod(self._ref(pod))
         for name in pod.dra_devices:
             node.dra[name].release(pod.uid)
 
     def _stop(self, node: SimNode, pod: Pod) -> None:
+        if pod.phase is not Phase.RUNNING:
+            return  # rejected when the kubelet restarted: its guest was stopped then
         node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, pod.guest.value)
         pod.phase, pod.ended_at = Phase.SUCCEEDED, self.clock.now
         self._release(node, pod, was_running=True)
@@ -432,10 +480,10 @@ class Simulation:
         )
         pod.in_race_window = failure.in_race_window
 
-    def _fail(self, node: SimNode, pod: Pod, kind: str, exc: Exception) -> None:
+    def _fail(self, node: SimNode, pod: Pod, kind: str, exc: Exception, was_running: bool = False) -> None:
         now = self.clock.now
         pod.phase, pod.ended_at, pod.reason = Phase.FAILED, now, str(exc)
-        self._release(node, pod, was_running=False)
+        self._release(node, pod, was_running=was_running)
         since, until = self._window(pod)
         attempt = max(pod.attempts, 1)
         self._fail_record(
@@ -487,13 +535,43 @@ class Simulation:
 
         def back() -> None:
             node.kubelet_up = True
-            for pod in self.waiting.pop(node.name, []):
+            # fastStatusUpdateOnce: the first node status comes from the restored device manager,
+            # whose stopped endpoints count 0 devices until their plugins register again.
+            node.sync_status(clock.now)
+            waiting = self.waiting.pop(node.name, [])
+            self._readmit(node, {id(p) for p in waiting})
+            for pod in waiting:
                 if pod.phase is Phase.BOUND:
                     self._admit(node, pod)
             for plugin in self.plugins[node.name]:
                 clock.after(self.settings.reregister_delay, plugin.register)
 
         clock.after(self.settings.kubelet_restart_downtime, back)
+
+    def _readmit(self, node: SimNode, skip: set[int]) -> None:
+        """A restarted kubelet admits again every pod it had admitted (``HandlePodAdditions`` in
+        ``pkg/kubelet/kubelet.go``, v1.34: the pods sorted by creation time, each through
+        ``canAdmitPod`` against the pods admitted before it). The predicate counts requests and
+        overhead against the node object; ``sanitizeNodeAllocatable`` raises a device-plugin resource
+        to the devices pods hold only when *this* pod holds devices, so a pod that takes its key
+        through overhead alone finds that resource at 0 while its plugin has not registered again and
+        is rejected: its guest is stopped and the pod fails (``rejectPod``)."""
+        pods = sorted(
+            (p for p in node.bound.pods() if id(p) not in skip and p.phase in (Phase.BOUND, Phase.RUNNING)),
+            key=_created,
+        )
+        admitted: dict[str, int] = {}
+        for pod in pods:
+            rejection = self._predicate(node, pod, admitted)
+            if rejection is None:
+                for resource, amount in pod.scheduled_need.items():
+                    admitted[resource] = admitted.get(resource, 0) + amount
+                continue
+            running = pod.phase is Phase.RUNNING
+            if running:
+                node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource)
+                self._changed(node, pod.misc_resource, pod.consumer, charged=False)
+            self._fail(node, pod, "readmission", RuntimeError(str(rejection)), was_running=running)
 
     def _fault(self, fault: FaultSpec) -> None:
         node = self.nodes[fault.node]

@@ -38,6 +38,7 @@ class PluginOptions:
     list_latency: float = 0.0
     track_allocate: bool = True
     external_reserve: Mapping[str, int] = field(default_factory=dict)
+    api_latency: float = 0.0  # a DRA driver's ResourceSlice write reaching the scheduler
 
 
 @dataclass
@@ -69,7 +70,9 @@ def _key_plugin(
         return StaticPlugin(node, clock, name, misc)
     if kind is Advertiser.DRA:
         pool = node.dra.setdefault(name, DRAPool(DRA_DRIVER, name))
-        return DRADriver(node, clock, pool, misc, reserve=options.external_reserve.get(misc, 0))
+        return DRADriver(
+            node, clock, pool, misc, reserve=options.external_reserve.get(misc, 0), publish_latency=options.api_latency
+        )
     common = {
         "min_list_interval": options.min_list_interval,
         "list_latency": options.list_latency,

@@ -50,7 +50,7 @@ def test_charge_failure_cleans_up_and_bookkeeping_matches_recount() -> None:
     pod = vmi_pod("v", Guest.TDX, {"devices.kubevirt.io/tdx": 1}, 0.0, 1.0, 1.0)
     pod.phase = pod.phase.BOUND
     node.bound.bind(pod, pod.need())
-    assert node.requested() == node.requested_recount() == {"devices.kubevirt.io/tdx": 1}
+    assert node.requested() == node.requested_recount() == {"cpu": 200, "memory": 4346, "devices.kubevirt.io/tdx": 1}
     assert node.claims["tdx"] == 1
     node.bound.release(pod, was_running=False)
     assert node.requested() == {} and node.claims["tdx"] == 0
