@@ -518,6 +518,8 @@ def _gpu_facts(module, host_root):
             return empty_gpu("nvidia-smi not found on PATH: no NVIDIA driver installed on this host"), []
     # Imported here, not at the top: a host that is not probed (the fleet report's simulated or /host-mounted
     # nodes, gather_gpu: false) then never compiles the probe and common/process (about 500 lines) on the host.
+    # AnsiballZ still packs them: ansible-core 2.19's ModuleDepFinder (executor/module_common.py) visits the
+    # imports inside functions too.
     from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import (
         bounded_runner,
         probe_gpu,
