@@ -19,6 +19,9 @@ This script measures, on a simulated fleet (one node of each kind ``teesim fleet
    processes started and files read more than once, and a cProfile of one call;
 3. the controller's ``list_collection_dirs()`` as mitogen calls it per task, with the collection paths of this
    environment and with ``collections_scan_sys_path = False``.
+4. with ``--instructions``, the instructions (valgrind callgrind) of one fresh interpreter importing the module from
+   a zip and running ``main()`` with the fleet play's arguments on each node: the figure the machine's load does not
+   move, to compare two versions of the collection measured at different times.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import json
 import os
 import pstats
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -244,9 +248,52 @@ def collection_listing(repeat: int) -> None:
         print(f"  {label:<36} {int(count):3d} collections, {statistics.median(samples) * 1000:6.1f} ms CPU")
 
 
+_FLEET_CALL = """
+import json, sys
+import ansible.module_utils.basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.confidential.tee.plugins.modules import tee_host_info
+try:
+    with patch_module_args(json.loads(sys.argv[1])):
+        tee_host_info.main()
+except SystemExit:
+    pass
+"""
+
+
+def instruction_counts(nodes: Path, tmp: Path) -> None:
+    """Instructions (valgrind callgrind's Ir) of one fresh interpreter, as on a host: a figure the machine's load
+    does not move, for comparing two versions of the collection run at different times."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("instructions: valgrind not installed, left out")
+        return
+    archive = tmp / "collection-ir.zip"
+    _collection_zip(archive)
+    # Bytecode caches of ansible-core as installed (a managed host has them too); ours only from the zip.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(archive)
+    base = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c"]
+
+    def count(code: str, *argv: str) -> int:
+        done = subprocess.run([*base, code, *argv], env=env, capture_output=True, text=True, check=True)
+        return int(done.stderr.split("Collected : ")[1].split()[0])
+
+    floor = count("import ansible.module_utils.basic")
+    print("instructions of one fresh interpreter (valgrind callgrind), the fleet play's arguments:")
+    print(f"  ansible.module_utils.basic alone {floor / 1e6:7.1f} M")
+    for node in sorted(nodes.iterdir()):
+        args = {"host_root": str(node), "preflight": True, "result": "fleet", "gather_gpu": False}
+        ours = count(_FLEET_CALL, json.dumps(args))
+        print(f"  {node.name:<12} import + main() {ours / 1e6:7.1f} M ({(ours - floor) / 1e6:+.1f} M)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count instructions with valgrind (slow, load-proof)"
+    )
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="tee-profile-") as tmp:
@@ -254,6 +301,8 @@ def main() -> None:
         import_costs(args.repeat, Path(tmp))
         ansiballz_costs(Path(tmp) / "nodes", args.repeat, Path(tmp))
         call_costs(Path(tmp) / "nodes", args.repeat)
+        if args.instructions:
+            instruction_counts(Path(tmp) / "nodes", Path(tmp))
     collection_listing(args.repeat)
     print(f"load average {os.getloadavg()[0]:.2f}")
 

@@ -487,11 +487,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
-from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import (
-    bounded_runner,
-    empty_gpu,
-    probe_gpu,
-)
+from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_unprobed import empty_gpu
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import HostRootError, gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import apply_capacity
@@ -520,6 +516,15 @@ def _gpu_facts(module, host_root):
         path = module.get_bin_path("nvidia-smi")
         if not path:
             return empty_gpu("nvidia-smi not found on PATH: no NVIDIA driver installed on this host"), []
+    # Imported here, not at the top: a host that is not probed (the fleet report's simulated or /host-mounted
+    # nodes, gather_gpu: false) then never compiles the probe and common/process (about 500 lines) on the host.
+    # AnsiballZ still packs them: ansible-core 2.19's ModuleDepFinder (executor/module_common.py) visits the
+    # imports inside functions too.
+    from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import (
+        bounded_runner,
+        probe_gpu,
+    )
+
     # Bytes in, bounded, with a time limit: nvidia-smi's output never breaks the module's JSON.
     return probe_gpu(path, bounded_runner(dict(os.environ, LC_ALL="C")), params["gpu_timeout"])
 

@@ -18,6 +18,10 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.process im
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import as_text
 
+# The unprobed fact lives apart so that hosts gathered without nvidia-smi never import this module; re-exported
+# here for the callers that probe and used by summarize_gpu.
+from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_unprobed import empty_gpu
+
 MAX_COMMAND_OUTPUT = DEFAULT_OUTPUT_LIMIT
 
 _GPU_HEADER_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*\Z")
@@ -212,28 +216,6 @@ GPU_COMMANDS = (
     ("query", ("-q",)),
 )
 _NO_CC_DEVICE = "no cc capable"
-
-
-def empty_gpu(reason=None):
-    """The ``gpu`` fact when nvidia-smi was not run."""
-    return {
-        "probed": False,
-        "nvidia_smi": None,
-        "present": None,
-        "driver_version": None,
-        "cuda_version": None,
-        "cc_capable": None,
-        "cc_state": None,
-        "cc_enabled": None,
-        "devtools": None,
-        "cc_features": {},
-        "cpu_cc_capabilities": None,
-        "multi_gpu_mode": None,
-        "ready_state": None,
-        "ready": False,
-        "gpus": [],
-        "reasons": [reason] if reason else [],
-    }
 
 
 class _Outputs:

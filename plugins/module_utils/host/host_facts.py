@@ -35,7 +35,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.host_reade
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import as_text
 from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import cmdline_facts
-from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import empty_gpu
+from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_unprobed import empty_gpu
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import (
     boot_verdict,
     summarize_iommu,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
@@ -316,3 +319,43 @@ def test_fleet_result_needs_preflight(capsys, tmp_path):
     root = small_tdx_tree(tmp_path / "node")
     code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "result": "fleet"})
     assert code == 1 and "set preflight: true" in result["msg"]
+
+
+LAZY_PROBE = """
+import json, sys
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.confidential.tee.plugins.modules import tee_host_info
+args = json.loads(sys.argv[1])
+try:
+    with patch_module_args(args):
+        tee_host_info.main()
+except SystemExit:
+    pass
+prefix = "ansible_collections.confidential.tee.plugins.module_utils."
+print(json.dumps(sorted(m[len(prefix):] for m in sys.modules if m.startswith(prefix))), file=sys.stderr)
+"""
+
+
+def _imported_by_a_run(tmp_path, args):
+    """The collection's module_utils one run of main() imports, in a fresh interpreter (as on a managed host)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", LAZY_PROBE, json.dumps(args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def test_a_host_not_probed_never_imports_the_gpu_probe(tmp_path):
+    """AnsiballZ compiles every imported module from source on each host: the fleet report's nodes
+    (``host_root`` not ``/``, no ``nvidia_smi_path``) must not pay for the nvidia-smi probe and its process runner."""
+    root = small_tdx_tree(tmp_path)
+    fleet = _imported_by_a_run(tmp_path, {"host_root": str(root), "preflight": True, "result": "fleet"})
+    assert "host.gpu_unprobed" in fleet
+    assert not {"host.gpu_facts", "common.process"} & fleet
+    probed = _imported_by_a_run(tmp_path, {"host_root": str(root), "nvidia_smi_path": "/bin/true"})
+    assert {"host.gpu_facts", "common.process"} <= probed
