@@ -45,7 +45,7 @@ def test_reconciling_plugin_through_serve_agrees_with_teesim_run(tmp_path):
     report_dir = tmp_path / "report"
     plugin = (
         f"{sys.executable} -m teesim.plugins.reconciling --host-root $TEESIM_HOST_ROOT "
-        "--resource-name devices.kubevirt.io/tdx --misc-resource tdx --poll-interval 0.5"
+        "--resource-name devices.kubevirt.io/tdx --misc-resource tdx --poll-interval 0.5 --pods-url $TEESIM_PODS_URL"
     )
     command = [
         *(sys.executable, "-m", "teesim.cli", "serve", "serve-double-pool-tdx", "--root", str(root)),
