@@ -113,6 +113,10 @@ def test_a_vmi_admitted_but_not_started_holds_a_device_and_no_key(node, processe
     # until the next --list-refresh: too careful for a moment, never too few.)
     node.kubelet.set_sandbox_ready(pod, True)
     node.start_guest(PODS_SLICE, "vmi-late")
+    # Settled once the plugin listed twice after the change (a poll between the two steps above may
+    # have decided from half of it).
+    lists = node.kubelet.lists_answered
+    assert node.kubelet.wait_for(lambda k: k.lists_answered > lists + 1, WAIT)
     assert node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) == 1, WAIT)
     assert not node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) != 1, 6 * POLL)
     node.stop_guest(external)
