@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from teesim.grpc_run import PODS_SLICE, GrpcNode, unhealthy_count
 from teesim.kubelet.devicemanager import PodRef
-from teesim.plugins.unified import overhead_keys, parse_count
+from teesim.plugins.unified import main, overhead_keys, parse_count
 
 KEYS = "tdx.intel.com/keys"
 WAIT = 60.0  # a bound, not a timing: wait_for returns as soon as the condition holds, and a busy CI machine can be slow
@@ -130,3 +130,10 @@ def test_unified_keeps_the_operators_reserve(node, processes):
     for _ in range(3):
         node.start_guest()
     assert node.kubelet.wait_for(lambda k: unhealthy_count(k, KEYS) == 3, WAIT)
+
+
+def test_unified_without_a_pod_list_is_refused_with_the_reason(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--host-root", "/nonexistent", "--resource-name", KEYS])
+    assert exit_.value.code == 2
+    assert "--pods-url is required" in capsys.readouterr().err
