@@ -22,15 +22,19 @@ Rules (each one is tested):
   own ``Allocate`` calls;
 * when the count exceeds the free devices, mark every free device and report the rest as
   ``overflow`` (the kernel is more used than this plugin can express);
-* own allocations that the kernel has not charged yet (pod admitted, VM not started) make the count
-  too small: that is the race window every strategy based on usage has.
+* an own device counts as charged only when the guest of the pod holding it started
+  (:func:`own_charged`): a VMI admitted but not started holds a device and no key, and counting it as
+  charged would hide one key too few (a phantom slot the scheduler fills, issue 19). When the
+  plugin has no view of the pods (``own_charged=None``), every own device is assumed charged: the
+  race window every strategy based on usage has, widened by that phantom slot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from teesim.kubelet.devicemanager import natural_key
 
@@ -47,6 +51,48 @@ def capacity_from_misc(capacity_values: Mapping[str, int | None], misc_resource:
     if misc_resource not in capacity_values:
         return 0
     return capacity_values[misc_resource]
+
+
+READY_CONDITION = "PodReadyToStartContainers"
+
+
+def sandbox_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's sandbox exists, as a pod object (``GET /pods``, an informer) says.
+
+    The kubelet sets the condition ``PodReadyToStartContainers`` True once RunPodSandbox succeeded
+    (kubernetes v1.29 ``pkg/kubelet/status/generate.go``, KEP-3085; older kubelets lack it, then
+    phase Running stands for it). For Kata the sandbox is the VM, so its key is charged. A terminal
+    pod charges nothing (its sandbox is gone)."""
+    status = pod.get("status") or {}
+    if not isinstance(status, Mapping) or status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == READY_CONDITION:
+            return condition.get("status") == "True"
+    return status.get("phase") == "Running"
+
+
+def pod_key(namespace: str, name: str) -> str:
+    """How pod-resources (namespace, name) and a pod object's metadata meet: ``namespace/name``."""
+    return f"{namespace}/{name}"
+
+
+def started_pods(pods: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """``namespace/name`` of the pods whose guest started (:func:`sandbox_ready`)."""
+    started = set()
+    for pod in pods:
+        meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+        if isinstance(meta, Mapping) and sandbox_ready(pod):
+            started.add(pod_key(str(meta.get("namespace", "")), str(meta.get("name", ""))))
+    return frozenset(started)
+
+
+def own_charged(holders: Mapping[str, str], own_ids: Iterable[str], started: Collection[str]) -> int:
+    """How many own devices the kernel charges: those whose holder (``holders``: device ID ->
+    ``namespace/name`` from pod-resources ``List``) is a started pod. A device known only from an
+    ``Allocate`` since that ``List`` has no known holder: its pod was admitted a moment ago and counts
+    as not started (hiding one key more for a poll is too careful, never too few)."""
+    return sum(1 for i in set(own_ids) if holders.get(i) in started)
 
 
 @dataclass(frozen=True)
@@ -70,8 +116,9 @@ def reconcile(
 ) -> Decision:
     """Decide which devices to mark Unhealthy given the kernel's usage of the resource.
 
-    ``own_charged``: how many of the own allocations the kernel already charges, when the advertiser
-    can tell (the DRA driver, from its claims' pods); by default all of them are assumed charged.
+    ``own_charged``: how many of the own allocations the kernel already charges (:func:`own_charged`
+    for the gRPC plugins, the pods' started state for the in-process models and the DRA driver); None
+    when the advertiser cannot tell, then all of them are assumed charged.
     """
     order, known = _natural_order(all_ids) if isinstance(all_ids, tuple) else _sort_ids(all_ids)
     own = {i for i in own_allocated_ids if i in known}

@@ -7,9 +7,15 @@ are allocated, and advertises ``current - own`` free devices as Unhealthy
 
 Its own allocations come from the kubelet's pod-resources ``List`` plus every ``Allocate`` the
 kubelet made since that ``List`` (so a device handed out between two polls is never published
-Unhealthy). ``List`` is rate-limited by the kubelet for every client of the node together (100 QPS,
-burst 10): the plugin calls it at most every ``--min-list-interval`` seconds (default 0.1 s, a tenth
-of the node's budget) whatever the poll interval, and when the kubelet refuses a call
+Unhealthy). With ``--pods-url`` (the node's pods, as the kubelet's ``/pods`` or an informer list them)
+an own device counts as charged only while the pod holding it has started its guest
+(:func:`teesim.plugins.reconcile.own_charged`): a VMI admitted but not started, or one whose launch
+failed, holds a device and no key. Without it every own device is assumed charged, and each such VMI
+leaves one phantom slot the scheduler can fill (issue 19).
+
+``List`` is rate-limited by the kubelet for every client of the node together (100 QPS, burst 10):
+the plugin calls it at most every ``--min-list-interval`` seconds (default 0.1 s, a tenth of the node's
+budget) whatever the poll interval, and when the kubelet refuses a call
 (``ResourceExhausted: rejected by rate limit``) it keeps the last device list and logs a warning
 saying so, with the count. When ``misc.current`` cannot be read it keeps the previous verdict; when
 the kubelet cannot be asked at all (it is restarting) it skips the poll, because without its own
@@ -30,12 +36,15 @@ and publishes. Old kernels without a root ``misc.current`` take the full path ev
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -46,7 +55,14 @@ from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
 from teesim.kubelet.generated.podresources.v1 import api_pb2_grpc as pr_grpc
 from teesim.plugins.base import DevicePluginService, common_arguments, run_plugin
-from teesim.plugins.reconcile import capacity_from_misc, device_ids, next_unhealthy
+from teesim.plugins.reconcile import (
+    capacity_from_misc,
+    device_ids,
+    next_unhealthy,
+    own_charged,
+    pod_key,
+    started_pods,
+)
 
 log = logging.getLogger(__name__)
 LIST_TIMEOUT = 2.0
@@ -56,12 +72,18 @@ DEFAULT_LIST_REFRESH = 1.0
 # the devices right after the plugin answers, and a pod whose admission failed after its Allocate
 # frees them again.
 PENDING_ALLOCATION_TTL = 5.0
+PODS_TIMEOUT = 2.0
 
 
 def own_allocated_ids(response: pr.ListPodResourcesResponse, resource_name: str) -> set[str]:
     """Device IDs of ``resource_name`` held by any container in a pod-resources List answer."""
+    return set(own_holders(response, resource_name))
+
+
+def own_holders(response: pr.ListPodResourcesResponse, resource_name: str) -> dict[str, str]:
+    """Device ID of ``resource_name`` -> ``namespace/name`` of the pod holding it, from a List answer."""
     return {
-        device_id
+        device_id: pod_key(pod.namespace, pod.name)
         for pod in response.pod_resources
         for container in pod.containers
         for devices in container.devices
@@ -115,6 +137,7 @@ class Reconciler:
         min_list_interval: float = DEFAULT_MIN_LIST_INTERVAL,
         reserve: int = 0,
         list_refresh: float = DEFAULT_LIST_REFRESH,
+        pods_url: str | None = None,
     ):
         self.service = service
         self.host_root = host_root
@@ -123,6 +146,11 @@ class Reconciler:
         self.min_list_interval = min_list_interval
         self.list_refresh = list_refresh
         self.reserve = reserve
+        self.pods_url = pods_url
+        self.pod_list_failures = 0
+        # namespace/name of the pods whose guest started, from the last pod list (with pods_url).
+        self._started: frozenset[str] = frozenset()
+        self._holders: dict[str, str] = {}
         # The root misc.current (found by the first full read); its bytes at the last publish.
         self._current_file = HeldFile()
         self._published_bytes: bytes | None = None
@@ -176,7 +204,47 @@ class Reconciler:
             return capacity_from_misc({}, self.misc_resource), 0
         return resource.capacity, resource.current
 
+    def _fetch_pods(self) -> list[Mapping[str, object]] | None:
+        """The node's pods from ``pods_url``; None (counted, logged) when they cannot be had now."""
+        try:
+            with urllib.request.urlopen(self.pods_url, timeout=PODS_TIMEOUT) as answer:
+                document = json.load(answer)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.pod_list_failures += 1
+            log.info("pod list at %s unavailable, keeping the last device list: %s", self.pods_url, exc)
+            return None
+        items = document.get("items") if isinstance(document, dict) else None
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            self.pod_list_failures += 1
+            log.warning("%s did not answer a PodList; keeping the last device list", self.pods_url)
+            return None
+        return items
+
+    def _refresh_pods(self) -> bool:
+        """Read the pod list when there is one to read; False when it could not be read."""
+        if self.pods_url is None:
+            return True
+        pods = self._fetch_pods()
+        if pods is None:
+            return False
+        self._take_pods(pods)
+        return True
+
+    def _take_pods(self, pods: list[Mapping[str, object]]) -> None:
+        self._started = started_pods(pods)
+
+    def own_charged(self) -> int | None:
+        """Own devices the kernel charges; None (all assumed charged) without a pod list."""
+        if self.pods_url is None:
+            return None
+        return own_charged(self._holders, self.own(), self._started)
+
     def _refresh_own(self) -> bool:
+        if not self._refresh_pods():
+            return False
+        return self._list_own()
+
+    def _list_own(self) -> bool:
         """Call ``List`` when the last answer is older than ``min_list_interval``; False when the
         kubelet could not be asked and nothing is known yet or the kubelet refused."""
         now = time.monotonic()
@@ -186,7 +254,7 @@ class Reconciler:
         self._listed_at = now
         self._list_failed = False
         try:
-            listed = own_allocated_ids(self._list(), self.service.resource_name)
+            holders = own_holders(self._list(), self.service.resource_name)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                 self.throttled += 1
@@ -208,7 +276,8 @@ class Reconciler:
             log.info("pod-resources List unavailable, keeping the last device list: %s", exc)
             return False
         self.lists += 1
-        self._listed = listed
+        listed = set(holders)
+        self._listed, self._holders = listed, holders
         self._pending = {i: t for i, t in self._pending.items() if i not in listed and now - t < PENDING_ALLOCATION_TTL}
         return True
 
@@ -229,6 +298,7 @@ class Reconciler:
             self._unhealthy,
             accounted_elsewhere=self.accounted_elsewhere(),
             reserve=self.reserve,
+            own_charged=self.own_charged(),
         )
         if self.service.set_devices([Device(i, UNHEALTHY if i in self._unhealthy else HEALTHY) for i in self._ids]):
             self.publishes += 1
@@ -238,7 +308,10 @@ class Reconciler:
             self.polls += 1
             before = self._current_file.read()
             same_kernel = before is not None and before == self._published_bytes
-            if same_kernel and not self._allocated_since and time.monotonic() - self._listed_at < self.list_refresh:
+            # An Allocate not yet in a List has no known pod, so it counts as not charged (hiding one
+            # key more): List again (within min_list_interval) until it shows the holder.
+            quiet = not self._allocated_since and not (self.pods_url and self._pending)
+            if same_kernel and quiet and time.monotonic() - self._listed_at < self.list_refresh:
                 self.quiet_polls += 1
                 return
             if not same_kernel:
@@ -294,6 +367,11 @@ def add_reconciler_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_LIST_REFRESH,
         help="while misc.current does not change, List again after this many seconds (default: %(default)s)",
     )
+    parser.add_argument(
+        "--pods-url",
+        help="the node's pod list (the kubelet's /pods endpoint): own devices of pods whose guest has not "
+        "started are not counted as charged keys (without it every own device is)",
+    )
 
 
 def serve_reconciler(args: argparse.Namespace, make: type[Reconciler], **extra) -> int:
@@ -309,6 +387,7 @@ def serve_reconciler(args: argparse.Namespace, make: type[Reconciler], **extra) 
         kubelet_dir,
         min_list_interval=args.min_list_interval,
         list_refresh=args.list_refresh,
+        pods_url=args.pods_url or None,
         **extra,
     )
     # Publish the kernel's view before the first registration, so the first ListAndWatch answer is real.

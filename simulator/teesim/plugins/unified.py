@@ -7,7 +7,8 @@ count is turned off), and KubeVirt maps its VMIs to the same name, so the schedu
 
 * ``misc.current`` from the kernel: every key in use, whoever holds it;
 * its own devices, allocated to VMIs: pod-resources ``List`` plus the ``Allocate`` calls since
-  (as :mod:`teesim.plugins.reconciling`);
+  (as :mod:`teesim.plugins.reconciling`), counted as charged only while the pod holding one has
+  started its guest (a VMI admitted but not started, or failed, holds a device and no key);
 * the keys of pods that hold no device but whose ``spec.overhead`` names this resource and whose
   sandbox exists (condition ``PodReadyToStartContainers`` True; phase Running when the condition is
   absent): the pods bound to the node (the kubelet's ``/pods``; an informer on ``spec.nodeName`` in
@@ -26,19 +27,15 @@ count is turned off), and KubeVirt maps its VMIs to the same name, so the schedu
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from teesim.plugins.reconcile import sandbox_ready
 from teesim.plugins.reconciling import Reconciler, add_reconciler_arguments, serve_reconciler
 
 log = logging.getLogger(__name__)
-PODS_TIMEOUT = 2.0
-READY_CONDITION = "PodReadyToStartContainers"
 
 
 def parse_count(quantity: Any) -> int | None:
@@ -51,17 +48,6 @@ def parse_count(quantity: Any) -> int | None:
         return int(text)
     except ValueError:
         return None
-
-
-def sandbox_ready(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod's sandbox (for Kata: its VM) exists."""
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
-        return False
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == READY_CONDITION:
-            return condition.get("status") == "True"
-    return status.get("phase") == "Running"
 
 
 def overhead_keys(pods: Iterable[Mapping[str, Any]], resource_name: str) -> int:
@@ -82,35 +68,16 @@ def overhead_keys(pods: Iterable[Mapping[str, Any]], resource_name: str) -> int:
 
 
 class UnifiedReconciler(Reconciler):
-    """A :class:`Reconciler` that also subtracts the keys RuntimeClass overhead already accounts for."""
+    """A :class:`Reconciler` that also subtracts the keys RuntimeClass overhead already accounts for
+    (its pod list is required: ``pods_url``)."""
 
     def __init__(self, *args: Any, pods_url: str, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.pods_url = pods_url
+        super().__init__(*args, pods_url=pods_url, **kwargs)
         self._overhead = 0
-        self.pod_list_failures = 0
 
-    def _fetch_pods(self) -> list[Mapping[str, Any]] | None:
-        try:
-            with urllib.request.urlopen(self.pods_url, timeout=PODS_TIMEOUT) as answer:
-                document = json.load(answer)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            self.pod_list_failures += 1
-            log.info("pod list at %s unavailable, keeping the last device list: %s", self.pods_url, exc)
-            return None
-        items = document.get("items") if isinstance(document, dict) else None
-        if not isinstance(items, list):
-            self.pod_list_failures += 1
-            log.warning("%s did not answer a PodList; keeping the last device list", self.pods_url)
-            return None
-        return items
-
-    def _refresh_own(self) -> bool:
-        pods = self._fetch_pods()
-        if pods is None:
-            return False
+    def _take_pods(self, pods: list[Mapping[str, Any]]) -> None:
+        super()._take_pods(pods)
         self._overhead = overhead_keys(pods, self.service.resource_name)
-        return super()._refresh_own()
 
     def accounted_elsewhere(self) -> int:
         return self._overhead
@@ -119,12 +86,13 @@ class UnifiedReconciler(Reconciler):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m teesim.plugins.unified", description=__doc__.splitlines()[0])
     add_reconciler_arguments(parser)
-    parser.add_argument("--pods-url", required=True, help="the node's pod list (the kubelet's /pods endpoint)")
     parser.add_argument("--reserve", type=int, default=0, help="keys kept out of the pool for VMs outside Kubernetes")
     args = parser.parse_args(argv)
+    if not args.pods_url:
+        parser.error("--pods-url is required: the keys of Kata pods come from the node's pod list")
     if args.reserve < 0:
         parser.error("--reserve must be >= 0")
-    return serve_reconciler(args, UnifiedReconciler, pods_url=args.pods_url, reserve=args.reserve)
+    return serve_reconciler(args, UnifiedReconciler, reserve=args.reserve)
 
 
 if __name__ == "__main__":

@@ -186,6 +186,9 @@ class ServeSimulation(Simulation):
 
     def _allocate_devices(self, node: SimNode, pod: Pod) -> bool:
         ref, now = self._ref(pod), self.clock.now
+        # Bound, not started: the kubelet lists the pod (its sandbox not there) before admitting it, so
+        # a plugin reading /pods never takes a device allocated below for a started guest's.
+        self.kubelet.set_sandbox_ready(ref, False)
         for resource, count in sorted(pod.requests.items()):
             if not node.devices.is_device_plugin_resource(resource, now):
                 continue

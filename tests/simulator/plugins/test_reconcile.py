@@ -8,7 +8,10 @@ from teesim.plugins.reconcile import (
     capacity_from_misc,
     device_ids,
     next_unhealthy,
+    own_charged,
     reconcile,
+    sandbox_ready,
+    started_pods,
     unhealthy_devices,
 )
 
@@ -68,6 +71,45 @@ def test_overhead_pods_are_not_hidden_twice_and_the_reserve_is_kept():
     assert reconcile(IDS, own, 6, accounted_elsewhere=3, reserve=2).unhealthy == {"tdx-006", "tdx-007"}
     # ... and every foreign key once they use more than the reserve.
     assert len(reconcile(IDS, own, 8, accounted_elsewhere=3, reserve=2).unhealthy) == 3
+
+
+def _pod(name: str, phase: str, ready: str | None = None) -> dict:
+    status: dict = {"phase": phase}
+    if ready is not None:
+        status["conditions"] = [{"type": "PodReadyToStartContainers", "status": ready}]
+    return {"metadata": {"namespace": "default", "name": name}, "status": status}
+
+
+def test_started_pods_are_those_whose_sandbox_exists():
+    pods = [
+        _pod("running", "Running"),
+        _pod("sandbox", "Pending", "True"),
+        _pod("admitted", "Pending", "False"),
+        _pod("old-kubelet-pending", "Pending"),
+        _pod("done", "Succeeded", "True"),
+        _pod("failed", "Failed"),
+        {"status": {"phase": "Running"}},  # no metadata: nobody to match, ignored
+        {"metadata": "x", "status": "y"},  # malformed: ignored, no traceback
+    ]
+    assert started_pods(pods) == {"default/running", "default/sandbox"}
+    assert not sandbox_ready({"status": None})
+
+
+def test_a_vmi_admitted_but_not_started_holds_a_device_and_no_key_no_phantom_slot():
+    """Issue 19 in the gRPC plugins: a VMI admitted (its device allocated) whose domain has not started
+    charges no key. Assuming every own device charged (the old default) cancels one foreign key out
+    and hides nothing: a phantom slot the scheduler fills, and the guest placed there fails."""
+    holders = {"tdx-000": "default/virt-launcher-a", "tdx-001": "default/virt-launcher-b"}
+    own = {"tdx-000", "tdx-001", "tdx-002"}  # tdx-002: an Allocate since the last List, holder unknown
+    started = {"default/virt-launcher-a"}
+    assert own_charged(holders, own, started) == 1
+    # Kernel: a's key and one VM outside Kubernetes.
+    assert reconcile(IDS, own, 2).unhealthy == frozenset(), "the old rule: the phantom slot"
+    charged = own_charged(holders, own, started)
+    assert reconcile(IDS, own, 2, own_charged=charged).unhealthy == {"tdx-007"}
+    # A failed VMI's pod is terminal: its device (still in a stale List) counts as not charged either.
+    assert own_charged(holders, own, started_pods([_pod("virt-launcher-a", "Failed")])) == 0
+    assert own_charged(holders, {"tdx-005"}, started) == 0, "a device no List showed yet: not charged"
 
 
 @given(

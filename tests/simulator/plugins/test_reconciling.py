@@ -96,6 +96,24 @@ def test_unreadable_misc_current_keeps_the_last_verdict(node, start_plugin):
     assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 2, WAIT)
 
 
+def test_with_a_pod_list_an_admitted_vmi_without_a_domain_leaves_no_phantom_slot(node, processes):
+    """Issue 19: with --pods-url the process counts an own device as charged only while its pod's guest
+    runs. Without it (the old behaviour, still the default) the admitted VMI's device cancels the
+    external VM out and nothing is hidden."""
+    proc = node.plugin("reconciling", poll_interval=POLL, extra=["--pods-url", node.kubelet.pods_url])
+    processes.append(proc)
+    assert node.kubelet.wait_for(lambda k: k.device_manager.capacity().get(RES, 0) == 8, WAIT)
+    pod = PodRef("default", "virt-launcher-late")
+    node.kubelet.allocate(pod, "compute", RES, 1)
+    node.kubelet.set_sandbox_ready(pod, False)
+    external = node.start_guest()
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 1, WAIT)
+    held = node.kubelet.device_manager.pod_devices(pod)["compute"][RES]
+    assert not set(held) & _unhealthy(node.kubelet)
+    node.stop_guest(external)
+    assert node.kubelet.wait_for(lambda k: unhealthy_count(k, RES) == 0, WAIT)
+
+
 def test_an_allocation_between_polls_is_never_published_unhealthy(node, processes):
     """The kubelet picks free devices in no particular order; the plugin learns them from Allocate."""
     proc = node.plugin("reconciling", poll_interval=0.5, extra=["--min-list-interval", "5"])

@@ -2,15 +2,21 @@
 with ``teesim run --strategy reconciling`` on the same scenario and seed, within a stated tolerance.
 
 Real time adds jitter the virtual clock does not have: a guest's launch, a plugin's poll and the
-kubelet's status sync land a few milliseconds apart instead of at the same instant, the kubelet picks
-devices at random, and the process asks pod-resources only every ``--list-refresh`` (1 s) while
-``misc.current`` is unchanged, where the in-process model asks at every poll, so a failed VMI's device
-stays the plugin's own for up to a second (docs/simulator-grpc.md explains it). On the bundled 40 s
-scenario (17 arrivals, 8 keys, seed 3) twelve runs on the 2-core development machine gave, against
-``teesim run``'s 15 launched, 2 failed launches and none outside the race window: launched 13 to 15,
-failed launches 1 to 4, one KubeVirt failure outside the race window in 4 of the 12. The tolerance
-below is that: +-3 failed launches, +-3 guests launched, at most one failure outside the race window
-more. Every instant's lateness is measured (``serve.lag_s``); when
+kubelet's status sync land a few milliseconds apart instead of at the same instant, the plugin's poll
+grid has another phase than the model's (it may see a key that lived 0.35 s where the model's polls
+miss it), and the kubelet picks devices at random. The plugin runs with ``--pods-url``, so like the
+in-process model it counts an own device as charged only while its pod's guest started: a failed VMI's
+device, still in a pod-resources ``List`` up to ``--list-refresh`` old, is not taken for a charged key
+(docs/simulator-grpc.md explains it). Compared per pod (refused at admission or first launch failed),
+since ``failed_launches`` counts every virt-handler retry: one race gives 1 or 12 by chance. On the
+bundled 40 s scenario (17 arrivals, 8 keys, seed 3) against ``teesim run``'s 17 launched, 2 pods not
+started at the first try and none outside the race window, ten runs on the 2-core development machine
+(instants at most 4 to 54 ms late) gave the same in 7 and 15 launched, 3 pods not started at the first
+try (2 refused at admission) in 3; none outside the race window in any (before the plugin read the pod
+list, 4 of 12 runs had one, on the model before virt-handler's retries). The tolerance below keeps a
+margin of one over that spread: +-3 guests launched, +-2 pods not started at the first try, and no
+failure outside the race window more than the model (it was one more).
+Every instant's lateness is measured (``serve.lag_s``); when
 the machine is so loaded that an instant ran more than 0.25 s late (half the plugin's poll interval),
 the comparison is skipped with the measured lag, and only the load-proof checks are asserted.
 """
@@ -29,7 +35,7 @@ import pytest
 from teesim.serve.cli import READY_FILE, READY_LINE
 
 SIMULATOR = Path(__file__).resolve().parents[3] / "simulator"
-TOLERANCE = {"failed_launches": 3, "launched": 3, "outside_race_window": 1}
+TOLERANCE = {"not_started_first_try": 2, "launched": 3, "outside_race_window": 0}
 MAX_LAG_S = 0.25
 
 
@@ -45,7 +51,7 @@ def test_reconciling_plugin_through_serve_agrees_with_teesim_run(tmp_path):
     report_dir = tmp_path / "report"
     plugin = (
         f"{sys.executable} -m teesim.plugins.reconciling --host-root $TEESIM_HOST_ROOT "
-        "--resource-name devices.kubevirt.io/tdx --misc-resource tdx --poll-interval 0.5"
+        "--resource-name devices.kubevirt.io/tdx --misc-resource tdx --poll-interval 0.5 --pods-url $TEESIM_PODS_URL"
     )
     command = [
         *(sys.executable, "-m", "teesim.cli", "serve", "serve-double-pool-tdx", "--root", str(root)),
@@ -82,7 +88,14 @@ def test_reconciling_plugin_through_serve_agrees_with_teesim_run(tmp_path):
         pytest.skip(f"the machine ran instants up to {serve['lag_s']['max']} s late: no comparison")
     launched = sum(metrics["launched"].values()), sum(virtual["launched"].values())
     assert abs(launched[0] - launched[1]) <= TOLERANCE["launched"], launched
-    failed = metrics["failed_launches"], virtual["failed_launches"]
-    assert abs(failed[0] - failed[1]) <= TOLERANCE["failed_launches"], failed
+    first_try = _not_started_first_try(metrics), _not_started_first_try(virtual)
+    assert abs(first_try[0] - first_try[1]) <= TOLERANCE["not_started_first_try"], first_try
     outside = sum(metrics["failed_outside_race_window"].values())
     assert outside <= sum(virtual["failed_outside_race_window"].values()) + TOLERANCE["outside_race_window"]
+
+
+def _not_started_first_try(metrics: dict) -> int:
+    """Pods refused at admission or whose first launch failed: one per pod, however often virt-handler's
+    back-off retried it (``failed_launches`` counts every retry: 1 or 12 for the same race, by chance)."""
+    pods = metrics["kubevirt"]["pods_with_failed_launch"] + metrics["kata"]["pods_with_failed_launch"]
+    return pods + metrics["admission_failures"]
