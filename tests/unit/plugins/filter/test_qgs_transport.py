@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
-from ansible_collections.confidential.tee.plugins.filter.attestation import qgs_transport
 
 
 @pytest.mark.parametrize(
@@ -17,8 +15,8 @@ from ansible_collections.confidential.tee.plugins.filter.attestation import qgs_
         ("unix", ["kubevirt"], None, "unix"),
     ],
 )
-def test_transport_for_the_consumers(transport, consumers, kata, expected):
-    assert qgs_transport(transport, consumers, kata) == expected
+def test_transport_for_the_consumers(call_filter, transport, consumers, kata, expected):
+    assert call_filter("attestation", "qgs_transport", transport, consumers, kata) == {"value": expected}
 
 
 @pytest.mark.parametrize(
@@ -29,7 +27,5 @@ def test_transport_for_the_consumers(transport, consumers, kata, expected):
         ("auto", ["kata"], "x.y", "not a Kata Containers release"),
     ],
 )
-def test_refusals_name_the_variable(transport, consumers, kata, fragment):
-    with pytest.raises(AnsibleFilterError) as raised:
-        qgs_transport(transport, consumers, kata)
-    assert fragment in str(raised.value)
+def test_refusals_name_the_variable(call_filter, transport, consumers, kata, fragment):
+    assert fragment in call_filter("attestation", "qgs_transport", transport, consumers, kata)["filter_error"]
