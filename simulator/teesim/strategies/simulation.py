@@ -569,7 +569,7 @@ class Simulation:
                 continue
             running = pod.phase is Phase.RUNNING
             if running:
-                node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource)
+                node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, pod.guest.value)
                 self._changed(node, pod.misc_resource, pod.consumer, charged=False)
             self._fail(node, pod, "readmission", RuntimeError(str(rejection)), was_running=running)
 
