@@ -135,9 +135,10 @@ def planned_snapshot(strategy: Strategy, node: SimNode, plan: ResourcePlan, now:
         advertised,
         published,
         requested,
-        node.claims[misc_resource],
+        node.claims.get(misc_resource, 0),
         node.nfd.get(plan.nfd_name, 0) if plan.nfd_name else 0,
-        {value: charged[(c, misc_resource)] for c, value in _CONSUMERS},
+        # .get, not [], on the Counter: a consumer with no key yet would go through __missing__.
+        {value: charged.get((c, misc_resource), 0) for c, value in _CONSUMERS},
         _kata_schedulable(strategy, node, plan.kata_name, status, requested_by_pods),
         plan.reserve,
     )
