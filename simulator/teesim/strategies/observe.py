@@ -126,11 +126,14 @@ def planned_snapshot(strategy: Strategy, node: SimNode, plan: ResourcePlan, now:
     status, requested_by_pods = node.status_allocatable(), node.requested()
     advertised, published, requested = _pool_numbers(node, plan.vmi_resource, now, status, requested_by_pods)
     charged = node.charged
+    # The misc controller asked directly (what node.capacity and node.usage answer, one call less each).
+    misc = node.kernel.misc
+    capacity, current = (misc.capacity(misc_resource), misc.usage(misc_resource)) if misc is not None else (0, 0)
     return ResourceSnapshot(
         node.name,
         misc_resource,
-        node.capacity(misc_resource),
-        node.usage(misc_resource),
+        capacity,
+        current,
         plan.vmi_resource,
         advertised,
         published,
