@@ -25,9 +25,11 @@ clock more than the figure; the wall time and the load average are printed along
 
 5. the sweep users wait for (issue 19): every bundled scenario x every strategy x ``--sweep-seeds``
    (1-30) run serially in a fresh interpreter, its CPU seconds for this tree and for
-   ``--sweep-baseline`` (the previous commit), divided by two cores against the 60 s target.
+   ``--sweep-baseline`` (the previous commit), divided by two cores against the 60 s target;
+   ``--sweep-repeat N`` runs the two N times, alternately, and counts the least CPU of each.
 
-Usage: python benchmarks/bench_simulator.py [--repeat N] [--no-fleet] [--git-baseline REF] [--sweep-only] [SCENARIO ...]
+Usage: python benchmarks/bench_simulator.py [--repeat N] [--no-fleet] [--git-baseline REF] [--sweep-only]
+       [--sweep-repeat N] [SCENARIO ...]
 """
 
 from __future__ import annotations
