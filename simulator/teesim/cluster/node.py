@@ -53,6 +53,20 @@ class PublishTimes(dict[str, float]):
             self.on_publish(resource)
 
 
+def _add(counter: Counter[str], amounts: Mapping[str, int]) -> None:
+    """``counter.update(amounts)`` for a mapping, without Counter.update's type checks (a hot path)."""
+    get = counter.get
+    for key, amount in amounts.items():
+        counter[key] = get(key, 0) + amount
+
+
+def _sub(counter: Counter[str], amounts: Mapping[str, int]) -> None:
+    """``counter.subtract(amounts)`` for a mapping, the same way."""
+    get = counter.get
+    for key, amount in amounts.items():
+        counter[key] = get(key, 0) - amount
+
+
 class BoundPods:
     """The pods bound to one node and what the scheduler counts for them.
 
@@ -114,8 +128,8 @@ class BoundPods:
         """The scheduler bound ``pod`` counting ``need`` (requests + overhead as it sees them)."""
         self._pods[pod.uid] = pod
         pod.scheduled_need = dict(need)
-        self._requested.update(need)
-        self._overhead.update(pod.overhead)
+        _add(self._requested, need)
+        _add(self._overhead, pod.overhead)
         self.claims[pod.misc_resource] += 1
         self._changed()
 
@@ -124,22 +138,22 @@ class BoundPods:
         self.claims[pod.misc_resource] -= 1
         if pod.started_at is not None and pod.uid not in self._started:
             self._started.add(pod.uid)
-            self._overhead_started.update(pod.overhead)
-            self._requests_started.update(pod.requests)
+            _add(self._overhead_started, pod.overhead)
+            _add(self._requests_started, pod.requests)
         self._changed()
 
     def observe_started(self, pod: Pod) -> None:
         """The pod's start reached the informers (still bound: a pod released first is never seen)."""
         if pod.uid in self._pods and pod.uid in self._started and pod.uid not in self._seen:
             self._seen.add(pod.uid)
-            self._overhead_seen.update(pod.overhead)
+            _add(self._overhead_seen, pod.overhead)
             self._observed()
 
     def observe_released(self, pod: Pod) -> None:
         """The pod's end reached the informers."""
         if pod.uid in self._seen and pod.uid not in self._pods:
             self._seen.discard(pod.uid)
-            self._overhead_seen.subtract(pod.overhead)
+            _sub(self._overhead_seen, pod.overhead)
             self._observed()
 
     def seen_started(self, uid: str) -> bool:
@@ -153,14 +167,14 @@ class BoundPods:
             return False
         if pod.uid in self._seen and not keep_seen:
             self._seen.discard(pod.uid)
-            self._overhead_seen.subtract(pod.overhead)
+            _sub(self._overhead_seen, pod.overhead)
             self.seen_revision += 1
-        self._requested.subtract(pod.scheduled_need)
-        self._overhead.subtract(pod.overhead)
+        _sub(self._requested, pod.scheduled_need)
+        _sub(self._overhead, pod.overhead)
         if pod.uid in self._started:
             self._started.discard(pod.uid)
-            self._overhead_started.subtract(pod.overhead)
-            self._requests_started.subtract(pod.requests)
+            _sub(self._overhead_started, pod.overhead)
+            _sub(self._requests_started, pod.requests)
         if not was_running:
             self.claims[pod.misc_resource] -= 1
         self._changed()

@@ -46,12 +46,22 @@ class Guest(StrEnum):
 
     @property
     def misc_resource(self) -> str:
-        return {"tdx": "tdx", "sev": "sev", "sev-es": "sev_es", "snp": "sev_es"}[self.value]
+        # A module-level table: building a dict and reading Enum.value per call showed in the profile
+        # (every launch, bind and stop asks).
+        return _GUEST_MISC_RESOURCE[self]
 
     @classmethod
     def default_for(cls, misc_resource: str) -> Guest:
         """``tdx`` -> TDX, ``sev`` -> SEV, ``sev_es`` -> SNP (the guest everyone targets today)."""
         return {"tdx": cls.TDX, "sev": cls.SEV, "sev_es": cls.SNP}[misc_resource]
+
+
+_GUEST_MISC_RESOURCE: dict[Guest, str] = {
+    Guest.TDX: "tdx",
+    Guest.SEV: "sev",
+    Guest.SEV_ES: "sev_es",
+    Guest.SNP: "sev_es",
+}
 
 
 @dataclass(frozen=True)

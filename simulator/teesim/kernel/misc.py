@@ -120,7 +120,17 @@ class MiscController:
         """``mkdir -p`` under the controller root; returns the normalised path."""
         if path in self._cgroups:
             return path  # already there, and the key of an existing cgroup is normalised
-        path = _norm(path)
+        if "//" in path or path.startswith("/") or path.endswith("/"):
+            path = _norm(path)  # what the kernel's path walk makes of it; a guest's scope is already clean
+        parent_path, _, leaf = path.rpartition("/")
+        parent = self._cgroups.get(parent_path)
+        if parent is not None:
+            # The usual case, a guest's scope under an existing slice: one new cgroup, no walk from the
+            # root (the walk below would find the same parent and create the same child).
+            child = parent.children[leaf] = _Cgroup(path, parent)
+            self._cgroups[path] = child
+            self.revision += 1
+            return path
         node = self._root
         built = []
         for part in path.split("/") if path else []:

@@ -127,9 +127,13 @@ class MetricsRecorder:
         elif self._queued_now or (published and self._waiting):
             self._detect(sim, published)
         published.clear()
-        if sim.changed:
-            for snap in sim.snapshots(sim.changed):
-                self._observe(snap, now)
+        changed = sim.changed
+        if changed:
+            # sim.snapshots(changed), one at a time: no list built per event (same order).
+            snapshot, resources, observe = sim.snapshot, sim.resources, self._observe
+            for node in changed:
+                for resource in resources(node):
+                    observe(snapshot(node, resource), now)
 
     def _detect(self, sim: Simulation, published: list[tuple[str, str]]) -> None:
         """Changes an advertiser has published a count from since: looked at for the keys published

@@ -126,18 +126,22 @@ def planned_snapshot(strategy: Strategy, node: SimNode, plan: ResourcePlan, now:
     status, requested_by_pods = node.status_allocatable(), node.requested()
     advertised, published, requested = _pool_numbers(node, plan.vmi_resource, now, status, requested_by_pods)
     charged = node.charged
+    # The misc controller asked directly (what node.capacity and node.usage answer, one call less each).
+    misc = node.kernel.misc
+    capacity, current = (misc.capacity(misc_resource), misc.usage(misc_resource)) if misc is not None else (0, 0)
     return ResourceSnapshot(
         node.name,
         misc_resource,
-        node.capacity(misc_resource),
-        node.usage(misc_resource),
+        capacity,
+        current,
         plan.vmi_resource,
         advertised,
         published,
         requested,
-        node.claims[misc_resource],
+        node.claims.get(misc_resource, 0),
         node.nfd.get(plan.nfd_name, 0) if plan.nfd_name else 0,
-        {value: charged[(c, misc_resource)] for c, value in _CONSUMERS},
+        # .get, not [], on the Counter: a consumer with no key yet would go through __missing__.
+        {value: charged.get((c, misc_resource), 0) for c, value in _CONSUMERS},
         _kata_schedulable(strategy, node, plan.kata_name, status, requested_by_pods),
         plan.reserve,
     )

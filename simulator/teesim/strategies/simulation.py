@@ -336,8 +336,9 @@ class Simulation:
 
     def _bind(self, node: SimNode, pod: Pod, need: dict[str, int]) -> None:
         pod.phase, pod.node, pod.bound_at = Phase.BOUND, node.name, self.clock.now
-        for name in sorted(set(need) & set(node.dra)):
-            pod.dra_devices[name] = node.dra[name].allocate(pod.uid, need[name])
+        if node.dra:  # most strategies publish no ResourceSlices: no sets to build and sort
+            for name in sorted(set(need) & set(node.dra)):
+                pod.dra_devices[name] = node.dra[name].allocate(pod.uid, need[name])
         node.bound.bind(pod, need)
         if node.kubelet_up:
             self._admit(node, pod)
