@@ -182,8 +182,11 @@ def test_a_quiet_node_costs_a_read_per_poll_and_a_list_per_refresh(node, process
     quiet = second["quiet_polls"] - first["quiet_polls"]
     assert polls >= 40, polls
     # At most one List per refresh period (plus the one a period boundary can add), never one per poll.
-    assert calls <= elapsed / refresh + 2 and second["lists"] - first["lists"] == calls, (calls, elapsed)
-    assert quiet >= polls - calls, (polls, quiet)
+    lists = second["lists"] - first["lists"]
+    # The plugin counts a List when the answer is back, the kubelet when the call arrives: a List in flight
+    # at either snapshot is counted on one side only, so the two agree within one.
+    assert calls <= elapsed / refresh + 2 and abs(lists - calls) <= 1, (calls, lists, elapsed)
+    assert quiet >= polls - lists, (polls, quiet, lists)
     assert second["cpu_s"] >= first["cpu_s"] > 0 and second["pid"] == proc.process.pid
     # A change is still seen at the next poll, with a List.
     node.start_guest()
