@@ -246,13 +246,7 @@ print(json.dumps(out))
 
 def bench_git_baseline(ref: str, names: list[str], repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="teesim-baseline-") as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", ref, "simulator", "plugins/module_utils"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        env = {**os.environ, "PYTHONPATH": str(Path(tmp) / "simulator")}
+        env = {**os.environ, "PYTHONPATH": str(_export(ref, tmp))}
         result = subprocess.run(
             [sys.executable, "-c", _GIT_BASELINE_SCRIPT, str(repeat), *names], env=env, check=True, capture_output=True
         )
