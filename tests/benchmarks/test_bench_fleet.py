@@ -36,7 +36,7 @@ def test_bench_fleet_prints_both_strategies_and_the_controllers_share():
     assert lines[0].startswith("5 simulated hosts, forks=16, median of 1 runs") and "load average" in lines[0]
     for name in ("ping", "per-host", "fleet"):
         assert sum(line.lstrip().startswith(name + " ") for line in lines) == (2 if HAS_MITOGEN else 1), name
-    assert any(line.startswith("  controller's part (play 2):") for line in lines)
+    assert any(line.startswith("  controller's part (plays 2 and 3):") for line in lines)
     if HAS_MITOGEN:
         assert any("mitogen ping" in line and "linear ping" in line for line in lines)
     else:

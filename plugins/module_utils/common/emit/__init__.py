@@ -25,20 +25,16 @@ def refuse(name: str, why: str) -> EmitError:
     return EmitError("%s %s" % (name, why))
 
 
-# The same ranges as control_characters' test, for its fast path.
+# C0 controls, DEL and lone surrogates: what control_characters finds.
 _CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def control_characters(text: str, allowed: str = "") -> list[str]:
     """The characters no output may carry (except those in ``allowed``), for refusal messages: C0 controls, DEL,
     and lone surrogates (bytes that were not UTF-8, kept by surrogateescape), which no UTF-8 file can hold."""
-    # Every text of every report passes here: one regular-expression scan in C for the common clean text instead
-    # of a Python step per character (about a tenth of the fleet report module's CPU at 100 nodes).
-    if _CONTROL.search(text) is None:
-        return []
-    return sorted(
-        {ch for ch in text if (ord(ch) < 0x20 or ord(ch) == 0x7F or 0xD800 <= ord(ch) <= 0xDFFF) and ch not in allowed}
-    )
+    # Every text of every report passes here, many of them multi-line with "\n" allowed: the scan stays in C
+    # (one regular-expression pass) instead of a Python step per character, a tenth of the report's CPU.
+    return sorted(set(_CONTROL.findall(text)).difference(allowed))
 
 
 def describe(chars) -> str:
