@@ -34,10 +34,10 @@ from teesim.cluster.pods import Consumer, Guest, Phase, Pod
 from teesim.kernel.backends import NodeWriter
 from teesim.kubelet.devicemanager import AllocationError
 from teesim.kubelet.server import Kubelet
-from teesim.report.scenario import Scenario, ServeSpec
 from teesim.serve.clock import AfterEach, PacedClock
+from teesim.sim.scenario import Scenario, ServeSpec
+from teesim.sim.simulation import Simulation
 from teesim.strategies.base import SEV_DEVICE, Advertiser, NodeLayout, Role, Strategy
-from teesim.strategies.simulation import Simulation
 
 SERVED = "external-plugin"
 

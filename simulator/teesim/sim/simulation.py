@@ -17,7 +17,7 @@ Wires the layers below into the life of every guest:
    requests and DRA claims at once, the kubelet frees its devices lazily.
 
 External libvirt VMs charge ``machine.slice`` directly. NFD re-discovers every ``sleepInterval``;
-advertisers run as :mod:`teesim.strategies.plugins` models wired by :mod:`teesim.strategies.wiring`.
+advertisers run as :mod:`teesim.plugins.models` models wired by :mod:`teesim.strategies.wiring`.
 Faults: kubelet restart (device manager state lost except the checkpoint, pods wait, plugins
 re-register), plugin crash (stream broken, restart later), unreadable ``misc`` file.
 
@@ -38,12 +38,12 @@ from functools import partial
 from typing import Protocol
 
 from teesim.cluster import virthandler
-from teesim.cluster.clock import HeapClock, VirtualClock
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
 from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
+from teesim.engine.clock import HeapClock, VirtualClock
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, NodeSpec
 from teesim.kubelet.admission import AdmissionRejection, admission_need, check_fit, sanitize_allocatable
