@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "simulator"))
 
 from playbook_timer import Run, mitogen_strategy_path, run_playbook  # noqa: E402
-from teesim.cluster.fleet import build_fleet  # noqa: E402
+from teesim.fixtures.fleet import build_fleet  # noqa: E402
 
 KINDS = 5  # teesim's mixed fleet without the GPU capture
 # mitogen lists every installed collection once per task and host for a collection module (docs/fleet.md). The

@@ -7,7 +7,7 @@ Prints figures, asserts nothing (``make benchmark``). Five parts:
    reference engine (``Simulation(incremental=False)``: every node observed after every event, every
    pending pod tried on every node, files parsed at every poll, one plain heap as the event queue:
    the simulator's data structures before they learnt which nodes changed). Both give the same
-   report (tests/simulator/strategies/test_incremental.py), so the ratio is the data structures alone,
+   report (tests/simulator/sim/test_incremental.py), so the ratio is the data structures alone,
    on today's model, measured in this run;
 3. where that time goes: the same pairs with the event loop alone (as many no-op events), the model
    without the report and the model with it, so that a target can be set against the part it needs;
@@ -46,12 +46,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulator"))
 
-from teesim.cluster.clock import VirtualClock
+from teesim.engine.clock import VirtualClock
 from teesim.kernel.misc import MiscController
 from teesim.report.metrics import MetricsRecorder
-from teesim.report.scenario import bundled_scenarios, load_scenario
+from teesim.sim.scenario import bundled_scenarios, load_scenario
+from teesim.sim.simulation import Simulation, World
 from teesim.strategies import STRATEGIES
-from teesim.strategies.simulation import Simulation, World
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = ROOT / "benchmarks" / "scenarios" / "fleet-1000.yaml"
@@ -222,9 +222,13 @@ def bench_breakdown(names: list[str], repeat: int) -> None:
 _GIT_BASELINE_SCRIPT = """
 import json, sys, time
 from teesim.report.metrics import MetricsRecorder
-from teesim.report.scenario import load_scenario
 from teesim.strategies import STRATEGIES
-from teesim.strategies.simulation import Simulation
+try:
+    from teesim.sim.scenario import load_scenario
+    from teesim.sim.simulation import Simulation
+except ImportError:  # a commit before the engine's rooms (issue 19): their old homes
+    from teesim.report.scenario import load_scenario
+    from teesim.strategies.simulation import Simulation
 out = {}
 for name in sys.argv[2:]:
     try:
@@ -275,7 +279,10 @@ def bench_git_baseline(ref: str, names: list[str], repeat: int) -> None:
 
 _SWEEP_SCRIPT = r"""
 import json, sys, time
-from teesim.report.scenario import bundled_scenarios
+try:
+    from teesim.sim.scenario import bundled_scenarios
+except ImportError:  # a commit before the engine's rooms (issue 19)
+    from teesim.report.scenario import bundled_scenarios
 from teesim.report.sweep import make_tasks, run_serial
 seeds = range(int(sys.argv[1]), int(sys.argv[2]) + 1)
 tasks = make_tasks(sorted(bundled_scenarios()), seeds)

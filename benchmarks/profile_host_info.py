@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 COLLECTIONS = REPO / ".build" / "collections"
 sys.path[:0] = [str(REPO / "simulator"), str(COLLECTIONS)]
 
-from teesim.cluster.fleet import build_fleet  # noqa: E402
+from teesim.fixtures.fleet import build_fleet  # noqa: E402
 
 MODULE = "ansible_collections.confidential.tee.plugins.modules.tee_host_info"
 PREFIX = "ansible_collections.confidential.tee."

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulator"))
 
 from teesim.report.runner import simulate
-from teesim.report.scenario import bundled_scenarios, load_scenario
 from teesim.report.sweep import parse_seeds
+from teesim.sim.scenario import bundled_scenarios, load_scenario
 from teesim.strategies import STRATEGIES
 
 

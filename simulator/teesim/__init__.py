@@ -2,9 +2,9 @@
 
 Models the pieces that decide whether a confidential guest can start on a Kubernetes node: the
 kernel's misc cgroup (TDX KeyIDs, SEV/SEV-ES ASIDs), the kubelet's device manager, NFD, the scheduler,
-and the Kata / KubeVirt / libvirt consumers that share the keys. Layers import strictly downward:
-``_collection`` → ``kernel`` → ``kubelet`` → ``plugins`` → ``cluster`` → ``strategies`` → ``report``
-→ ``cli``.
+and the Kata / KubeVirt / libvirt consumers that share the keys. Layers (rooms) import strictly downward:
+``engine`` (the clock) → ``_collection`` → ``kernel`` → ``fixtures`` → ``kubelet`` → ``cluster`` →
+``plugins`` → ``strategies`` → ``sim`` → ``report`` → ``cli`` (``tests/simulator/test_layers.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 # Optional modules are skipped when absent (e.g. a checkout without the gRPC path).
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "teesim.kernel.cli",
-    "teesim.cluster.fleet",
+    "teesim.fixtures.fleet",
     "teesim.report.cli",
     "teesim.grpc_run",
     "teesim.serve.cli",

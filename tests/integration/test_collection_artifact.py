@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
-from teesim.cluster.fleet import build_fleet
+from teesim.fixtures.fleet import build_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

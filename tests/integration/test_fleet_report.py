@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from teesim.cluster.fleet import build_fleet
+from teesim.fixtures.fleet import build_fleet
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from teesim.cluster.fleet import build_fleet
+from teesim.fixtures.fleet import build_fleet
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

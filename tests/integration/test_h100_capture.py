@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from teesim.kernel.capture import build_capture_tree
+from teesim.fixtures.capture import build_capture_tree
 
 pytestmark = pytest.mark.slow
 

@@ -1,1 +1,1 @@
-"""The cluster around the nodes: virtual clock, pods and consumers, scheduler, NFD, node state."""
+"""The cluster around the nodes: pods and consumers, scheduler and its queue, NFD, DRA, node state."""

@@ -15,8 +15,8 @@ from typing import Any
 from teesim.report.engines import ENGINES, make_engine
 from teesim.report.render import deterministic_json, format_table, write_json, write_timelines
 from teesim.report.runner import progress_bar, run_scenario
-from teesim.report.scenario import bundled_scenarios, load_scenario
 from teesim.report.sweep import format_sweep, make_tasks, parse_seeds, sweep
+from teesim.sim.scenario import bundled_scenarios, load_scenario
 from teesim.strategies.base import STRATEGIES
 
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teesim.cluster.pods import Consumer, Phase
+from teesim.sim.simulation import Failure, ResourceSnapshot, Simulation
 from teesim.strategies.base import KUBEVIRT_KEYS
-from teesim.strategies.simulation import Failure, ResourceSnapshot, Simulation
 
 KEY_POOLS = frozenset(KUBEVIRT_KEYS)
 # Enum.value is a property, slow in a hot loop: the consumers' values looked up once.
@@ -80,7 +80,7 @@ class _Series:
 
 
 class MetricsRecorder:
-    """An :class:`~teesim.strategies.simulation.Observer` that computes the metrics of one run."""
+    """An :class:`~teesim.sim.simulation.Observer` that computes the metrics of one run."""
 
     def __init__(self) -> None:
         # key -> (stranded, stranded for all, since when): the integrands and when they took that value.

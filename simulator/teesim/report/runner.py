@@ -1,6 +1,6 @@
 """Run a scenario under every strategy and collect the report (plain data, JSON-ready).
 
-The same :class:`~teesim.strategies.simulation.World` (same arrivals drawn from the seed) is replayed
+The same :class:`~teesim.sim.simulation.World` (same arrivals drawn from the seed) is replayed
 under each strategy, so the numbers differ only because the strategies do.
 """
 
@@ -13,9 +13,9 @@ from functools import partial
 from typing import Any, TextIO
 
 from teesim.report.metrics import MetricsRecorder
-from teesim.report.scenario import Scenario
+from teesim.sim.scenario import Scenario
+from teesim.sim.simulation import Simulation, World
 from teesim.strategies.base import STRATEGIES, get_strategy
-from teesim.strategies.simulation import Simulation, World
 
 Progress = Callable[[str, float], None]
 

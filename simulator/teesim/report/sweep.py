@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from teesim.report.runner import simulate
-from teesim.report.scenario import parse_scenario, resolve
+from teesim.sim.scenario import parse_scenario, resolve
 from teesim.strategies.base import STRATEGIES, get_strategy
 
 # Two-sided 95 % Student-t critical values by degrees of freedom; between rows the smaller df's

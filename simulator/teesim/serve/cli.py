@@ -43,8 +43,8 @@ from teesim.kubelet.server import Kubelet
 from teesim.report.metrics import MetricsRecorder, percentile
 from teesim.report.render import format_table, write_timelines
 from teesim.report.runner import run_scenario, scenario_header
-from teesim.report.scenario import Scenario, load_scenario
 from teesim.serve.engine import SERVED, ServeSimulation, check_servable
+from teesim.sim.scenario import Scenario, load_scenario
 from teesim.strategies.base import STRATEGIES
 
 emit_json = collection_module("plugins.module_utils.common.emit.json")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
-from teesim.cluster.clock import VirtualClock
+from teesim.engine.clock import VirtualClock
 
 AfterEach = Callable[[float], None]
 

@@ -34,10 +34,11 @@ from teesim.cluster.pods import Consumer, Guest, Phase, Pod
 from teesim.kernel.backends import NodeWriter
 from teesim.kubelet.devicemanager import AllocationError
 from teesim.kubelet.server import Kubelet
-from teesim.report.scenario import Scenario, ServeSpec
 from teesim.serve.clock import AfterEach, PacedClock
+from teesim.sim.node_kubelet import NodeKubelet
+from teesim.sim.scenario import Scenario, ServeSpec
+from teesim.sim.simulation import Simulation
 from teesim.strategies.base import SEV_DEVICE, Advertiser, NodeLayout, Role, Strategy
-from teesim.strategies.simulation import Simulation
 
 SERVED = "external-plugin"
 
@@ -118,10 +119,67 @@ class _Inbox:
     admissions: deque[tuple[SimNode, Pod]] = field(default_factory=deque)
 
 
+class ServeNodeKubelet(NodeKubelet):
+    """The node's kubelet, for real: admission goes through the gRPC kubelet (``Allocate`` on the plugin's
+    socket), and what its ``/pods`` shows follows the pod's life."""
+
+    env: ServeSimulation
+
+    def admit(self, pod: Pod) -> None:
+        # Bound inside the scheduler's pass: the kubelet admits it right after this event.
+        self.env.inbox.admissions.append((self.node, pod))
+
+    def allocate_devices(self, pod: Pod) -> bool:
+        node, kubelet, lock = self.node, self.env.kubelet, self.env.lock
+        ref, now = self.ref(pod), self.clock.now
+        # Bound, not started: the kubelet lists the pod (its sandbox not there) before admitting it, so
+        # a plugin reading /pods never takes a device allocated below for a started guest's.
+        kubelet.set_sandbox_ready(ref, False)
+        for resource, count in sorted(pod.requests.items()):
+            if not node.devices.is_device_plugin_resource(resource, now):
+                continue
+            # The plugin's Allocate may call back into the kubelet (pod-resources): no lock held.
+            lock.release()
+            try:
+                kubelet.allocate(ref, pod.container, resource, count)
+            except AllocationError as exc:
+                failure: AllocationError | None = exc
+            else:
+                failure = None
+            finally:
+                lock.acquire()
+            if failure is not None:
+                self.admission_error(pod, failure)
+                return False
+        return True
+
+    def admitted(self, pod: Pod) -> None:
+        super().admitted(pod)
+        if pod.phase is Phase.BOUND:
+            # What /pods shows: the pod with its overhead, its sandbox not there yet.
+            self.env.kubelet.add_pod(
+                self.ref(pod),
+                [pod.container],
+                overhead=pod.overhead,
+                runtime_class=pod.runtime_class,
+                sandbox_ready=False,
+            )
+
+    def launch(self, pod: Pod) -> None:
+        super().launch(pod)
+        if pod.phase is Phase.RUNNING and pod.started_at == self.clock.now:
+            self.env.kubelet.set_sandbox_ready(self.ref(pod), True)
+
+    def release(self, pod: Pod, was_running: bool) -> None:
+        super().release(pod, was_running)
+        self.env.kubelet.finish_pod(self.ref(pod))
+
+
 class ServeSimulation(Simulation):
     """One node of ``scenario`` in real time against ``kubelet`` (started, rooted where the files go)."""
 
     strategy: ServedStrategy
+    node_kubelet_class = ServeNodeKubelet
 
     def __init__(self, scenario: Scenario, kubelet: Kubelet, writer: NodeWriter):
         check_servable(scenario)
@@ -165,8 +223,9 @@ class ServeSimulation(Simulation):
         self.sync_files()
         while self.inbox.admissions:
             node, pod = self.inbox.admissions.popleft()
-            if pod.phase is Phase.BOUND and self._allocate_devices(node, pod):
-                self._admitted(node, pod)
+            kubelet = self.kubelets[node.name]
+            if pod.phase is Phase.BOUND and kubelet.allocate_devices(pod):
+                kubelet.admitted(pod)
             self.before()
             self.sync_files()
             if after_each is not None:
@@ -178,55 +237,6 @@ class ServeSimulation(Simulation):
         if revision != self._written_revision:
             self.writer.sync(self.node.kernel.files())
             self._written_revision = revision
-
-    # -- the kubelet, for real ---------------------------------------------------------------------
-    def _admit(self, node: SimNode, pod: Pod) -> None:
-        # Bound inside the scheduler's pass: the kubelet admits it right after this event.
-        self.inbox.admissions.append((node, pod))
-
-    def _allocate_devices(self, node: SimNode, pod: Pod) -> bool:
-        ref, now = self._ref(pod), self.clock.now
-        # Bound, not started: the kubelet lists the pod (its sandbox not there) before admitting it, so
-        # a plugin reading /pods never takes a device allocated below for a started guest's.
-        self.kubelet.set_sandbox_ready(ref, False)
-        for resource, count in sorted(pod.requests.items()):
-            if not node.devices.is_device_plugin_resource(resource, now):
-                continue
-            # The plugin's Allocate may call back into the kubelet (pod-resources): no lock held.
-            self.lock.release()
-            try:
-                self.kubelet.allocate(ref, pod.container, resource, count)
-            except AllocationError as exc:
-                failure: AllocationError | None = exc
-            else:
-                failure = None
-            finally:
-                self.lock.acquire()
-            if failure is not None:
-                self._admission_error(node, pod, failure)
-                return False
-        return True
-
-    def _admitted(self, node: SimNode, pod: Pod) -> None:
-        super()._admitted(node, pod)
-        if pod.phase is Phase.BOUND:
-            # What /pods shows: the pod with its overhead, its sandbox not there yet.
-            self.kubelet.add_pod(
-                self._ref(pod),
-                [pod.container],
-                overhead=pod.overhead,
-                runtime_class=pod.runtime_class,
-                sandbox_ready=False,
-            )
-
-    def _launch(self, node: SimNode, pod: Pod) -> None:
-        super()._launch(node, pod)
-        if pod.phase is Phase.RUNNING and pod.started_at == self.clock.now:
-            self.kubelet.set_sandbox_ready(self._ref(pod), True)
-
-    def _release(self, node: SimNode, pod: Pod, was_running: bool) -> None:
-        super()._release(node, pod, was_running)
-        self.kubelet.finish_pod(self._ref(pod))
 
 
 def registered(kubelet: Kubelet, resources: list[str]) -> dict[str, bool]:

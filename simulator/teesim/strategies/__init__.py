@@ -1,4 +1,5 @@
-"""The resource-tracking strategies (``double-pool`` is the baseline), as in-process models on a virtual clock."""
+"""The resource-tracking strategies (``double-pool`` is the baseline): which advertisers each node runs
+(:mod:`~teesim.strategies.wiring`) and what each strategy's resources mean (:mod:`~teesim.strategies.observe`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Put a strategy's advertisers on the nodes: device plugins, NFD's rule, the DRA driver.
 
 For every node and every misc resource its kernel has, :meth:`Strategy.layout` says what runs
-there; this module builds the in-process models (:mod:`teesim.strategies.plugins`), registers the
+there; this module builds the in-process models (:mod:`teesim.plugins.models`), registers the
 DRA pools with the node and returns what the simulation must start and poll. ``split-nodes`` gives
 each node a role: the Kata nodes are ``settings.kata_nodes`` or, by default, every second node in
 name order (a one-node cluster then has no Kata node: Kata pods stay Pending, which is the answer).
@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from teesim.cluster.clock import VirtualClock
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.nfd import NFD_RESOURCES
 from teesim.cluster.node import SimNode
-from teesim.strategies.base import DRA_DRIVER, SEV_DEVICE, SEV_DEVICE_SLOTS, Advertiser, Role, Strategy
-from teesim.strategies.plugins import (
+from teesim.engine.clock import VirtualClock
+from teesim.plugins.models import (
     DRADriver,
     GenericPlugin,
     InProcessPlugin,
@@ -25,6 +24,7 @@ from teesim.strategies.plugins import (
     StaticPlugin,
     UnifiedPlugin,
 )
+from teesim.strategies.base import DRA_DRIVER, SEV_DEVICE, SEV_DEVICE_SLOTS, Advertiser, Role, Strategy
 
 Advertising = InProcessPlugin | DRADriver
 Poller = ReconcilingPlugin | DRADriver  # advertisers that read misc.current every poll_interval

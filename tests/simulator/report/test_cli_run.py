@@ -10,7 +10,7 @@ import pytest
 from teesim.cli import main
 from teesim.report.render import deterministic_json, format_table
 from teesim.report.runner import progress_bar, run_scenario
-from teesim.report.scenario import bundled_scenarios, load_scenario
+from teesim.sim.scenario import bundled_scenarios, load_scenario
 from teesim.strategies import STRATEGIES
 
 

@@ -12,7 +12,6 @@ from teesim.cli import main
 from teesim.report.engines import make_engine
 from teesim.report.render import deterministic_json
 from teesim.report.runner import run_scenario
-from teesim.report.scenario import load_scenario
 from teesim.report.sweep import (
     _T95,
     aggregate,
@@ -26,6 +25,7 @@ from teesim.report.sweep import (
     sweep,
     t_critical,
 )
+from teesim.sim.scenario import load_scenario
 
 
 def test_seed_lists_and_ranges() -> None:

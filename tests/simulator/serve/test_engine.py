@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from teesim.cli import main
 from teesim.cluster.pods import Consumer, Guest
-from teesim.report.scenario import ScenarioError, load_scenario, parse_scenario
 from teesim.serve.cli import FAIL_ON, fail_on, prepare_root
 from teesim.serve.engine import ServedStrategy, check_servable
+from teesim.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
 KV, NFD = "devices.kubevirt.io/tdx", "tdx.intel.com/keys"
 NODE = {"name": "n", "vendor": "intel", "capacity": {"tdx": 4}}

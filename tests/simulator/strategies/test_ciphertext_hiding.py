@@ -9,9 +9,9 @@ import errno
 from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import Arrival
 from teesim.kernel.node import NodeSpec
-from teesim.report.scenario import load_scenario
+from teesim.sim.scenario import load_scenario
+from teesim.sim.simulation import Failure, Simulation, World
 from teesim.strategies import get_strategy
-from teesim.strategies.simulation import Failure, Simulation, World
 
 
 class FreeAtFailure:

@@ -9,10 +9,10 @@ from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import CURRENT, OLD
+from teesim.plugins.models import ReconcilingPlugin
 from teesim.report.metrics import MetricsRecorder
+from teesim.sim.simulation import Settings, Simulation, World
 from teesim.strategies import BASELINE, STRATEGIES, get_strategy
-from teesim.strategies.plugins import ReconcilingPlugin
-from teesim.strategies.simulation import Settings, Simulation, World
 
 NODE = "n1"
 FOREVER = 100_000.0

@@ -13,7 +13,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
 from ansible_collections.confidential.tee.plugins.modules import tee_fleet_report
-from teesim.cluster.fleet import build_fleet
+from teesim.fixtures.fleet import build_fleet
 
 FILES = {"report.html", "report.md", "report.json", "tee-fleet.prom"}
 

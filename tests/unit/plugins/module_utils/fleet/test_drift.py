@@ -10,8 +10,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift impor
     nfd_advertisers,
     pool_catalog,
 )
-from teesim.cluster import k8s_objects as k8s
-from teesim.cluster.fleet import KATA_SNP, KATA_TDX, RULES, SNP_LABEL, TDX_LABEL
+from teesim.fixtures import k8s_objects as k8s
+from teesim.fixtures.fleet import KATA_SNP, KATA_TDX, RULES, SNP_LABEL, TDX_LABEL
 
 
 def host(capacity, in_use=None, cgroups=None, lower_bound=False, hardware=None):

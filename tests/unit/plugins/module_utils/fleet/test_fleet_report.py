@@ -20,8 +20,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.preflight im
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from teesim.cluster import k8s_objects as k8s
-from teesim.cluster.fleet import KATA_TDX, RULES, TDX_LABEL
+from teesim.fixtures import k8s_objects as k8s
+from teesim.fixtures.fleet import KATA_TDX, RULES, TDX_LABEL
 from teesim.kernel.cli import build_node_tree
 
 

@@ -21,7 +21,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.preflight im
 from ansible_collections.confidential.tee.plugins.modules.tee_fleet_report import read_kubernetes_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from teesim.cluster.fleet import build_fleet
+from teesim.fixtures.fleet import build_fleet
 
 HOSTILE = [None, 0, -1, 1.5, float("nan"), float("inf"), True, "", "x", "1e", "1Ex", "9" * 5000, "1e1000000000"]
 HOSTILE += [[], {}, [1], {"a": 1}, "<script>alert(1)</script>", "a\nb"]

@@ -7,7 +7,7 @@ from functools import partial
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from teesim.cluster.clock import HeapClock, VirtualClock
+from teesim.engine.clock import HeapClock, VirtualClock
 
 
 def test_events_run_in_time_then_fifo_order() -> None:

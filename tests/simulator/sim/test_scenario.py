@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from teesim.report.scenario import ScenarioError, bundled_scenarios, load_scenario, parse_scenario
+from teesim.sim.scenario import ScenarioError, bundled_scenarios, load_scenario, parse_scenario
 
 REQUIRED = {"quick", "tdx-external-vms", "tdx-kata-surge", "snp-mixed", "faults"}
 

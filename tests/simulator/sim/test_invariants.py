@@ -9,8 +9,8 @@ from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import CURRENT, OLD
 from teesim.report.metrics import MetricsRecorder
+from teesim.sim.simulation import Simulation, World
 from teesim.strategies import STRATEGIES
-from teesim.strategies.simulation import Simulation, World
 
 arrival = st.tuples(
     st.floats(0, 200), st.sampled_from(list(Consumer)), st.floats(1, 150), st.floats(0, 8), st.sampled_from(["a", "b"])

@@ -36,9 +36,9 @@ from __future__ import annotations
 from functools import partial
 
 from teesim._collection import parse_misc_text
-from teesim.cluster.clock import VirtualClock
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.node import SimNode
+from teesim.engine.clock import VirtualClock
 from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
 from teesim.plugins.reconcile import capacity_from_misc, device_ids, next_unhealthy
 

@@ -18,9 +18,9 @@ from teesim.kernel.profiles import CURRENT, OLD
 from teesim.report.metrics import MetricsRecorder
 from teesim.report.render import deterministic_json
 from teesim.report.runner import run_scenario
-from teesim.report.scenario import bundled_scenarios, load_scenario
+from teesim.sim.scenario import bundled_scenarios, load_scenario
+from teesim.sim.simulation import Settings, Simulation, World
 from teesim.strategies import STRATEGIES
-from teesim.strategies.simulation import Settings, Simulation, World
 
 # Whole seconds as well as fractions, so that events collide at the same instant as timers do.
 instant = st.one_of(st.integers(0, 300).map(float), st.floats(0, 300))

@@ -44,7 +44,7 @@ from teesim.cluster.workload import FAULT_KINDS, FaultSpec, Range, WorkloadSpec,
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import get_profile
 from teesim.kubelet.names import extended_resource_name_problem
-from teesim.strategies.simulation import Settings, World
+from teesim.sim.simulation import Settings, World
 
 
 class ScenarioError(ValueError):

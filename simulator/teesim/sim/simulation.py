@@ -1,25 +1,21 @@
 """One scenario under one strategy: the whole cluster on a virtual clock.
 
-Wires the layers below into the life of every guest:
+:class:`Simulation` is the environment, as SimPy's ``Environment`` is: it builds the world and wires it,
+and leaves the life of a pod on a node to that node's kubelet (:class:`~teesim.sim.node_kubelet.NodeKubelet`:
+admission, device allocation, the resource predicate, launch and its retries, stop, release, restart and
+re-admission). What stays here:
 
-1. a Kata pod or a VMI is created and waits (Pending) until the scheduler finds a node where its needs
-   (container requests + ``spec.overhead``) fit the node's allocatable minus what bound pods need, or
-   the free devices of a DRA ResourceSlice behind the name; DRA devices are allocated at binding;
-2. the kubelet admits it: device-plugin resources of the *container requests* get one ``Allocate``
-   per container from the device manager (failure: ``UnexpectedAdmissionError``), then the resource
-   predicate checks requests and overhead against the node as the kubelet sees it (failure:
-   ``OutOf<resource>``); either way the pod fails;
-3. ``launch_delay`` later QEMU creates the guest and KVM charges one key in the pod's cgroup. EBUSY is a
-   failed launch: virt-handler retries a VMI with its workqueue's exponential back-off
-   (:mod:`teesim.cluster.virthandler`); a Kata pod's sandbox is retried by the kubelet 10 to 15 s
-   later (:mod:`teesim.kubelet.podworkers`); every try another failed launch until one succeeds;
-4. after its lifetime the guest stops, the key is uncharged, the pod succeeds; the scheduler frees its
-   requests and DRA claims at once, the kubelet frees its devices lazily.
-
-External libvirt VMs charge ``machine.slice`` directly. NFD re-discovers every ``sleepInterval``;
-advertisers run as :mod:`teesim.strategies.plugins` models wired by :mod:`teesim.strategies.wiring`.
-Faults: kubelet restart (device manager state lost except the checkpoint, pods wait, plugins
-re-register), plugin crash (stream broken, restart later), unreadable ``misc`` file.
+1. set-up: one :class:`~teesim.cluster.node.SimNode` and one ``NodeKubelet`` per node, the advertisers a
+   strategy runs there (:mod:`teesim.plugins.models` wired by :mod:`teesim.strategies.wiring`), NFD
+   re-discovering every ``sleepInterval``, node status syncs;
+2. arrivals: a Kata pod or a VMI is created and waits (Pending) until the scheduler finds a node where
+   its needs (container requests + ``spec.overhead``) fit the node's allocatable minus what bound pods
+   need, or the free devices of a DRA ResourceSlice behind the name; DRA devices are allocated at
+   binding, and the pod is handed to its node's kubelet. External libvirt VMs charge ``machine.slice``
+   directly;
+3. faults: kubelet restart (handed to the node's kubelet), plugin crash (stream broken, restart later),
+   unreadable ``misc`` file;
+4. observation: the failure records (the failure sink the kubelets write to), the kernel-change hook.
 
 An :class:`Observer` sees every event; :mod:`teesim.report.metrics` turns that into the metrics.
 After every event :attr:`Simulation.changed` lists the nodes whose state may differ from the last
@@ -38,18 +34,16 @@ from functools import partial
 from typing import Protocol
 
 from teesim.cluster import virthandler
-from teesim.cluster.clock import HeapClock, VirtualClock
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
 from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
+from teesim.engine.clock import HeapClock, VirtualClock
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, NodeSpec
-from teesim.kubelet.admission import AdmissionRejection, admission_need, check_fit, sanitize_allocatable
-from teesim.kubelet.devicemanager import AllocationError, PodRef
-from teesim.kubelet.podworkers import sandbox_retry_at
 from teesim.kubelet.ratelimit import TokenBucket
+from teesim.sim.node_kubelet import NodeKubelet
 from teesim.strategies.base import Advertiser, Strategy
 from teesim.strategies.observe import ResourcePlan, ResourceSnapshot, planned_snapshot
 from teesim.strategies.wiring import NodeWiring, PluginOptions, nfd_names, node_roles, wire_node
@@ -136,10 +130,6 @@ def _node_name(node: SimNode) -> str:
     return node.name
 
 
-def _created(pod: Pod) -> tuple[float, str]:
-    return (pod.created, pod.uid)
-
-
 class Simulation:
     """Runs one :class:`World` under one :class:`Strategy`.
 
@@ -148,6 +138,8 @@ class Simulation:
     read, and the clock is one plain heap (:class:`HeapClock`). It gives the same report, slower;
     the tests and the benchmark compare the two.
     """
+
+    node_kubelet_class: type[NodeKubelet] = NodeKubelet  # teesim serve's admits through the real kubelet
 
     def __init__(self, world: World, strategy: Strategy, *, incremental: bool = True):
         self.world = world
@@ -191,7 +183,7 @@ class Simulation:
         self._nfd_read: dict[str, object] = {}
         self.wiring: dict[str, NodeWiring] = {}
         self.plugins: dict[str, list] = defaultdict(list)
-        self.waiting: dict[str, list[Pod]] = defaultdict(list)
+        self.kubelets: dict[str, NodeKubelet] = {}  # one per node, built with its plugins in _setup
         self.pods: list[Pod] = []
         self.failures: list[Failure] = []
         self.launched: dict[str, int] = defaultdict(int)
@@ -251,6 +243,7 @@ class Simulation:
             node.watch_dra()
             self.wiring[node.name] = wiring
             self.plugins[node.name] = wiring.plugins
+            self.kubelets[node.name] = self._node_kubelet(node, wiring.plugins)
             for plugin in wiring.plugins:
                 plugin.skip_unchanged = self.incremental
             clock.every(settings.nfd_sleep_interval, partial(self._nfd, node), start=0.0, until=until)
@@ -266,6 +259,10 @@ class Simulation:
             if fault.node not in self.nodes:
                 raise ValueError(f"fault {fault.kind} at {fault.at}s names unknown node {fault.node!r}")
             clock.at(fault.at, partial(self._fault, fault))
+
+    def _node_kubelet(self, node: SimNode, plugins: list) -> NodeKubelet:
+        served = frozenset(self._dra_names) if self.strategy.dra_overhead_served else frozenset()
+        return self.node_kubelet_class(self, node, plugins, self._vmi_backoff, served)
 
     def _sync_status(self, node: SimNode) -> None:
         node.sync_status(self.clock.now)
@@ -309,16 +306,16 @@ class Simulation:
         try:
             node.charge(Consumer.EXTERNAL, cgroup, arrival.resource, arrival.kind.value)
         except ChargeError as exc:
-            self._fail_record(node, Consumer.EXTERNAL, arrival.resource, uid, "launch", exc, now, now)
+            self.record_failure(node, Consumer.EXTERNAL, arrival.resource, uid, "launch", exc, now, now)
             return
-        self._changed(node, arrival.resource, Consumer.EXTERNAL)
+        self.kernel_changed(node, arrival.resource, Consumer.EXTERNAL)
         self.launched[Consumer.EXTERNAL.value] += 1
 
         def stop() -> None:
             node.uncharge(Consumer.EXTERNAL, cgroup, arrival.resource, arrival.kind.value)
             node.kernel.misc.remove_cgroup(cgroup)  # type: ignore[union-attr]
             self.completed[Consumer.EXTERNAL.value] += 1
-            self._changed(node, arrival.resource, Consumer.EXTERNAL, charged=False)
+            self.kernel_changed(node, arrival.resource, Consumer.EXTERNAL, charged=False)
 
         self.clock.after(arrival.duration, stop)
 
@@ -340,158 +337,9 @@ class Simulation:
             for name in sorted(set(need) & set(node.dra)):
                 pod.dra_devices[name] = node.dra[name].allocate(pod.uid, need[name])
         node.bound.bind(pod, need)
-        if node.kubelet_up:
-            self._admit(node, pod)
-        else:
-            self.waiting[node.name].append(pod)
+        self.kubelets[node.name].bound(pod)
 
-    @staticmethod
-    def _ref(pod: Pod) -> PodRef:
-        return PodRef(pod.namespace, pod.name, pod.uid)
-
-    def _plugin(self, node: SimNode, resource: str):
-        return next((p for p in self.plugins[node.name] if p.resource_name == resource), None)
-
-    def _admit(self, node: SimNode, pod: Pod) -> None:
-        if self._allocate_devices(node, pod):
-            self._admitted(node, pod)
-
-    def _allocate_devices(self, node: SimNode, pod: Pod) -> bool:
-        """The device manager's ``Allocate`` per container request; False (the pod failed) on error."""
-        ref, now = self._ref(pod), self.clock.now
-        for resource, count in sorted(pod.requests.items()):
-            if not node.devices.is_device_plugin_resource(resource, now):
-                continue
-            try:
-                ids = node.devices.allocate(ref, pod.container, resource, count, now=now)
-            except AllocationError as exc:
-                self._admission_error(node, pod, exc)
-                return False
-            plugin = self._plugin(node, resource)
-            if plugin is not None and ids:
-                plugin.allocate(ids)
-        return True
-
-    def _admission_error(self, node: SimNode, pod: Pod, exc: AllocationError) -> None:
-        message = f"UnexpectedAdmissionError: Allocate failed due to {exc}, which is unexpected"
-        self._fail(node, pod, "admission", RuntimeError(message))
-
-    def _admitted(self, node: SimNode, pod: Pod) -> None:
-        """Devices allocated: the resource predicate, then the guest's launch ``launch_delay`` later."""
-        ref = self._ref(pod)
-        rejection = self._predicate(node, pod)
-        if rejection is not None:
-            self._fail(node, pod, "admission", RuntimeError(str(rejection)))
-            return
-        node.devices.add_pod(ref)
-        self.clock.after(pod.launch_delay, lambda: self._launch(node, pod))
-
-    def _predicate(
-        self, node: SimNode, pod: Pod, admitted: Mapping[str, int] | None = None
-    ) -> AdmissionRejection | None:
-        """The kubelet's resource predicate against the node object it last published; the other
-        pods are those bound here, or ``admitted`` (what the pods admitted before need)."""
-        held = {r: len(node.devices.allocated_ids(r)) for r in pod.requests}
-        holds = node.devices.holds_devices(self._ref(pod))
-        allocatable = sanitize_allocatable(node.status_allocatable(), held, holds)
-        overhead: Mapping[str, int] = pod.overhead  # read, never written
-        if self.strategy.dra_overhead_served:
-            overhead = {r: n for r, n in overhead.items() if r not in self._dra_names}
-        need = admission_need(pod.requests, overhead, allocatable)
-        if admitted is not None:
-            return check_fit(need, allocatable, admitted)
-        others = dict(node.requested())
-        for resource, amount in pod.scheduled_need.items():
-            others[resource] = others.get(resource, 0) - amount
-        return check_fit(need, allocatable, others)
-
-    def _launch(self, node: SimNode, pod: Pod) -> None:
-        if pod.phase is not Phase.BOUND:
-            return
-        pod.attempts += 1
-        if pod.first_launch_at is None:
-            pod.first_launch_at = self.clock.now
-        try:
-            node.charge(Consumer(pod.consumer), pod.cgroup, pod.misc_resource, pod.guest.value)
-        except ChargeError as exc:
-            if pod.consumer is Consumer.KATA:
-                # FailedCreatePodSandBox: the pod worker retries the sandbox 10-15 s later, forever.
-                self._attempt_failed(node, pod, exc)
-                retry = sandbox_retry_at(self.clock.now, self.retry_rng)
-                self.clock.at(retry, lambda: self._launch(node, pod))
-            elif virthandler.fails_for_good(str(exc)):
-                self._fail(node, pod, "launch", exc)
-            else:
-                # virt-handler's sync failed: AddRateLimited, 5 ms doubling to 1000 s, until it starts.
-                self._attempt_failed(node, pod, exc)
-                self.clock.after(self._vmi_backoff.delay(pod.attempts), lambda: self._launch(node, pod))
-            return
-        pod.phase, pod.started_at = Phase.RUNNING, self.clock.now
-        node.bound.started(pod)
-        self._after_api(partial(node.bound.observe_started, pod))
-        self.launched[pod.consumer.value] += 1
-        self._changed(node, pod.misc_resource, pod.consumer)
-        self.clock.after(pod.duration, lambda: self._stop(node, pod))
-
-    def _after_api(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` when a write to the API server reaches the informers."""
-        latency = self.settings.api_latency
-        if latency > 0:
-            self.clock.after(latency, callback)
-        else:
-            callback()
-
-    def _release(self, node: SimNode, pod: Pod, was_running: bool) -> None:
-        delayed = self.settings.api_latency > 0
-        if node.bound.release(pod, was_running, keep_seen=delayed) and delayed:
-            self.clock.after(self.settings.api_latency, partial(node.bound.observe_released, pod))
-        node.devices.finish_pod(self._ref(pod))
-        for name in pod.dra_devices:
-            node.dra[name].release(pod.uid)
-
-    def _stop(self, node: SimNode, pod: Pod) -> None:
-        if pod.phase is not Phase.RUNNING:
-            return  # rejected when the kubelet restarted: its guest was stopped then
-        node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, pod.guest.value)
-        pod.phase, pod.ended_at = Phase.SUCCEEDED, self.clock.now
-        self._release(node, pod, was_running=True)
-        self.completed[pod.consumer.value] += 1
-        self._changed(node, pod.misc_resource, pod.consumer, charged=False)
-
-    def _window(self, pod: Pod) -> tuple[float, float]:
-        """A pod's race window runs from its binding to its first launch: a retry fails because of
-        what happened then, not because the node is busy later."""
-        now = self.clock.now
-        since = pod.bound_at if pod.bound_at is not None else now
-        return since, pod.first_launch_at if pod.first_launch_at is not None else now
-
-    def _attempt_failed(self, node: SimNode, pod: Pod, exc: Exception) -> None:
-        since, until = self._window(pod)
-        failure = self._fail_record(
-            node,
-            pod.consumer,
-            pod.misc_resource,
-            pod.uid,
-            "launch",
-            exc,
-            since,
-            until,
-            pod.attempts,
-            pod.in_race_window,
-        )
-        pod.in_race_window = failure.in_race_window
-
-    def _fail(self, node: SimNode, pod: Pod, kind: str, exc: Exception, was_running: bool = False) -> None:
-        now = self.clock.now
-        pod.phase, pod.ended_at, pod.reason = Phase.FAILED, now, str(exc)
-        self._release(node, pod, was_running=was_running)
-        since, until = self._window(pod)
-        attempt = max(pod.attempts, 1)
-        self._fail_record(
-            node, pod.consumer, pod.misc_resource, pod.uid, kind, exc, since, until, attempt, pod.in_race_window
-        )
-
-    def _fail_record(
+    def record_failure(
         self,
         node: SimNode,
         consumer: Consumer,
@@ -520,64 +368,17 @@ class Simulation:
             self.observer.on_failure(self, failure)
         return failure
 
-    def _changed(self, node: SimNode, resource: str, consumer: Consumer, charged: bool = True) -> None:
+    def kernel_changed(self, node: SimNode, resource: str, consumer: Consumer, charged: bool = True) -> None:
         if charged:
             self._charge_times[(node.name, resource)].append(self.clock.now)
         if self.observer is not None:
             self.observer.on_kernel_change(self, node.name, resource, consumer.value, self.clock.now)
 
     # -- faults ------------------------------------------------------------------------------------
-    def _kubelet_restart(self, node: SimNode) -> None:
-        clock = self.clock
-        node.devices.restart(clock.now)
-        node.kubelet_up = False
-        for plugin in self.plugins[node.name]:
-            plugin.kubelet_restarted()
-
-        def back() -> None:
-            node.kubelet_up = True
-            # fastStatusUpdateOnce: the first node status comes from the restored device manager,
-            # whose stopped endpoints count 0 devices until their plugins register again.
-            node.sync_status(clock.now)
-            waiting = self.waiting.pop(node.name, [])
-            self._readmit(node, {id(p) for p in waiting})
-            for pod in waiting:
-                if pod.phase is Phase.BOUND:
-                    self._admit(node, pod)
-            for plugin in self.plugins[node.name]:
-                clock.after(self.settings.reregister_delay, plugin.register)
-
-        clock.after(self.settings.kubelet_restart_downtime, back)
-
-    def _readmit(self, node: SimNode, skip: set[int]) -> None:
-        """A restarted kubelet admits again every pod it had admitted (``HandlePodAdditions`` in
-        ``pkg/kubelet/kubelet.go``, v1.34: the pods sorted by creation time, each through
-        ``canAdmitPod`` against the pods admitted before it). The predicate counts requests and
-        overhead against the node object; ``sanitizeNodeAllocatable`` raises a device-plugin resource
-        to the devices pods hold only when *this* pod holds devices, so a pod that takes its key
-        through overhead alone finds that resource at 0 while its plugin has not registered again and
-        is rejected: its guest is stopped and the pod fails (``rejectPod``)."""
-        pods = sorted(
-            (p for p in node.bound.pods() if id(p) not in skip and p.phase in (Phase.BOUND, Phase.RUNNING)),
-            key=_created,
-        )
-        admitted: dict[str, int] = {}
-        for pod in pods:
-            rejection = self._predicate(node, pod, admitted)
-            if rejection is None:
-                for resource, amount in pod.scheduled_need.items():
-                    admitted[resource] = admitted.get(resource, 0) + amount
-                continue
-            running = pod.phase is Phase.RUNNING
-            if running:
-                node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, pod.guest.value)
-                self._changed(node, pod.misc_resource, pod.consumer, charged=False)
-            self._fail(node, pod, "readmission", RuntimeError(str(rejection)), was_running=running)
-
     def _fault(self, fault: FaultSpec) -> None:
         node = self.nodes[fault.node]
         if fault.kind == "kubelet-restart":
-            self._kubelet_restart(node)
+            self.kubelets[node.name].restart()
         elif fault.kind == "plugin-crash":
             for plugin in self.plugins[node.name]:
                 plugin.crash()
