@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import json as emit_json
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 
 _WS = " \t\r\n"
@@ -179,11 +180,12 @@ def parse(text: str, trailing_commas: bool = False) -> Document:
     return Document(text, members, start, close)
 
 
-def render_value(value: object, indent: str) -> str:
-    """``value`` as JSON; objects spread over lines, indented to sit under ``indent``."""
+def render_value(value: object, indent: str, name: str = "value") -> str:
+    """``value`` as JSON through the one JSON emitter (no NaN, nothing that does not read back; refusals name
+    ``name``); objects spread over lines, indented to sit under ``indent``."""
     if isinstance(value, dict) and value:
-        return json.dumps(value, indent=4).replace("\n", "\n" + indent)
-    return json.dumps(value)
+        return emit_json.dumps(value, name, indent=4).rstrip("\n").replace("\n", "\n" + indent)
+    return emit_json.dumps(value, name, indent=None).rstrip("\n")
 
 
 def _indent_of(text: str, offset: int) -> str:
@@ -209,7 +211,7 @@ def set_member(text: str, key: str, value: object, trailing_commas: bool = False
     matches = [m for m in doc.members if m.key == key]
     if matches:
         first = matches[0]
-        rendered = render_value(value, _indent_of(text, first.key_start))
+        rendered = render_value(value, _indent_of(text, first.key_start), key)
         if len(matches) > 1:
             text = remove_member(text, key, keep_first=True, trailing_commas=trailing_commas)
             doc = parse(text, trailing_commas)
@@ -220,17 +222,17 @@ def set_member(text: str, key: str, value: object, trailing_commas: bool = False
         indent = "    "
         head = text[: doc.close_brace].rstrip(" \t")
         head += "" if head.endswith("\n") else "\n"
-        return f'{head}{indent}"{_escape(key)}": {render_value(value, indent)}\n' + text[doc.close_brace :]
+        return f'{head}{indent}"{_escape(key)}": {render_value(value, indent, key)}\n' + text[doc.close_brace :]
     last = doc.members[-1]
     indent = _indent_of(text, last.key_start)
-    member = f'"{_escape(key)}": {render_value(value, indent)}'
+    member = f'"{_escape(key)}": {render_value(value, indent, key)}'
     # Follow the file's comma style: Intel's sgx_default_qcnl.conf starts lines with the comma.
     insertion = f"\n{indent},{member}" if _leading_commas(doc) else f",\n{indent}{member}"
     return text[: last.value_end] + insertion + text[last.value_end :]
 
 
 def _escape(key: str) -> str:
-    return json.dumps(key)[1:-1]
+    return emit_json.dumps(key, "key", indent=None).rstrip("\n")[1:-1]
 
 
 def remove_member(text: str, key: str, keep_first: bool = False, trailing_commas: bool = False) -> str:
@@ -274,7 +276,7 @@ def redact(text: str, paths: list[tuple[str, ...]], marker: str = REDACTED, trai
             else:
                 members = [child for m in found for child in m.children]
     for start, end in sorted(set(spans), reverse=True):
-        text = text[:start] + json.dumps(marker) + text[end:]
+        text = text[:start] + emit_json.dumps(marker, "marker", indent=None).rstrip("\n") + text[end:]
     return text
 
 

@@ -130,3 +130,17 @@ def test_set_then_read_back(initial, key, value):
     result = jsonc.set_member(text, key, value)
     assert jsonc.parse(result).first() == {**initial, key: value}
     assert "// kept" in result
+
+
+def test_set_member_writes_through_the_json_emitter():
+    """Values go through common/emit/json.py: NaN (which RapidJSON and JSON5 readers refuse, json.dumps writes) is
+    refused naming the key, and what is written reads back to the value."""
+    from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError
+
+    text = '{\n    "pccs_url": "https://a"\n}\n'
+    with pytest.raises(EmitError, match="retry_delay"):
+        jsonc.set_member(text, "retry_delay", float("nan"))
+    value = {"b": [1, "é\u2028"], "a": {"x": None}}
+    written = jsonc.set_member(text, "custom", value)
+    assert json.loads(written) == {"pccs_url": "https://a", "custom": value}
+    assert json.loads(jsonc.set_member(text, 'k"\n', 1)) == {"pccs_url": "https://a", 'k"\n': 1}
