@@ -26,7 +26,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
+
+from ansible_collections.confidential.tee.plugins.module_utils.common.record import Record
 
 # Linux gives up resolving a path after 40 symbolic links (ELOOP); so do we.
 MAX_SYMLINKS = 40
@@ -41,14 +42,13 @@ _KINDS = (
 )
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(Record):
     """One thing wrong with one file, or with one line of it."""
 
-    path: str
-    problem: str
-    line_number: int | None = None
-    line: str | None = None
+    __slots__ = ("line", "line_number", "path", "problem")
+
+    def __init__(self, path: str, problem: str, line_number: int | None = None, line: str | None = None) -> None:
+        self.path, self.problem, self.line_number, self.line = path, problem, line_number, line
 
     def describe(self) -> str:
         where = self.path if self.line_number is None else f"{self.path}:{self.line_number}"
@@ -59,15 +59,21 @@ class Problem:
         return {"path": self.path, "line_number": self.line_number, "line": self.line, "problem": self.problem}
 
 
-@dataclass
-class FileRead:
+class FileRead(Record):
     """The outcome of one read: ``data`` is ``None`` when the file is absent, refused or unreadable."""
 
-    path: str
-    data: bytes | None = None
-    exists: bool = True
-    problem: Problem | None = None
-    truncated: bool = False
+    __slots__ = ("data", "exists", "path", "problem", "truncated")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        path: str,
+        data: bytes | None = None,
+        exists: bool = True,
+        problem: Problem | None = None,
+        truncated: bool = False,
+    ) -> None:
+        self.path, self.data, self.exists, self.problem, self.truncated = path, data, exists, problem, truncated
 
     @property
     def ok(self) -> bool:

@@ -33,7 +33,7 @@ Where each name comes from (checked upstream, 2026):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ansible_collections.confidential.tee.plugins.module_utils.common.record import Record
 
 # QGS and its socket ----------------------------------------------------------------------------------
 
@@ -58,13 +58,13 @@ AMD = "amd"
 VENDORS = (INTEL, AMD)
 
 
-@dataclass(frozen=True)
-class Technology:
+class Technology(Record):
     """A TEE technology, its CPU vendor and the misc resource each of its guests charges."""
 
-    name: str
-    vendor: str
-    misc: str
+    __slots__ = ("misc", "name", "vendor")
+
+    def __init__(self, name: str, vendor: str, misc: str) -> None:
+        self.name, self.vendor, self.misc = name, vendor, misc
 
 
 TECHNOLOGIES = (
@@ -122,15 +122,15 @@ KUBEVIRT_KEYS = {TDX: KUBEVIRT_TDX, SEV_ES: KUBEVIRT_SEV_ESIDS}
 KEY_RESOURCES_OF = {KATA: NFD_KEYS, KUBEVIRT: KUBEVIRT_KEYS, EXTERNAL: {}}
 
 
-@dataclass(frozen=True)
-class KeyPool:
-    """An extended resource that counts one misc pool's keys, who advertises it and who requests it."""
+class KeyPool(Record):
+    """An extended resource that counts one misc pool's keys, who advertises it and who requests it.
 
-    resource: str
-    misc: str
-    advertiser: str
-    kind: str  # "nfd": a NodeFeatureRule publishes a capacity; "plugin": a device plugin serves devices
-    consumer: str
+    ``kind``: "nfd" when a NodeFeatureRule publishes a capacity, "plugin" when a device plugin serves devices."""
+
+    __slots__ = ("advertiser", "consumer", "kind", "misc", "resource")
+
+    def __init__(self, resource: str, misc: str, advertiser: str, kind: str, consumer: str) -> None:
+        self.resource, self.misc, self.advertiser, self.kind, self.consumer = resource, misc, advertiser, kind, consumer
 
 
 KEY_POOLS = (

@@ -27,22 +27,20 @@ Pure Python, standard library only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from ansible_collections.confidential.tee.plugins.module_utils.common.record import Record
 
 # The kernel's ctype table (lib/ctype.c) marks these as space, including Latin-1 NBSP (0xA0).
 KERNEL_SPACE = frozenset(" \t\n\v\f\r\xa0")
 INIT_SEPARATOR = "--"
 
 
-@dataclass(frozen=True)
-class Arg:
+class Arg(Record):
     """One argument: ``raw`` as written (quotes included) and ``name``/``value`` as the kernel sees them."""
 
-    raw: str
-    name: str
-    value: str | None
-    start: int = 0
-    end: int = 0
+    __slots__ = ("end", "name", "raw", "start", "value")
+
+    def __init__(self, raw: str, name: str, value: str | None, start: int = 0, end: int = 0) -> None:
+        self.raw, self.name, self.value, self.start, self.end = raw, name, value, start, end
 
     @property
     def key(self) -> str:
@@ -158,13 +156,16 @@ def _options(value: str | None) -> list[str]:
 # ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ParamFinding:
+class ParamFinding(Record):
     """The effective value of one setting and the arguments that decided it, in order."""
 
-    value: bool | None = None
-    args: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    __slots__ = ("args", "problems", "value")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, value: bool | None = None, args: list[str] | None = None, problems: list[str] | None = None):
+        self.value = value
+        self.args = [] if args is None else args
+        self.problems = [] if problems is None else problems
 
     def as_dict(self) -> dict:
         return {"value": self.value, "args": list(self.args), "problems": list(self.problems)}
@@ -209,17 +210,30 @@ def hibernation_disabled(args: list[Arg]) -> ParamFinding:
     return finding
 
 
-@dataclass
-class IommuFinding:
-    """What the IOMMU-related early parameters and ``__setup`` handlers make of the command line."""
+class IommuFinding(Record):
+    """What the IOMMU-related early parameters and ``__setup`` handlers make of the command line.
 
-    passthrough: bool | None = None  # None: not set on the command line (the kernel's build default applies)
-    passthrough_args: list[str] = field(default_factory=list)
-    disabled: bool = False
-    disabled_args: list[str] = field(default_factory=list)
-    intel_iommu: bool | None = None
-    amd_pgtable_v2: bool = False
-    amd_pgtable_args: list[str] = field(default_factory=list)
+    ``passthrough`` is ``None`` when the command line does not set it (the kernel's build default applies)."""
+
+    __slots__ = (
+        "amd_pgtable_args",
+        "amd_pgtable_v2",
+        "disabled",
+        "disabled_args",
+        "intel_iommu",
+        "passthrough",
+        "passthrough_args",
+    )
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        self.passthrough: bool | None = None
+        self.passthrough_args: list[str] = []
+        self.disabled = False
+        self.disabled_args: list[str] = []
+        self.intel_iommu: bool | None = None
+        self.amd_pgtable_v2 = False
+        self.amd_pgtable_args: list[str] = []
 
     def as_dict(self) -> dict:
         return {

@@ -30,10 +30,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, Problem
+from ansible_collections.confidential.tee.plugins.module_utils.common.record import Record
 
 # Every reader of the collection reports through the same record type.
 ParseIssue = Problem
@@ -56,20 +56,28 @@ _NAME_RE = re.compile(r"^[a-z_][a-z0-9_]*\Z")
 _DIGITS_RE = re.compile(r"^[0-9]+\Z")
 
 
-@dataclass
-class MiscFile:
+class MiscFile(Record):
     """A parsed misc file: ``values`` maps names to integers, ``None`` where the value is unknown.
 
     ``complete`` means every line was attributed to a resource name, so a name *without* a line really
     has none (capacity 0); otherwise a missing name is unknown, because the unparsable line may be it.
     """
 
-    path: str
-    exists: bool = True
-    values: dict[str, int | None] = field(default_factory=dict)
-    issues: list[ParseIssue] = field(default_factory=list)
-    unattributed: int = 0
-    canonical: bool = True
+    __slots__ = ("canonical", "exists", "issues", "path", "unattributed", "values")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        path: str,
+        exists: bool = True,
+        values: dict[str, int | None] | None = None,
+        issues: list[ParseIssue] | None = None,
+        unattributed: int = 0,
+        canonical: bool = True,
+    ) -> None:
+        self.path, self.exists, self.unattributed, self.canonical = path, exists, unattributed, canonical
+        self.values = {} if values is None else values
+        self.issues = [] if issues is None else issues
 
     @property
     def readable(self) -> bool:
@@ -223,18 +231,27 @@ def read_misc_file(
     return parse_misc_text(read.data or b"", read.path, allow_max=allow_max, signed=signed, suffix=suffix)
 
 
-@dataclass
-class MiscLayout:
-    """Where the misc controller's root files are, or why there are none."""
+class MiscLayout(Record):
+    """Where the misc controller's root files are, or why there are none.
 
-    host_root: str
-    cgroup_version: int | None
-    directory: str | None
-    reason: str | None = None
-    # The controller directory relative to host_root (what the reader is given).
-    rel: str | None = None
-    # The directory read is a container's own (non-root) cgroup: the controller exists, its capacity is elsewhere.
-    not_root: bool = False
+    ``rel`` is the controller directory relative to host_root (what the reader is given); ``not_root`` says the
+    directory read is a container's own (non-root) cgroup: the controller exists, its capacity is elsewhere.
+    """
+
+    __slots__ = ("cgroup_version", "directory", "host_root", "not_root", "reason", "rel")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        host_root: str,
+        cgroup_version: int | None,
+        directory: str | None,
+        reason: str | None = None,
+        rel: str | None = None,
+        not_root: bool = False,
+    ) -> None:
+        self.host_root, self.cgroup_version, self.directory = host_root, cgroup_version, directory
+        self.reason, self.rel, self.not_root = reason, rel, not_root
 
     @property
     def present(self) -> bool:
@@ -308,16 +325,23 @@ def _non_root_cgroup(reader: HostReader, rel: str) -> str | None:
     )
 
 
-@dataclass
-class ResourceState:
+class ResourceState(Record):
     """Capacity and usage of one misc resource on the whole host."""
 
-    name: str
-    capacity: int | None
-    current: int | None
-    current_source: str
-    peak: int | None = None
-    known: bool = True
+    __slots__ = ("capacity", "current", "current_source", "known", "name", "peak")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        name: str,
+        capacity: int | None,
+        current: int | None,
+        current_source: str,
+        peak: int | None = None,
+        known: bool = True,
+    ) -> None:
+        self.name, self.capacity, self.current, self.current_source = name, capacity, current, current_source
+        self.peak, self.known = peak, known
 
     @property
     def current_is_lower_bound(self) -> bool:
@@ -350,16 +374,23 @@ class ResourceState:
         }
 
 
-@dataclass
-class CgroupState:
+class CgroupState(Record):
     """The misc files of one child cgroup (path relative to the controller root)."""
 
-    path: str
-    current: dict[str, int | None]
-    max: dict[str, int | None]
-    peak: dict[str, int | None]
-    events: dict[str, int | None]
-    events_local: dict[str, int | None]
+    __slots__ = ("current", "events", "events_local", "max", "path", "peak")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        path: str,
+        current: dict[str, int | None],
+        max: dict[str, int | None],
+        peak: dict[str, int | None],
+        events: dict[str, int | None],
+        events_local: dict[str, int | None],
+    ) -> None:
+        self.path, self.current, self.max, self.peak = path, current, max, peak
+        self.events, self.events_local = events, events_local
 
     def as_dict(self) -> dict:
         limits = {k: ("max" if v == U64_MAX else v) for k, v in self.max.items()}
@@ -373,20 +404,43 @@ class CgroupState:
         }
 
 
-@dataclass
-class MiscState:
-    """Everything read from one host's misc controller."""
+class MiscState(Record):
+    """Everything read from one host's misc controller.
 
-    layout: MiscLayout
-    resources: dict[str, ResourceState] = field(default_factory=dict)
-    issues: list[ParseIssue] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    cgroups: list[CgroupState] = field(default_factory=list)
-    # Where usage came from: root misc.current, the children's sum (old kernels), or nowhere.
-    usage_source: str = SOURCE_UNAVAILABLE
-    # Whether a resource without a line in misc.capacity / the usage files really has none.
-    capacity_complete: bool = False
-    usage_complete: bool = False
+    ``usage_source``: where usage came from (root misc.current, the children's sum on old kernels, or nowhere);
+    ``capacity_complete`` / ``usage_complete``: whether a resource without a line in misc.capacity / the usage
+    files really has none.
+    """
+
+    __slots__ = (
+        "capacity_complete",
+        "cgroups",
+        "issues",
+        "layout",
+        "notes",
+        "resources",
+        "usage_complete",
+        "usage_source",
+    )
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        layout: MiscLayout,
+        resources: dict[str, ResourceState] | None = None,
+        issues: list[ParseIssue] | None = None,
+        notes: list[str] | None = None,
+        cgroups: list[CgroupState] | None = None,
+        usage_source: str = SOURCE_UNAVAILABLE,
+        capacity_complete: bool = False,
+        usage_complete: bool = False,
+    ) -> None:
+        self.layout = layout
+        self.resources = {} if resources is None else resources
+        self.issues = [] if issues is None else issues
+        self.notes = [] if notes is None else notes
+        self.cgroups = [] if cgroups is None else cgroups
+        self.usage_source, self.capacity_complete, self.usage_complete = usage_source, capacity_complete, usage_complete
 
     @property
     def unknown_resources(self) -> list[str]:

@@ -18,7 +18,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_repor
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
-from ansible_collections.confidential.tee.plugins.modules.tee_fleet_report import read_kubernetes_dir
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.report_run import read_kubernetes_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from teesim.fixtures.fleet import build_fleet
