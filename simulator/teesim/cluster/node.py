@@ -238,6 +238,8 @@ class SimNode:
         # stopped endpoint is inside its grace period it depends on the time too, and is not kept.
         self._device_allocatable: dict[str, int] | None = None
         self.devices_touched = False
+        # Bumped by every change of the device manager (what allocatable() is merged from).
+        self.devices_revision = 0
         # status_allocatable() and allocatable() as last merged, kept until a part changes (None: merge
         # again); the report asks for them for every changed node after every event.
         self._status: dict[str, int] | None = None
@@ -280,6 +282,7 @@ class SimNode:
 
     def _devices_changed(self) -> None:
         self._device_allocatable = self._allocatable = None
+        self.devices_revision += 1
         self.devices_touched = True
         self._touch()
 
@@ -314,6 +317,18 @@ class SimNode:
             if stopped_at is not None and now - stopped_at <= ENDPOINT_STOP_GRACE_PERIOD:
                 return True
         return False
+
+    def observed_revision(self, now: float) -> tuple[int, int, int] | None:
+        """Changes whenever what a report snapshot of this node reads may have changed: the kernel's
+        files (usage and the keys charged per consumer move with them), the scheduler's view (node
+        status, NFD, bound pods' requests and claims, DRA slices and claims: every BoundPods change
+        goes through ``_view_changed``) and the device manager. None while a stopped endpoint's grace
+        period makes allocatable depend on the time alone: then no two instants compare equal."""
+        self.device_allocatable(now)
+        if self._device_allocatable is None:
+            return None
+        misc = self.kernel.misc
+        return (misc.revision if misc is not None else -1, self.view_revision, self.devices_revision)
 
     def device_allocatable(self, now: float | None = None) -> dict[str, int]:
         """``devices.allocatable(now)``, kept while it cannot change (do not modify the result)."""
