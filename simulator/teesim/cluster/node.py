@@ -346,6 +346,17 @@ class SimNode:
         misc = self.kernel.misc
         return (misc.revision if misc is not None else -1, frozenset(self.unreadable) if self.unreadable else _NONE)
 
+    def current_revision(self) -> tuple[int, frozenset[str]]:
+        """Like :meth:`files_revision` for the ``misc.current`` files a usage reader reads (the root's,
+        or the top-level cgroups'): it does not move when a launch fails (``misc.events`` and a
+        guest's scope made and removed again), so the plugins polling usage parse again only when a
+        guest really started or stopped."""
+        misc = self.kernel.misc
+        return (
+            misc.current_revision if misc is not None else -1,
+            frozenset(self.unreadable) if self.unreadable else _NONE,
+        )
+
     def capacity_revision(self) -> tuple[int, frozenset[str]]:
         """Like :meth:`files_revision` for ``misc.capacity`` alone: a reader of that file only (NFD)
         need not parse it again after a guest's charge."""
