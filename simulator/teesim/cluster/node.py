@@ -402,8 +402,11 @@ class SimNode:
         misc = self.kernel.misc
         if misc is None:
             raise ChargeError(errno.EINVAL, cgroup, resource, 1, None, "no misc controller on this kernel")
-        created = not misc.has_cgroup(cgroup)
+        # ensure_cgroup moves the revision exactly when it creates a cgroup: cheaper than asking
+        # has_cgroup first, which normalises the path of every scope not made yet (each launch's).
+        before = misc.revision
         misc.ensure_cgroup(cgroup)
+        created = misc.revision != before
         try:
             misc.try_charge(cgroup, resource, 1, guest=guest)
         except ChargeError:

@@ -119,7 +119,7 @@ class MetricsRecorder:
         self.failures.append(failure)
 
     def after_event(self, sim: Simulation, now: float) -> None:
-        pending = len(sim.pending)
+        pending = len(sim.queue.pending)  # sim.pending without the property call (every event)
         if pending != self._pending:
             self.pending_pod_seconds += self._pending * (now - self._pending_since)
             self._pending, self._pending_since = pending, now
