@@ -156,6 +156,11 @@ class BoundPods:
             _sub(self._overhead_seen, pod.overhead)
             self._observed()
 
+    def seen_started_uids(self) -> set[str]:
+        """The UIDs :meth:`seen_started` answers True for (do not modify the result): a reader counting
+        many pods tests membership without a call per pod."""
+        return self._seen
+
     def seen_started(self, uid: str) -> bool:
         """Whether an informer shows the pod started (and not yet gone)."""
         return uid in self._seen

@@ -481,8 +481,8 @@ class DRADriver:
         key = (self.pool.claims_revision, self.node.bound.seen_revision)
         if self._charged_claims is not None and self._charged_claims[0] == key:
             return self._charged_claims[1]
-        bound = self.node.bound
-        count = sum(1 for uid in self.pool.allocated.values() if bound.seen_started(uid))
+        seen = self.node.bound.seen_started_uids()
+        count = sum(1 for uid in self.pool.allocated.values() if uid in seen)
         self._charged_claims = (key, count)
         return count
 

@@ -108,6 +108,7 @@ def test_observed_revision_moves_with_what_a_snapshot_reads_and_only_then() -> N
     assert started != revisions[-1], "a start turns a claim into usage"
     node.bound.observe_started(pod)
     assert node.observed_revision(2.0) == started, "what informers show is in no snapshot"
+    assert node.bound.seen_started_uids() == {pod.uid} and node.bound.seen_started(pod.uid)
     node.devices.stream_broken("devices.kubevirt.io/tdx", now=3.0)
     assert node.observed_revision(3.0) is None, "allocatable depends on the time inside the grace period"
     assert node.observed_revision(3.0 + ENDPOINT_STOP_GRACE_PERIOD + 1) is not None
