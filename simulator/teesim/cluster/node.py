@@ -156,6 +156,11 @@ class BoundPods:
             _sub(self._overhead_seen, pod.overhead)
             self._observed()
 
+    def seen_started_uids(self) -> set[str]:
+        """The UIDs :meth:`seen_started` answers True for (do not modify the result): a reader counting
+        many pods tests membership without a call per pod."""
+        return self._seen
+
     def seen_started(self, uid: str) -> bool:
         """Whether an informer shows the pod started (and not yet gone)."""
         return uid in self._seen
@@ -238,6 +243,8 @@ class SimNode:
         # stopped endpoint is inside its grace period it depends on the time too, and is not kept.
         self._device_allocatable: dict[str, int] | None = None
         self.devices_touched = False
+        # Bumped by every change of the device manager (what allocatable() is merged from).
+        self.devices_revision = 0
         # status_allocatable() and allocatable() as last merged, kept until a part changes (None: merge
         # again); the report asks for them for every changed node after every event.
         self._status: dict[str, int] | None = None
@@ -280,6 +287,7 @@ class SimNode:
 
     def _devices_changed(self) -> None:
         self._device_allocatable = self._allocatable = None
+        self.devices_revision += 1
         self.devices_touched = True
         self._touch()
 
@@ -315,6 +323,18 @@ class SimNode:
                 return True
         return False
 
+    def observed_revision(self, now: float) -> tuple[int, int, int] | None:
+        """Changes whenever what a report snapshot of this node reads may have changed: the kernel's
+        files (usage and the keys charged per consumer move with them), the scheduler's view (node
+        status, NFD, bound pods' requests and claims, DRA slices and claims: every BoundPods change
+        goes through ``_view_changed``) and the device manager. None while a stopped endpoint's grace
+        period makes allocatable depend on the time alone: then no two instants compare equal."""
+        self.device_allocatable(now)
+        if self._device_allocatable is None:
+            return None
+        misc = self.kernel.misc
+        return (misc.revision if misc is not None else -1, self.view_revision, self.devices_revision)
+
     def device_allocatable(self, now: float | None = None) -> dict[str, int]:
         """``devices.allocatable(now)``, kept while it cannot change (do not modify the result)."""
         cached = self._device_allocatable
@@ -330,6 +350,17 @@ class SimNode:
         poll (plugins every second, NFD every minute) parse again only then."""
         misc = self.kernel.misc
         return (misc.revision if misc is not None else -1, frozenset(self.unreadable) if self.unreadable else _NONE)
+
+    def current_revision(self) -> tuple[int, frozenset[str]]:
+        """Like :meth:`files_revision` for the ``misc.current`` files a usage reader reads (the root's,
+        or the top-level cgroups'): it does not move when a launch fails (``misc.events`` and a
+        guest's scope made and removed again), so the plugins polling usage parse again only when a
+        guest really started or stopped."""
+        misc = self.kernel.misc
+        return (
+            misc.current_revision if misc is not None else -1,
+            frozenset(self.unreadable) if self.unreadable else _NONE,
+        )
 
     def capacity_revision(self) -> tuple[int, frozenset[str]]:
         """Like :meth:`files_revision` for ``misc.capacity`` alone: a reader of that file only (NFD)
@@ -376,8 +407,11 @@ class SimNode:
         misc = self.kernel.misc
         if misc is None:
             raise ChargeError(errno.EINVAL, cgroup, resource, 1, None, "no misc controller on this kernel")
-        created = not misc.has_cgroup(cgroup)
+        # ensure_cgroup moves the revision exactly when it creates a cgroup: cheaper than asking
+        # has_cgroup first, which normalises the path of every scope not made yet (each launch's).
+        before = misc.revision
         misc.ensure_cgroup(cgroup)
+        created = misc.revision != before
         try:
             misc.try_charge(cgroup, resource, 1, guest=guest)
         except ChargeError:

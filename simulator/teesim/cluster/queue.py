@@ -147,6 +147,8 @@ class SchedulingQueue:
         if not self.incremental:
             self._full_pass(bind)
             return
+        if not self._stale and not self._added:
+            return  # most events: no node said it changed and no pod came (a poll, a failed launch)
         changed = self._refresh_stale()
         if not changed and not self._added:
             return  # nothing new, no view changed: the last pass's answer stands

@@ -96,6 +96,11 @@ class MiscController:
         self.revision = 0
         # The same for misc.capacity alone (NFD reads nothing else; guests never change it).
         self.capacity_revision = 0
+        # The same for the misc.current files a usage reader reads: the root's, or on a kernel
+        # without it each top-level cgroup's (which ones exist, and their usage). A failed charge
+        # moves ``revision`` (misc.events, a guest's scope made and removed) but not this: a plugin
+        # polling misc.current every second need not parse it again after each failed launch.
+        self.current_revision = 0
         for resource, value in (capacity or {}).items():
             self.set_capacity(resource, value)
 
@@ -108,6 +113,7 @@ class MiscController:
         self._capacity[name] = capacity
         self.revision += 1
         self.capacity_revision += 1
+        self.current_revision += 1  # a resource with capacity gets a line
 
     def capacity(self, resource: str) -> int:
         return self._capacity[self._name(resource)]
@@ -130,6 +136,8 @@ class MiscController:
             child = parent.children[leaf] = _Cgroup(path, parent)
             self._cgroups[path] = child
             self.revision += 1
+            if parent is self._root:
+                self.current_revision += 1
             return path
         node = self._root
         built = []
@@ -141,6 +149,8 @@ class MiscController:
                 node.children[part] = child
                 self._cgroups[child.path] = child
                 self.revision += 1
+                if node is self._root:
+                    self.current_revision += 1
             node = child
         return path
 
@@ -155,6 +165,8 @@ class MiscController:
         del node.parent.children[node.path.rsplit("/", 1)[-1]]
         del self._cgroups[node.path]
         self.revision += 1
+        if node.parent is self._root:
+            self.current_revision += 1
 
     def cgroups(self) -> list[str]:
         """Every cgroup path, parents before children, siblings sorted."""
@@ -212,6 +224,7 @@ class MiscController:
             if counter.usage > counter.watermark:
                 counter.watermark = counter.usage
             level = level.parent
+        self.current_revision += 1  # charged: a failure above undid every level's usage
 
     def uncharge(self, path: str, resource: str, amount: int = 1) -> None:
         """``misc_cg_uncharge``; going below zero is a model bug (the kernel WARNs)."""
@@ -220,6 +233,7 @@ class MiscController:
         if any(level.res[name].usage < amount for level in node.lineage()):
             raise ValueError(f"{name}: uncharging {amount} from /{node.path} would make usage negative")
         self.revision += 1
+        self.current_revision += 1
         for level in node.lineage():
             level.res[name].usage -= amount
 

@@ -25,8 +25,9 @@ the real processes.
 Simplifications: gRPC latency is zero; a plugin restart takes ``restart_delay`` seconds; a crashed
 DRA driver leaves its last ResourceSlice published.
 
-Cost: a poll parses ``misc.current`` again only when the host files changed
-(:meth:`SimNode.files_revision`) and decides again only when what it decides from changed; both are
+Cost: a poll parses ``misc.current`` again only when that file may have changed
+(:meth:`SimNode.current_revision`: a guest started or stopped, not a launch that failed) and decides
+again only when what it decides from changed; both are
 pure functions of those inputs, so the result is what a full poll gives (``skip_unchanged = False``
 does the full poll every time: the reference engine).
 """
@@ -57,7 +58,7 @@ class CurrentReader:
         self._read: tuple[object, int | None] | None = None
 
     def __call__(self, skip_unchanged: bool = True) -> int | None:
-        revision = self.node.files_revision()
+        revision = self.node.current_revision()
         if skip_unchanged and self._read is not None and self._read[0] == revision:
             return self._read[1]
         value = read_current(self.node, self.misc_resource)
@@ -298,7 +299,7 @@ class ReconcilingPlugin(InProcessPlugin):
         pods (the unified plugin's overhead), the stream, the device list and the set last decided."""
         node = self.node
         return (
-            node.files_revision(),
+            node.current_revision(),
             node.devices.pod_generation,
             node.bound.generation,
             self.generation,
@@ -446,7 +447,7 @@ class DRADriver:
         self.polls += 1
         current = self._read_current(self.skip_unchanged)
         node = self.node
-        inputs = (node.files_revision(), self.pool.claims_revision, node.bound.generation, self.ids, self.hidden)
+        inputs = (node.current_revision(), self.pool.claims_revision, node.bound.generation, self.ids, self.hidden)
         if self.skip_unchanged and inputs == self._decided_on:
             # Same kernel reading, claims and pods: the same slice (next_unhealthy is idempotent).
             if current is not None:
@@ -464,7 +465,7 @@ class DRADriver:
                 self.pool.publish(devices)
             self._published = (self.ids, hidden)
         self._decided_on = (
-            node.files_revision(),
+            node.current_revision(),
             self.pool.claims_revision,
             node.bound.generation,
             self.ids,
@@ -480,8 +481,8 @@ class DRADriver:
         key = (self.pool.claims_revision, self.node.bound.seen_revision)
         if self._charged_claims is not None and self._charged_claims[0] == key:
             return self._charged_claims[1]
-        bound = self.node.bound
-        count = sum(1 for uid in self.pool.allocated.values() if bound.seen_started(uid))
+        seen = self.node.bound.seen_started_uids()
+        count = sum(1 for uid in self.pool.allocated.values() if uid in seen)
         self._charged_claims = (key, count)
         return count
 

@@ -96,6 +96,10 @@ class MetricsRecorder:
         self._queued_now: set[tuple[str, str]] = set()  # keys that got a change in this event
         # misc resource -> consumers the VMI resource accounts for (the strategy's answer never changes).
         self._accounted: dict[str, frozenset[str]] = {}
+        # node -> SimNode.observed_revision() at its last snapshots: a node reported changed whose
+        # revision did not move (a pod's start reaching the informers, a device allocated) would give
+        # the same snapshots, and observing the same values again changes no row and no integral.
+        self._observed_at: dict[str, tuple[int, int, int]] = {}
         self.latencies: list[float] = []
         self.failures: list[Failure] = []
         self.timelines: dict[tuple[str, str], _Series] = defaultdict(_Series)
@@ -115,7 +119,7 @@ class MetricsRecorder:
         self.failures.append(failure)
 
     def after_event(self, sim: Simulation, now: float) -> None:
-        pending = len(sim.pending)
+        pending = len(sim.queue.pending)  # sim.pending without the property call (every event)
         if pending != self._pending:
             self.pending_pod_seconds += self._pending * (now - self._pending_since)
             self._pending, self._pending_since = pending, now
@@ -131,7 +135,16 @@ class MetricsRecorder:
         if changed:
             # sim.snapshots(changed), one at a time: no list built per event (same order).
             snapshot, resources, observe = sim.snapshot, sim.resources, self._observe
+            incremental, observed_at = sim.incremental, self._observed_at
             for node in changed:
+                if incremental:  # the reference engine snapshots every node after every event
+                    revision = node.observed_revision(now)
+                    if revision is not None:
+                        if observed_at.get(node.name) == revision:
+                            continue
+                        observed_at[node.name] = revision
+                    else:
+                        observed_at.pop(node.name, None)
                 for resource in resources(node):
                     observe(snapshot(node, resource), now)
 

@@ -217,7 +217,9 @@ class Simulation:
         else:
             # Touched nodes in the order they changed, then the rest of the expiring ones by name:
             # a deterministic order, so that the report is the same on every run.
-            changed = touched + sorted((n for n in self._expiring if not n.changed), key=_node_name)
+            changed = touched[:]
+            if self._expiring:  # rare (a grace period running): no empty sort after every event
+                changed += sorted((n for n in self._expiring if not n.changed), key=_node_name)
             self.changed = changed
             # Only a change of the device manager can start a grace period.
             self._expiring = {n for n in changed if (n.devices_touched or n in self._expiring) and n.expiring(now)}
@@ -418,10 +420,11 @@ class Simulation:
         next_report = [0.0]
 
         pending = self.queue.pending
+        run_pass, bind = self.queue.run_pass, self._bind  # looked up once, not after every event
 
         def after(now: float) -> None:
             if pending:
-                self.queue.run_pass(self._bind)
+                run_pass(bind)
             if self._touched or self._expiring or not self.incremental:
                 self._collect_changed(now)
             elif self.changed:

@@ -83,3 +83,32 @@ def test_bound_pods_own_their_generation(changes) -> None:
             assert now[1:] == seen[1:], f"{kind} {index} changed the pods without a new generation"
         assert store.overhead_of(KEYS) == sum(p.overhead.get(KEYS, 0) for p in pods.values() if p.uid in store)
         seen = now
+
+
+def test_observed_revision_moves_with_what_a_snapshot_reads_and_only_then() -> None:
+    """The report skips a changed node whose observed revision did not move: every input of a snapshot
+    must move it, a pod's start reaching the informers must not, and a grace period disables it."""
+    from teesim.kubelet.devicemanager import ENDPOINT_STOP_GRACE_PERIOD
+
+    node = SimNode(NodeSpec("n", vendor="intel", capacity={"tdx": 4}))
+    revisions = [node.observed_revision(0.0)]
+    node.charge(Consumer.EXTERNAL, "machine.slice/vm", "tdx")
+    revisions.append(node.observed_revision(0.0))
+    pod = vmi_pod("v", Guest.TDX, {"devices.kubevirt.io/tdx": 1}, 0.0, 1.0, 1.0)
+    node.bound.bind(pod, pod.need())
+    revisions.append(node.observed_revision(0.0))
+    node.devices.register("devices.kubevirt.io/tdx")
+    revisions.append(node.observed_revision(0.0))
+    node.nfd = {"tdx.intel.com/keys": 4}
+    revisions.append(node.observed_revision(0.0))
+    assert None not in revisions and len(set(revisions)) == len(revisions)
+    pod.started_at = 1.0
+    node.bound.started(pod)
+    started = node.observed_revision(1.0)
+    assert started != revisions[-1], "a start turns a claim into usage"
+    node.bound.observe_started(pod)
+    assert node.observed_revision(2.0) == started, "what informers show is in no snapshot"
+    assert node.bound.seen_started_uids() == {pod.uid} and node.bound.seen_started(pod.uid)
+    node.devices.stream_broken("devices.kubevirt.io/tdx", now=3.0)
+    assert node.observed_revision(3.0) is None, "allocatable depends on the time inside the grace period"
+    assert node.observed_revision(3.0 + ENDPOINT_STOP_GRACE_PERIOD + 1) is not None

@@ -241,3 +241,43 @@ def test_invariants_hold_for_any_sequence(ops: list[tuple[str, bool, int]], limi
     # Parsing what we render with the collection's parser gives back the numbers.
     parsed = parse_misc_text(misc.render()["misc.current"], signed=True)
     assert parsed.values == {"sev_es": misc.usage("sev_es")}
+
+
+def _current_texts(misc: MiscController) -> dict[str, str | None]:
+    """Every misc.current a usage reader reads: the root's and each top-level cgroup's."""
+    top = [c for c in misc.cgroups() if c and "/" not in c]
+    return {c: misc.render(c).get(f"{c}/misc.current" if c else "misc.current") for c in ["", *top]}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["mk", "charge", "uncharge", "rm", "max"]), st.integers(0, 5)), max_size=40))
+def test_current_revision_moves_whenever_a_current_file_does(ops) -> None:
+    """Readers of misc.current skip parsing while ``current_revision`` stands still: it must move with
+    every change of those files, and a refused charge (events, not usage) must leave it alone."""
+    misc = MiscController({"tdx": 3})
+    paths = ["kubepods", "kubepods/pod-a", "kubepods/pod-b", "machine.slice", "machine.slice/vm", "extra"]
+    for op, i in ops:
+        path = paths[i]
+        before, texts = misc.current_revision, _current_texts(misc)
+        refused = False
+        try:
+            if op == "mk":
+                misc.ensure_cgroup(path)
+            elif op == "charge":
+                misc.ensure_cgroup(path)
+                before, texts = misc.current_revision, _current_texts(misc)
+                misc.try_charge(path, "tdx")
+            elif op == "uncharge":
+                misc.uncharge(path, "tdx")
+            elif op == "rm":
+                misc.remove_cgroup(path)
+            else:
+                misc.set_max(path, "tdx", i % 3)
+        except ChargeError:
+            refused = True
+        except (OSError, ValueError):
+            pass
+        if misc.current_revision == before:
+            assert _current_texts(misc) == texts, (op, path)
+        if refused:
+            assert misc.current_revision == before, "a refused charge changes no misc.current"
