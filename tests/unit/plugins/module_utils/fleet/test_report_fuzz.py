@@ -16,9 +16,9 @@ import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import all_findings, build_report
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.report_run import read_kubernetes_dir
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
-from ansible_collections.confidential.tee.plugins.module_utils.fleet.report_run import read_kubernetes_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from teesim.fixtures.fleet import build_fleet
