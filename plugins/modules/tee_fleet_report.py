@@ -22,7 +22,10 @@ description:
     findings with fixes), the same as Markdown for tickets, the whole data as JSON, and node_exporter
     textfile-collector metrics (C(.prom)) with capacity, usage, peak, free and C(misc.events) per resource, advertised
     and requested keys, keys used outside Kubernetes, findings and readiness.
-  - Runs where the report is written (usually C(localhost)); it reads no host files itself.
+  - Runs where the report is written (usually C(localhost)); it reads no host files itself. There, on the local
+    connection without become, its action plugin builds and writes the report inside Ansible's worker (no module
+    round trip); on another host, or with become, the module runs on that host. Results, check mode and diff are
+    the same either way.
   - Every file is written atomically (a temporary file in the same directory, then renamed), through a symbolic
     link if the destination is one, and only when its content changes.
 attributes:
