@@ -12,6 +12,8 @@ nothing is run as another user, this plugin validates the same argument spec and
 
 from __future__ import annotations
 
+import os
+
 from ansible.plugins.action import ActionBase
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.report_run import (
     ARGUMENT_SPEC,
@@ -38,6 +40,7 @@ class ActionModule(ActionBase):
             result.update(self._execute_module(task_vars=task_vars, wrap_async=self._task.async_val))
             return result
         _validation, params = self.validate_argument_spec(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE)
+        params = self._as_the_module_sees(params)
         try:
             result.update(run_report(params, bool(self._task.check_mode), bool(self._task.diff)))
         except ReportError as exc:
@@ -45,3 +48,14 @@ class ActionModule(ActionBase):
             if exc.files is not None:
                 result["files"] = exc.files
         return result
+
+    def _as_the_module_sees(self, params: dict) -> dict:
+        """Relative paths read as the module reads them: ansible.builtin.local runs a module in the playbook's
+        directory (``ActionBase._low_level_execute_command`` sets the connection's ``cwd`` to the loader's basedir),
+        not in the directory ansible-playbook was started from."""
+        resolved = dict(params)
+        for key in ("dest", "kubernetes_dir"):
+            value = resolved.get(key)
+            if value and not os.path.isabs(value):
+                resolved[key] = os.path.join(self._loader.get_basedir(), value)
+        return resolved

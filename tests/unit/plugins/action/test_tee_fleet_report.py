@@ -32,7 +32,8 @@ task.args, task.action = case["args"], "confidential.tee.tee_fleet_report"
 task.check_mode, task.diff = case["check_mode"], True
 connection = SimpleNamespace(transport=case["transport"], _shell=SimpleNamespace(tmpdir=None))
 play_context = SimpleNamespace(become=case["become"], check_mode=case["check_mode"])
-plugin = ActionModule(task, connection, play_context, loader=None, templar=None, shared_loader_obj=None)
+loader = SimpleNamespace(get_basedir=lambda: case.get("basedir", "/nonexistent"))
+plugin = ActionModule(task, connection, play_context, loader=loader, templar=None, shared_loader_obj=None)
 with mock.patch.object(ActionModule, "_execute_module", return_value={"changed": False, "from": "module"}) as module:
     try:
         result = {"result": plugin.run(task_vars={})}
@@ -43,7 +44,7 @@ print(json.dumps(result, default=str))
 """
 
 
-def run_action(args=None, transport="local", become=False, check_mode=False, **extra) -> dict:
+def run_action(args=None, transport="local", become=False, check_mode=False, cwd=None, **extra) -> dict:
     case = dict(args=args or {}, transport=transport, become=become, check_mode=check_mode, **extra)
     done = subprocess.run(
         [sys.executable, "-c", CHILD],
@@ -53,6 +54,7 @@ def run_action(args=None, transport="local", become=False, check_mode=False, **e
         check=True,
         timeout=120,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        cwd=cwd,
     )
     return json.loads(done.stdout)
 
@@ -99,3 +101,13 @@ def test_bad_arguments_and_inputs_fail_with_the_modules_messages(tmp_path):
     assert result["failed"] and "is not a directory" in result["msg"]
     result = run_action({"dest": str(tmp_path / "r"), "hosts": [], "resource_map": {"x": "nope"}})["result"]
     assert result["failed"] and "resource_map values must be one of" in result["msg"]
+
+
+def test_a_relative_dest_is_the_playbooks_directory_as_for_the_module(tmp_path):
+    """The local connection runs a module in the playbook's directory (the loader's basedir), so a relative
+    ``dest`` lands there, not in the directory ansible-playbook was started from."""
+    playbooks, started = tmp_path / "playbooks", tmp_path / "elsewhere"
+    playbooks.mkdir(), started.mkdir()
+    result = run_action({"dest": "report", "hosts": []}, basedir=str(playbooks), cwd=str(started))["result"]
+    assert result["changed"] and (playbooks / "report" / "report.json").is_file()
+    assert not (started / "report").exists()
