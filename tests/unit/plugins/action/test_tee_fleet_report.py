@@ -1,16 +1,10 @@
 """The tee_fleet_report action plugin: in the worker on the controller, the module anywhere else, one result.
 
-Action plugins are controller code: importing one (``ansible.errors``, ``ansible.playbook``) switches ansible's
-module_utils into controller mode for the whole process (see tests/unit/plugins/filter/conftest.py), so each case
-runs the plugin in a child interpreter (``CHILD``) and reads its result as JSON.
+Action plugins are controller code: each case runs the plugin in a child interpreter (``CHILD``, through
+``controller_child`` in tests/unit/plugins/conftest.py) and reads its result as JSON.
 """
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -44,30 +38,24 @@ print(json.dumps(result, default=str))
 """
 
 
-def run_action(args=None, transport="local", become=False, check_mode=False, cwd=None, **extra) -> dict:
-    case = dict(args=args or {}, transport=transport, become=become, check_mode=check_mode, **extra)
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        input=json.dumps(case),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        cwd=cwd,
-    )
-    return json.loads(done.stdout)
+@pytest.fixture
+def run_action(controller_child):
+    def run(args=None, transport="local", become=False, check_mode=False, cwd=None, **extra) -> dict:
+        case = dict(args=args or {}, transport=transport, become=become, check_mode=check_mode, **extra)
+        return controller_child(CHILD, case, cwd=cwd)
+
+    return run
 
 
 @pytest.mark.parametrize(
     ("transport", "become", "here"),
     [("local", False, True), ("local", True, False), ("ssh", False, False), ("winrm", False, False)],
 )
-def test_runs_here_only_on_the_local_connection_as_the_same_user(transport, become, here):
+def test_runs_here_only_on_the_local_connection_as_the_same_user(run_action, transport, become, here):
     assert run_action(transport=transport, become=become, runs_here=True) == {"here": here}
 
 
-def test_on_the_controller_it_writes_the_report_without_a_module(tmp_path):
+def test_on_the_controller_it_writes_the_report_without_a_module(run_action, tmp_path):
     dest = tmp_path / "report"
     first = run_action({"dest": str(dest), "hosts": []})
     assert first["module_calls"] == 0
@@ -80,19 +68,19 @@ def test_on_the_controller_it_writes_the_report_without_a_module(tmp_path):
     assert again["changed"] is False and not any(f["changed"] for f in again["files"])
 
 
-def test_check_mode_writes_nothing(tmp_path):
+def test_check_mode_writes_nothing(run_action, tmp_path):
     dest = tmp_path / "report"
     result = run_action({"dest": str(dest), "hosts": []}, check_mode=True)["result"]
     assert result["changed"] is True and not dest.exists()
 
 
 @pytest.mark.parametrize(("transport", "become"), [("ssh", False), ("local", True)])
-def test_elsewhere_it_runs_the_module(tmp_path, transport, become):
+def test_elsewhere_it_runs_the_module(run_action, tmp_path, transport, become):
     out = run_action({"dest": str(tmp_path), "hosts": []}, transport=transport, become=become)
     assert out["module_calls"] == 1 and out["result"]["from"] == "module"
 
 
-def test_bad_arguments_and_inputs_fail_with_the_modules_messages(tmp_path):
+def test_bad_arguments_and_inputs_fail_with_the_modules_messages(run_action, tmp_path):
     assert "hosts" in run_action({"dest": str(tmp_path)})["action_fail"]
     both = {"dest": str(tmp_path), "hosts": [], "kubernetes": {}, "kubernetes_dir": str(tmp_path)}
     assert "mutually exclusive" in run_action(both)["action_fail"]
@@ -103,7 +91,7 @@ def test_bad_arguments_and_inputs_fail_with_the_modules_messages(tmp_path):
     assert result["failed"] and "resource_map values must be one of" in result["msg"]
 
 
-def test_a_relative_dest_is_the_playbooks_directory_as_for_the_module(tmp_path):
+def test_a_relative_dest_is_the_playbooks_directory_as_for_the_module(run_action, tmp_path):
     """The local connection runs a module in the playbook's directory (the loader's basedir), so a relative
     ``dest`` lands there, not in the directory ansible-playbook was started from."""
     playbooks, started = tmp_path / "playbooks", tmp_path / "elsewhere"

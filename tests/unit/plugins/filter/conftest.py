@@ -1,13 +1,7 @@
-"""Filters are controller code: importing one (``ansible.errors``) switches ansible's module_utils into controller
-mode for the whole process, and module warnings then go to the display instead of the result the module tests
-read. So filter tests call their filter in a child interpreter (``call_filter``), never by importing it here."""
+"""Filters are controller code: they run in a child interpreter (``call_filter``, on ``controller_child`` from
+../conftest.py), never imported here."""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -24,18 +18,10 @@ except AnsibleFilterError as error:
 
 
 @pytest.fixture
-def call_filter():
+def call_filter(controller_child):
     """``call_filter(module, function, *args) -> {"value": ...} or {"filter_error": message}``."""
 
     def call(module: str, name: str, *args):
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD],
-            input=json.dumps([module, name, args]),
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        )
-        return json.loads(done.stdout)
+        return controller_child(CHILD, [module, name, args])
 
     return call

@@ -1,36 +1,16 @@
 """confidential.tee.list_errors: what roles/role_inputs refuses, given a role's argument_specs options.
 
-The filter is controller code: importing it (ansible.errors) switches ansible's module_utils into controller
-mode for the whole process, and module warnings then go to the display instead of the result that the module
-tests read. So it runs in a child interpreter here.
+The filter is controller code: it runs in a child interpreter (``call_filter``, tests/unit/plugins/filter/conftest.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-CHILD = """
-import json, sys
-from ansible_collections.confidential.tee.plugins.filter.cmdline import list_errors
-print(json.dumps(list_errors(*json.loads(sys.stdin.read()))))
-"""
 
-
-def list_errors(*args):
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        input=json.dumps(args),
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    return json.loads(done.stdout)
+@pytest.fixture
+def list_errors(call_filter):
+    return lambda *args: call_filter("cmdline", "list_errors", *args)["value"]
 
 
 OPTIONS = {
@@ -55,19 +35,19 @@ OPTIONS = {
         ({"r_name": "a,b"}, []),  # not a list option
     ],
 )
-def test_list_errors_by_spec(values, expected):
+def test_list_errors_by_spec(list_errors, values, expected):
     errors = list_errors(values, OPTIONS)
     assert len(errors) == len(expected), errors
     for error, start in zip(errors, expected, strict=True):
         assert error.startswith(start), error
 
 
-def test_every_offending_variable_is_named_in_name_order():
+def test_every_offending_variable_is_named_in_name_order(list_errors):
     errors = list_errors({"r_nodes": "a=1", "r_args": "x"}, OPTIONS)
     assert [e.split()[0] for e in errors] == ["r_args", "r_nodes"]
 
 
-def test_the_inventory_variable_a_default_reads_is_named():
+def test_the_inventory_variable_a_default_reads_is_named(list_errors):
     defaults = {"r_nodes": "{{ tee_cluster_nodes | default([]) }}", "r_args": ["a"]}
     [error] = list_errors({"r_nodes": "name=a"}, OPTIONS, defaults)
     assert error.endswith("(r_nodes defaults to tee_cluster_nodes: fix whichever you set)")
@@ -75,5 +55,5 @@ def test_the_inventory_variable_a_default_reads_is_named():
     assert "defaults to" not in error
 
 
-def test_without_options_every_value_must_be_a_list_of_strings():
+def test_without_options_every_value_must_be_a_list_of_strings(list_errors):
     assert list_errors({"a": ["x"], "b": None}) == ["b must be a list of strings, got NoneType None"]
