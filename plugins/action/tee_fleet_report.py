@@ -4,9 +4,9 @@
 
 The report is the controller's file, and the task usually runs on the controller (``hosts: localhost``). There the
 module would cost a new interpreter, the import of ``ansible.module_utils.basic``, the compile of the report's
-sources and a JSON round trip of every host's facts (about half a second of CPU at 100 hosts, all of it in the
-fleet playbook's serial part, `benchmarks/bench_fleet.py`). So when the connection is the controller itself and
-nothing is run as another user, this plugin validates the same argument spec and calls the same
+sources and every host's facts packed into the module's payload (about half a second of CPU at 100 hosts, all of
+it in the fleet playbook's serial part, `benchmarks/bench_fleet.py`). So when the connection is the controller
+itself and nothing is run as another user, this plugin validates the same argument spec and calls the same
 ``report_run.run_report`` in the worker; anywhere else (a remote host, ``become``) it runs the module as usual.
 """
 
@@ -37,7 +37,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         if not runs_here(self._connection, self._play_context):
-            result.update(self._execute_module(task_vars=task_vars, wrap_async=self._task.async_val))
+            result.update(self._execute_module(task_vars=task_vars))
             return result
         _validation, params = self.validate_argument_spec(ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE)
         params = self._as_the_module_sees(params)

@@ -5,8 +5,8 @@
 The one home of what ``tee_fleet_report`` does, shared by the module (on a host, through AnsiballZ) and by its
 action plugin, which runs it inside the controller's worker when the task runs on the controller itself: the
 report is the controller's file, and one module round trip there costs a new interpreter, the import of
-``ansible.module_utils.basic``, the compile of these sources and the JSON of every host's facts (about half a
-second of CPU at 100 hosts, in the fleet playbook's serial part). Both paths validate the same
+``ansible.module_utils.basic``, the compile of these sources and every host's facts packed into its payload
+(about half a second of CPU at 100 hosts, in the fleet playbook's serial part). Both paths validate the same
 :data:`ARGUMENT_SPEC` and return the same result.
 """
 
