@@ -10,3 +10,8 @@ and the Kata / KubeVirt / libvirt consumers that share the keys. Layers (rooms) 
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from teesim import _native
+
+# The compiled hot modules when `make native` built them from these very sources; else the source.
+_native.select()

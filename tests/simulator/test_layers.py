@@ -9,8 +9,10 @@ import teesim
 
 # engine: the domain-free clock; fixtures: fleet trees, Kubernetes objects, captures (kernel model only);
 # plugins: the real gRPC plugins and their in-process models (which stand on cluster's SimNode);
-# sim: the simulation environment and the scenario loader beside it.
+# sim: the simulation environment and the scenario loader beside it; _native: which build runs (it
+# imports no teesim module, so that it can choose before any is imported).
 LAYERS = [
+    "_native",
     "engine",
     "_collection",
     "kernel",

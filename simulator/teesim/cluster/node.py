@@ -19,6 +19,8 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 
+from mypy_extensions import mypyc_attr
+
 from teesim.cluster.dra import DRAPool
 from teesim.cluster.pods import Consumer, Pod
 from teesim.cluster.scheduler import NodeView, sum_needs
@@ -36,6 +38,8 @@ _NONE: frozenset[str] = frozenset()
 DEFAULT_COMPUTE: dict[str, int] = {"cpu": 128_000, "memory": 512 * 1024}
 
 
+# A subclass of a builtin type: a plain Python class in the native build (teesim._native).
+@mypyc_attr(native_class=False)
 class PublishTimes(dict[str, float]):
     """misc resource -> when an advertiser last published a count computed from ``misc.current``.
     A write to a resource in ``watched`` (one with a change not yet seen, as the report says) is also

@@ -26,12 +26,16 @@ import errno
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from teesim._collection import U64_MAX, canonical_resource
 from teesim.kernel.profiles import CURRENT, RESOURCE_ORDER, KernelProfile
 
 ROOT = ""
 
 
+# A subclass of a builtin type: a plain Python class in the native build (teesim._native).
+@mypyc_attr(native_class=False)
 class ChargeError(OSError):
     """A charge the kernel refused: ``errno`` is ``EBUSY`` (limit hit) or ``EINVAL`` (no capacity)."""
 
@@ -143,8 +147,10 @@ class MiscController:
         built = []
         for part in path.split("/") if path else []:
             built.append(part)
-            child = node.children.get(part)
-            if child is None:
+            found = node.children.get(part)
+            if found is not None:
+                child = found
+            else:
                 child = _Cgroup("/".join(built), node)
                 node.children[part] = child
                 self._cgroups[child.path] = child

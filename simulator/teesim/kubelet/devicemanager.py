@@ -49,6 +49,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from teesim.kubelet.gofmt import go_quote
 from teesim.kubelet.names import (
     API_VERSION,
@@ -83,6 +85,8 @@ ENDPOINT_STOP_GRACE_PERIOD = 5 * 60.0
 _NATURAL_RE = re.compile(r"(\d+)")
 
 
+# A subclass of a builtin type: a plain Python class in the native build (teesim._native).
+@mypyc_attr(native_class=False)
 class AllocationError(RuntimeError):
     """The kubelet cannot give a container the devices it requests (pod admission fails)."""
 

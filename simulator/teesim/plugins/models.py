@@ -212,8 +212,12 @@ class ReconcilingPlugin(InProcessPlugin):
         min_list_interval: float = 0.1,
         list_latency: float = 0.0,
         track_allocate: bool = True,
+        reserve: int = 0,
     ):
         super().__init__(node, clock, resource_name, misc_resource)
+        # Keys kept out of the pool for VMs outside Kubernetes: the unified plugin's option (KubeVirt's
+        # own plugins, one per resource, keep none; the wiring passes 0 for them).
+        self._reserve = reserve
         self.min_list_interval = min_list_interval
         self.list_latency = list_latency
         self.track_allocate = track_allocate
@@ -273,7 +277,7 @@ class ReconcilingPlugin(InProcessPlugin):
         return min(len(own), self.node.bound.started_requests_of(self.resource_name))
 
     def reserve(self) -> int:
-        return 0
+        return self._reserve
 
     # -- decision ------------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -386,15 +390,8 @@ class UnifiedPlugin(ReconcilingPlugin):
     the scheduler but charges nothing: counting it here too would hide too little for as long as it
     retries."""
 
-    def __init__(self, *args, reserve: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._reserve = reserve
-
     def accounted_elsewhere(self) -> int:
         return self.node.bound.overhead_of(self.resource_name, started_only=True)
-
-    def reserve(self) -> int:
-        return self._reserve
 
 
 class DRADriver:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from teesim.cluster import virthandler
 from teesim.cluster.node import SimNode
 from teesim.cluster.pods import Consumer, Phase, Pod
@@ -76,6 +78,8 @@ def _created(pod: Pod) -> tuple[float, str]:
     return (pod.created, pod.uid)
 
 
+# Subclassed outside the native build (teesim serve's ServeNodeKubelet): teesim._native.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class NodeKubelet:
     """The kubelet of ``node``: admits, launches, retries, stops and releases the pods bound there.
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
+from mypy_extensions import mypyc_attr
+
 from teesim.cluster import virthandler
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
@@ -130,6 +132,8 @@ def _node_name(node: SimNode) -> str:
     return node.name
 
 
+# Subclassed outside the native build (teesim serve's ServeSimulation): teesim._native.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Simulation:
     """Runs one :class:`World` under one :class:`Strategy`.
 
@@ -313,9 +317,12 @@ class Simulation:
         self.kernel_changed(node, arrival.resource, Consumer.EXTERNAL)
         self.launched[Consumer.EXTERNAL.value] += 1
 
+        misc = node.kernel.misc
+        assert misc is not None  # charged above
+
         def stop() -> None:
             node.uncharge(Consumer.EXTERNAL, cgroup, arrival.resource, arrival.kind.value)
-            node.kernel.misc.remove_cgroup(cgroup)  # type: ignore[union-attr]
+            misc.remove_cgroup(cgroup)
             self.completed[Consumer.EXTERNAL.value] += 1
             self.kernel_changed(node, arrival.resource, Consumer.EXTERNAL, charged=False)
 
@@ -360,10 +367,11 @@ class Simulation:
             window_start = since - self.settings.poll_interval - self.settings.node_status_interval
             recent = self._charge_times[(node.name, resource)]
             in_race = any(window_start <= t <= until for t in recent)
-        message = str(exc)
-        error = errno.errorcode.get(exc.errno, "") if isinstance(exc, OSError) and exc.errno else ""
-        if error:
-            message = f"{error}: {exc.strerror}"
+        message, error = str(exc), ""
+        if isinstance(exc, OSError) and exc.errno:
+            error = errno.errorcode.get(exc.errno, "")
+            if error:
+                message = f"{error}: {exc.strerror}"
         failure = Failure(now, node.name, consumer.value, resource, uid, kind, message, in_race, attempt, error)
         self.failures.append(failure)
         if self.observer is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import random
 from collections import defaultdict
-from types import SimpleNamespace
 
 import pytest
 from teesim.cluster import virthandler
@@ -17,7 +16,7 @@ from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import CURRENT
 from teesim.kubelet.podworkers import BACKOFF_PERIOD, JITTER_FACTOR, SYNC_LOOP_TICK
 from teesim.sim.node_kubelet import NodeKubelet
-from teesim.sim.simulation import Settings, Simulation, World
+from teesim.sim.simulation import Failure, Settings, Simulation, World
 from teesim.strategies import get_strategy
 
 
@@ -35,7 +34,8 @@ class FakeEnv:
 
     def record_failure(self, node, consumer, resource, uid, kind, exc, since, until, attempt=1, in_race=None):
         self.failures.append((self.clock.now, uid, kind, attempt))
-        return SimpleNamespace(in_race_window=bool(in_race))
+        # A real Failure: the native build checks the type NodeKubelet is promised.
+        return Failure(self.clock.now, node.name, consumer.value, resource, uid, kind, str(exc), bool(in_race), attempt)
 
     def kernel_changed(self, node, resource, consumer, charged=True) -> None:
         self.changes.append((self.clock.now, consumer.value, charged))
