@@ -62,6 +62,10 @@ _GUEST_MISC_RESOURCE: dict[Guest, str] = {
     Guest.SEV_ES: "sev_es",
     Guest.SNP: "sev_es",
 }
+# Enum.value is a property (a descriptor call per read): the hot paths (every launch attempt, failure
+# and stop) read the values from these tables instead.
+CONSUMER_VALUE: dict[Consumer, str] = {c: c.value for c in Consumer}
+GUEST_VALUE: dict[Guest, str] = {g: g.value for g in Guest}
 
 
 @dataclass(frozen=True)

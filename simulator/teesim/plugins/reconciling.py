@@ -49,7 +49,7 @@ from pathlib import Path
 
 import grpc
 
-from teesim._collection import canonical_resource, read_misc_state
+from teesim._collection import canonical_resource, parse_misc_text, read_misc_state
 from teesim.kubelet import sockets
 from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
@@ -319,7 +319,7 @@ class Reconciler:
                 capacity, current = self.read_kernel()
                 if capacity is not None:
                     self._ids = device_ids(self.misc_resource, capacity)
-                self._current = current
+                self._current = self._current_in(before) if before is not None and current is not None else current
             self._published_bytes = None
             if not self._refresh_own():
                 return
@@ -327,6 +327,17 @@ class Reconciler:
             self._publish()
             # What was decided from: a change after ``before`` was read differs from it next poll.
             self._published_bytes = before if self._current is not None else None
+
+    def _current_in(self, data: bytes) -> int | None:
+        """The usage ``data`` (the root ``misc.current`` bytes this poll read first) shows: the decision
+        is filed under those bytes, so it must be made from them. The file can move between two reads
+        and come back (a guest started, stopped, started again): a decision from the second read, filed
+        under the first read's bytes, would stand as long as the file shows them, the key never hidden."""
+        path = self._current_file.path or "misc.current"
+        parsed = parse_misc_text(data, path, signed=True)
+        if any(issue.line_number is None for issue in parsed.issues):
+            return None  # torn or unreadable as a whole: no usage known
+        return parsed.values.get(self.misc_resource, 0)
 
     def stats(self) -> dict[str, int]:
         return {

@@ -43,6 +43,7 @@ from teesim.strategies.base import KUBEVIRT_KEYS
 KEY_POOLS = frozenset(KUBEVIRT_KEYS)
 # Enum.value is a property, slow in a hot loop: the consumers' values looked up once.
 _KATA, _KUBEVIRT, _EXTERNAL = Consumer.KATA.value, Consumer.KUBEVIRT.value, Consumer.EXTERNAL.value
+_CONSUMER_VALUES = (_KATA, _KUBEVIRT, _EXTERNAL)
 TIMELINE_COLUMNS = ("t", "capacity", "current", "advertised", "nfd", "kata", "kubevirt", "external")
 
 
@@ -53,6 +54,15 @@ def percentile(values: list[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * q // 100))
     return ordered[int(rank) - 1]
+
+
+def _by_consumer(failures: list[Failure], outside_race_only: bool = False) -> dict[str, int]:
+    """How many of ``failures`` each consumer had (one pass: a run can record thousands of retries)."""
+    counts: dict[str, int] = dict.fromkeys(_CONSUMER_VALUES, 0)
+    for failure in failures:
+        if not (outside_race_only and failure.in_race_window):
+            counts[failure.consumer] += 1
+    return counts
 
 
 def _retry_summary(sim: Simulation, consumer: Consumer) -> dict[str, int]:
@@ -219,8 +229,7 @@ class MetricsRecorder:
         launch = [f for f in self.failures if f.kind == "launch"]
         admission = [f for f in self.failures if f.kind == "admission"]
         readmission = [f for f in self.failures if f.kind == "readmission"]
-        by_consumer = {c.value: sum(1 for f in launch if f.consumer == c.value) for c in Consumer}
-        outside = {c.value: sum(1 for f in launch if f.consumer == c.value and not f.in_race_window) for c in Consumer}
+        by_consumer, outside = _by_consumer(launch), _by_consumer(launch, outside_race_only=True)
         undetected = sum(len(v) for v in self._changes.values())
         pending_end = [p for p in sim.pods if p.phase is Phase.PENDING]
 
@@ -231,14 +240,10 @@ class MetricsRecorder:
             "failed_launches": len(launch),
             "failed_launches_by_consumer": by_consumer,
             "failed_outside_race_window": outside,
-            "kubevirt_failed_outside_race_window": outside[Consumer.KUBEVIRT.value],
+            "kubevirt_failed_outside_race_window": outside[_KUBEVIRT],
             "admission_failures": len(admission),
-            "rejected_at_kubelet_restart": {
-                c.value: sum(1 for f in readmission if f.consumer == c.value) for c in Consumer
-            },
-            "admission_failures_by_consumer": {
-                c.value: sum(1 for f in admission if f.consumer == c.value) for c in Consumer
-            },
+            "rejected_at_kubelet_restart": _by_consumer(readmission),
+            "admission_failures_by_consumer": _by_consumer(admission),
             "kata": _retry_summary(sim, Consumer.KATA),
             "kubevirt": _retry_summary(sim, Consumer.KUBEVIRT),
             "stranded_key_seconds": r(sum(self.stranded_key_seconds.values())),
@@ -255,8 +260,8 @@ class MetricsRecorder:
                 "max_s": r(max(self.latencies) if self.latencies else None),
             },
             "kubelet": _kubelet_summary(sim),
-            "launched": {c.value: sim.launched.get(c.value, 0) for c in Consumer},
-            "completed": {c.value: sim.completed.get(c.value, 0) for c in Consumer},
+            "launched": {c: sim.launched.get(c, 0) for c in _CONSUMER_VALUES},
+            "completed": {c: sim.completed.get(c, 0) for c in _CONSUMER_VALUES},
             "events": sim.clock.events_run,
         }
 

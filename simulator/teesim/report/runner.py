@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TextIO
 
+from teesim import _native
 from teesim.report.metrics import MetricsRecorder
 from teesim.sim.scenario import Scenario
 from teesim.sim.simulation import Simulation, World
@@ -82,7 +83,7 @@ def run_scenario(
         **scenario_header(scenario),
         "strategies": results,
         # Kept out of "strategies" so that the same seed gives byte-identical JSON apart from this.
-        "_runtime": {"wall_s": round(elapsed, 3), "events": total_events},
+        "_runtime": {"wall_s": round(elapsed, 3), "events": total_events, "build": _native.status()},
     }
 
 

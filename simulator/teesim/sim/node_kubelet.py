@@ -37,7 +37,7 @@ from mypy_extensions import mypyc_attr
 
 from teesim.cluster import virthandler
 from teesim.cluster.node import SimNode
-from teesim.cluster.pods import Consumer, Phase, Pod
+from teesim.cluster.pods import CONSUMER_VALUE, GUEST_VALUE, Consumer, Phase, Pod
 from teesim.engine.clock import VirtualClock
 from teesim.kernel.misc import ChargeError
 from teesim.kubelet.admission import AdmissionRejection, admission_need, check_fit, sanitize_allocatable
@@ -181,7 +181,7 @@ class NodeKubelet:
         if pod.first_launch_at is None:
             pod.first_launch_at = clock.now
         try:
-            node.charge(Consumer(pod.consumer), pod.cgroup, pod.misc_resource, pod.guest.value)
+            node.charge(pod.consumer, pod.cgroup, pod.misc_resource, GUEST_VALUE[pod.guest])
         except ChargeError as exc:
             if pod.consumer is Consumer.KATA:
                 # FailedCreatePodSandBox: the pod worker retries the sandbox 10-15 s later, forever.
@@ -198,7 +198,7 @@ class NodeKubelet:
         pod.phase, pod.started_at = Phase.RUNNING, clock.now
         node.bound.started(pod)
         self._after_api(partial(node.bound.observe_started, pod))
-        self.env.launched[pod.consumer.value] += 1
+        self.env.launched[CONSUMER_VALUE[pod.consumer]] += 1
         self.env.kernel_changed(node, pod.misc_resource, pod.consumer)
         clock.after(pod.duration, lambda: self.stop(pod))
 
@@ -223,10 +223,10 @@ class NodeKubelet:
         if pod.phase is not Phase.RUNNING:
             return  # rejected when the kubelet restarted: its guest was stopped then
         node = self.node
-        node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, pod.guest.value)
+        node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, GUEST_VALUE[pod.guest])
         pod.phase, pod.ended_at = Phase.SUCCEEDED, self.clock.now
         self.release(pod, was_running=True)
-        self.env.completed[pod.consumer.value] += 1
+        self.env.completed[CONSUMER_VALUE[pod.consumer]] += 1
         self.env.kernel_changed(node, pod.misc_resource, pod.consumer, charged=False)
 
     # -- failures ------------------------------------------------------------------------------------
@@ -308,6 +308,6 @@ class NodeKubelet:
                 continue
             running = pod.phase is Phase.RUNNING
             if running:
-                node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, pod.guest.value)
+                node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, GUEST_VALUE[pod.guest])
                 self.env.kernel_changed(node, pod.misc_resource, pod.consumer, charged=False)
             self.fail(pod, "readmission", RuntimeError(str(rejection)), was_running=running)

@@ -38,7 +38,7 @@ from mypy_extensions import mypyc_attr
 from teesim.cluster import virthandler
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
-from teesim.cluster.pods import Consumer, Phase, Pod, kata_pod, vmi_pod
+from teesim.cluster.pods import CONSUMER_VALUE, Consumer, Phase, Pod, kata_pod, vmi_pod
 from teesim.cluster.queue import SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.engine.clock import HeapClock, VirtualClock
@@ -372,7 +372,8 @@ class Simulation:
             error = errno.errorcode.get(exc.errno, "")
             if error:
                 message = f"{error}: {exc.strerror}"
-        failure = Failure(now, node.name, consumer.value, resource, uid, kind, message, in_race, attempt, error)
+        who = CONSUMER_VALUE[consumer]
+        failure = Failure(now, node.name, who, resource, uid, kind, message, in_race, attempt, error)
         self.failures.append(failure)
         if self.observer is not None:
             self.observer.on_failure(self, failure)
@@ -382,7 +383,7 @@ class Simulation:
         if charged:
             self._charge_times[(node.name, resource)].append(self.clock.now)
         if self.observer is not None:
-            self.observer.on_kernel_change(self, node.name, resource, consumer.value, self.clock.now)
+            self.observer.on_kernel_change(self, node.name, resource, CONSUMER_VALUE[consumer], self.clock.now)
 
     # -- faults ------------------------------------------------------------------------------------
     def _fault(self, fault: FaultSpec) -> None:

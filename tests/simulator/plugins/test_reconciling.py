@@ -10,6 +10,7 @@ from teesim.grpc_run import PODS_SLICE, GrpcNode, unhealthy_count
 from teesim.kubelet.devicemanager import PodRef
 from teesim.kubelet.ratelimit import TokenBucket
 from teesim.kubelet.server import Kubelet
+from teesim.plugins.reconciling import Reconciler
 
 RES = "devices.kubevirt.io/tdx"
 WAIT = 60.0  # a bound, not a timing: wait_for returns as soon as the condition holds, and a busy CI machine can be slow
@@ -229,3 +230,42 @@ def test_the_plugin_says_so_when_the_kubelet_throttles_it(node, processes):
     output = proc.stop()
     assert "the kubelet refused pod-resources List (rejected by rate limit)" in output
     assert "refusals so far" in output
+
+
+def test_a_poll_decides_from_the_bytes_it_files_its_decision_under(tmp_path, monkeypatch):
+    """A guest stops between the poll's first read of misc.current and its full read, and another starts
+    before the next poll: the file shows the bytes of the first read again. The decision filed under
+    those bytes must be the one they show (one key hidden), or it would stand while the file stays so.
+    Found in the test above, which toggles guests while the plugin polls (it failed 2 runs in 7)."""
+    cgroup = tmp_path / "sys" / "fs" / "cgroup"
+    cgroup.mkdir(parents=True)
+    (cgroup / "misc.capacity").write_text("tdx 8\n")
+    current = cgroup / "misc.current"
+    current.write_text("tdx 1\n")
+    sent: list[int] = []
+
+    class Service:
+        resource_name = RES
+
+        def set_devices(self, devices) -> bool:
+            sent.append(sum(1 for d in devices if not d.healthy))
+            return True
+
+    reconciler = Reconciler(Service(), str(tmp_path), "tdx", tmp_path / "kubelet")
+    monkeypatch.setattr(reconciler, "_refresh_own", lambda: True)  # no kubelet here: no own devices
+    reconciler.poll()
+    assert sent == [1]
+    full_read = reconciler.read_kernel
+
+    def racing_read():
+        current.write_text("tdx 0\n")  # the guest stops after the first read...
+        try:
+            return full_read()
+        finally:
+            current.write_text("tdx 1\n")  # ...and another starts before the next poll
+
+    monkeypatch.setattr(reconciler, "read_kernel", racing_read)
+    current.write_text("tdx 1\n")
+    reconciler.poll()
+    reconciler.poll()
+    assert sent[1:] == [1, 1]

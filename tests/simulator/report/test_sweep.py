@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import teesim._native as native
 from teesim.cli import main
 from teesim.report.engines import make_engine
 from teesim.report.render import deterministic_json
@@ -118,6 +119,9 @@ def test_cli_sweep_prints_the_table_and_writes_json(tmp_path: Path, capsys: pyte
     report = json.loads((tmp_path / "sweep.json").read_text())
     assert report["sweep"]["strategies"] == ["nfd-shared", "reconciling"]  # the registry's order
     assert (tmp_path / "sweep.txt").read_text() == format_sweep(report)
+    # Which build ran (teesim._native): the compiled modules or the source, and why.
+    assert report["_runtime"]["build"] == native.status()
+    assert f"on serial (1 workers), {native.status()['build']} build, in " in out
     assert main([*args, "--engine", "serial", "--json", "--quiet"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["sweep"]["seeds"] == [1, 2, 3] and captured.err == ""
