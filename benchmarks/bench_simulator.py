@@ -27,7 +27,9 @@ clock more than the figure; the wall time and the load average are printed along
    ``--sweep-seeds`` (1-30) on the process pool of two, its wall time for this tree's native build
    (``make native``, teesim._native), this tree's source and ``--sweep-baseline`` (the previous
    commit), against the 60 s target; ``--sweep-repeat N`` runs them N times, alternately, and counts
-   the least wall time of each. With ``TEESIM_NATIVE=0`` the rest of this benchmark times the source.
+   the least wall time of each; then the fleet (part 4) once per strategy by the same three, against
+   its 10 s target (``--sweep-only`` runs these two, issue 19's targets, alone). With ``TEESIM_NATIVE=0``
+   the rest of this benchmark times the source.
 
 Usage: python benchmarks/bench_simulator.py [--repeat N] [--no-fleet] [--git-baseline REF] [--sweep-only]
        [--sweep-repeat N] [SCENARIO ...]
@@ -342,7 +344,8 @@ def bench_sweep(
     least wall time of each counts (a busy neighbour only adds)."""
     here = ROOT / "simulator"
     with tempfile.TemporaryDirectory(prefix="teesim-sweep-") as tmp:
-        trees = [("this tree, native", here, "1"), ("this tree, source", here, "0")]
+        # "" lets teesim choose: the native build when it is fresh, else the source (said below the table).
+        trees = [("this tree, native", here, ""), ("this tree, source", here, "0")]
         trees += [(f"git {ref}, source", _export(ref, tmp), "0")] if ref else []
         best: dict[str, dict] = {}
         load_before, started = os.getloadavg(), time.perf_counter()
@@ -374,6 +377,52 @@ def bench_sweep(
         print(f"(this tree's native build did not run: {native_row['build']['reason']}; make native)")
 
 
+_FLEET_SCRIPT = r"""
+import json, sys, time
+try:
+    from teesim.sim.scenario import load_scenario
+except ImportError:  # a commit before the engine's rooms (issue 19)
+    from teesim.report.scenario import load_scenario
+from teesim.report.runner import simulate
+from teesim.strategies import STRATEGIES
+world = load_scenario(sys.argv[1]).world
+try:
+    from teesim._native import status
+    out = {"_build": status()}
+except ImportError:  # a commit before the native build
+    out = {"_build": {"build": "source", "reason": "before the native build"}}
+for strategy in STRATEGIES:
+    started = time.process_time()
+    sim, _ = simulate(world, strategy)
+    out[strategy] = [time.process_time() - started, sim.clock.events_run]
+print(json.dumps(out))
+"""
+
+
+def bench_fleet_trees(path: Path, ref: str | None, target_s: float = 10.0) -> None:
+    """Issue 19's other target, the 1,000-node fleet within 10 s of one core per strategy: each strategy
+    run once (``teesim run``'s engine and report) by this tree's native build, its source and ``ref``."""
+    here = ROOT / "simulator"
+    with tempfile.TemporaryDirectory(prefix="teesim-fleet-") as tmp:
+        trees = [("native", here, ""), ("source", here, "0")]
+        trees += [(f"git {ref}", _export(ref, tmp), "0")] if ref else []
+        cpu: dict[str, dict[str, list]] = {}
+        for label, simulator, native in trees:
+            env = {**os.environ, "PYTHONPATH": str(simulator), "TEESIM_NATIVE": native}
+            result = subprocess.run(
+                [sys.executable, "-c", _FLEET_SCRIPT, str(path)], env=env, check=True, capture_output=True
+            )
+            cpu[label] = json.loads(result.stdout)
+    print(f"\nfleet: {path.name}, CPU seconds of one run per strategy (target {target_s:g} s of one core)")
+    print(f"{'strategy':<28} {'events':>8} " + " ".join(f"{label:>12}" for label, *_ in trees) + "  target")
+    builds = {label: cpu[label].pop("_build") for label, *_ in trees}
+    for strategy, (native_cpu, events) in cpu["native"].items():
+        cells = " ".join(f"{cpu[label].get(strategy, [float('nan')])[0]:>12.2f}" for label, *_ in trees)
+        print(f"{strategy:<28} {events:>8} {cells}  {'met' if native_cpu <= target_s else 'missed'}")
+    if builds["native"]["build"] != "native":
+        print(f"(the native column ran the source: {builds['native']['reason']}; make native)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", help="bundled names or paths (default: all bundled)")
@@ -390,7 +439,9 @@ def main() -> int:
     parser.add_argument(
         "--sweep-baseline", default="HEAD~1", help="commit the sweep is compared with (default: %(default)s)"
     )
-    parser.add_argument("--sweep-only", action="store_true", help="only the sweep part")
+    parser.add_argument(
+        "--sweep-only", action="store_true", help="only issue 19's targets: the sweep and the fleet, three builds"
+    )
     parser.add_argument(
         "--sweep-repeat", type=int, default=1, help="alternating runs of the sweep per code; the least CPU counts"
     )
@@ -401,12 +452,14 @@ def main() -> int:
     first, _, last = args.sweep_seeds.partition("-")
     if args.sweep_only:
         bench_sweep(args.sweep_baseline, int(first), int(last or first), repeat=args.sweep_repeat)
+        bench_fleet_trees(args.fleet, args.sweep_baseline)
         return 0
     bench_kernel()
     bench_scenarios(names, max(args.repeat, 1))
     bench_breakdown(names, max(args.repeat, 1))
     if not args.no_fleet:
         bench_fleet(args.fleet, args.baseline_budget)
+        bench_fleet_trees(args.fleet, args.sweep_baseline)
     if args.git_baseline:
         bench_git_baseline(args.git_baseline, names, max(args.repeat, 1))
     bench_sweep(args.sweep_baseline, int(first), int(last or first), repeat=args.sweep_repeat)

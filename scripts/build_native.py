@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,11 +54,11 @@ setup(
 """
 
 _CHECK = """
-import sys
+import importlib, importlib.machinery, sys
 import teesim._native as native
 for name in native.MODULES:
-    module = __import__(name, fromlist=["_"])
-    if not module.__file__.endswith(tuple(__import__("importlib").machinery.EXTENSION_SUFFIXES)):
+    module = importlib.import_module(name)
+    if not module.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
         sys.exit(f"{name} was imported from {module.__file__}, not from its compiled file")
 print(native.status()["reason"])
 """
@@ -72,7 +74,21 @@ def clean() -> None:
         path.unlink()
 
 
+def _toolchain_problem() -> str | None:
+    """Why a C extension cannot be built here, before mypy spends a minute type-checking."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not headers.is_file():
+        return f"no {headers}: install the interpreter's headers (Debian: python3-dev)"
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        return f"no C compiler {compiler!r} on PATH: install gcc (make sysdeps does)"
+    return None
+
+
 def compile_modules() -> None:
+    problem = _toolchain_problem()
+    if problem:
+        sys.exit(f"cannot build teesim's native modules: {problem}; or set TEESIM_NATIVE=0 for the source build")
     sources = [str(_native.module_source(m).relative_to(SIMULATOR)) for m in _native.MODULES]
     BUILD.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(

@@ -36,6 +36,7 @@ def test_prints_every_strategy_and_where_the_time_goes():
         timeout=1200,  # a bound for a busy two-core machine, not a timing
     ).stdout
     sys.path.insert(0, str(SCRIPT.parents[1] / "simulator"))
+    from teesim.sim.scenario import bundled_scenarios
     from teesim.strategies import STRATEGIES
 
     rows = [line.split() for line in out.splitlines() if line.startswith("quick ")]
@@ -44,7 +45,12 @@ def test_prints_every_strategy_and_where_the_time_goes():
     # The breakdown covers the same events, and its three parts are ordered as they must be: the loop
     # alone is cheaper than the model, which is cheaper without the report than with it.
     assert f"where the time goes, every pair ({total} events)" in out
-    assert "sweep: every bundled scenario x every strategy x seeds 1-1" in out
+    assert "sweep: teesim sweep, every bundled scenario x every strategy x seeds 1-1, 2 workers" in out
+    # Both builds of this tree ran every bundled scenario under every strategy, with the same events.
+    sweep_rows = [line.split()[2:5] for line in out.splitlines() if line.startswith("this tree, ")]
+    runs = str(len(STRATEGIES) * len(bundled_scenarios()))
+    assert [row[:2] for row in sweep_rows] == [["native", runs], ["source", runs]]
+    assert sweep_rows[0][2] == sweep_rows[1][2]
     cpu = {
         label: float(seconds)
         for label, seconds in re.findall(
