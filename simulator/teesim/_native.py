@@ -97,6 +97,8 @@ def decide(requested: str | None, manifest: object, digests: dict[str, str], cac
         return Decision(False, f"{ENVIRONMENT}=0")
     if manifest is None:
         return Decision(False, "not built (make native)")
+    if isinstance(manifest, str):  # what _read_manifest says of a file it could not read or parse
+        return Decision(False, f"{MANIFEST.name} is {manifest}")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("sources"), dict):
         return Decision(False, f"{MANIFEST.name} is not a manifest written by scripts/build_native.py")
     if manifest.get("cache_tag") != cache_tag:

@@ -46,7 +46,8 @@ def test_an_edited_added_or_removed_source_keeps_the_source_build_and_names_the_
     [
         ("0", _manifest(), TAG, "TEESIM_NATIVE=0"),
         (None, None, TAG, "not built (make native)"),
-        (None, "unreadable: [Errno 13] Permission denied", TAG, "not a manifest"),
+        (None, "unreadable: [Errno 13] Permission denied", TAG, "native.json is unreadable: [Errno 13]"),
+        (None, ["a list"], TAG, "not a manifest"),
         (None, _manifest(sources=["a.py"]), TAG, "not a manifest"),
         (None, _manifest(), "cpython-312", "this interpreter is 'cpython-312'"),
     ],
