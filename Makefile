@@ -22,6 +22,7 @@ help:
 	@echo "make fleet-report - simulated mixed fleet: preflight, key drift against Kubernetes, HTML/Markdown/JSON/.prom"
 	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule"
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
+	@echo "make native - compile teesim's hot modules with mypyc (part of every target above; TEESIM_NATIVE=0 skips it)"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
