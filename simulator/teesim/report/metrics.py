@@ -36,14 +36,14 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from teesim.cluster.pods import Consumer, Phase
+from teesim.cluster.pods import CONSUMER_VALUE, Consumer, Phase
 from teesim.sim.simulation import Failure, ResourceSnapshot, Simulation
 from teesim.strategies.base import KUBEVIRT_KEYS
 
 KEY_POOLS = frozenset(KUBEVIRT_KEYS)
-# Enum.value is a property, slow in a hot loop: the consumers' values looked up once.
-_KATA, _KUBEVIRT, _EXTERNAL = Consumer.KATA.value, Consumer.KUBEVIRT.value, Consumer.EXTERNAL.value
-_CONSUMER_VALUES = (_KATA, _KUBEVIRT, _EXTERNAL)
+# The consumers' values in Consumer's order, from the pods' table (Enum.value is slow in a hot loop).
+_CONSUMER_VALUES = tuple(CONSUMER_VALUE.values())
+_KATA, _KUBEVIRT, _EXTERNAL = (CONSUMER_VALUE[c] for c in (Consumer.KATA, Consumer.KUBEVIRT, Consumer.EXTERNAL))
 TIMELINE_COLUMNS = ("t", "capacity", "current", "advertised", "nfd", "kata", "kubevirt", "external")
 
 

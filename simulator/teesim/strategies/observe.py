@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from teesim.cluster.nfd import NFD_RESOURCES
 from teesim.cluster.node import SimNode
-from teesim.cluster.pods import Consumer
+from teesim.cluster.pods import CONSUMER_VALUE, Consumer
 from teesim.strategies.base import KUBEVIRT_KEYS, SEV_DEVICE, Strategy
 
 
@@ -89,8 +89,8 @@ def vmi_resource(strategy: Strategy, misc_resource: str) -> str:
     return strategy.vmi_key_name(misc_resource) if misc_resource in KUBEVIRT_KEYS else SEV_DEVICE
 
 
-# (member, value) of each consumer, looked up once: Enum.value is a property, slow in a hot loop.
-_CONSUMERS: tuple[tuple[Consumer, str], ...] = tuple((c, c.value) for c in Consumer)
+# (member, value) of each consumer, in Consumer's order (the values from the pods' table, not Enum.value).
+_CONSUMERS: tuple[tuple[Consumer, str], ...] = tuple(CONSUMER_VALUE.items())
 
 
 def _pool_numbers(
