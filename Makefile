@@ -67,8 +67,20 @@ sanity: collection
 	scripts/ansible-test.sh sanity
 
 # Two workers, whole files per worker (a file's real sockets and playbooks stay in one process): about 1,240 tests in 5 to 7 min on 2 cores.
+# Every test runs on the native build, the one make demo installs: TEESIM_NATIVE=1 makes a missing or stale build an
+# error, never a quiet fall-back to the source. The tests of serve, the gRPC kubelet, the real plugins and the CLI
+# then run again on the source (TEESIM_NATIVE=0): both builds must behave the same (issue 27).
+BOTH_BUILDS_TESTS := tests/simulator/serve tests/simulator/kubelet tests/simulator/plugins \
+	tests/simulator/external_plugins tests/simulator/test_grpc_run.py tests/simulator/test_cli_help.py \
+	tests/simulator/test_cli_numbers.py tests/simulator/test_native_subclasses.py tests/simulator/report/test_cli_run.py \
+	tests/simulator/kernel/test_cli.py tests/simulator/fixtures/test_fleet.py
 pytest: collection
+ifeq ($(TEESIM_NATIVE),0)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+else
+	TEESIM_NATIVE=1 $(BIN)/python -m pytest -n 2 --dist loadfile
+	TEESIM_NATIVE=0 $(BIN)/python -m pytest -n 2 --dist loadfile $(BOTH_BUILDS_TESTS)
+endif
 
 sysdeps:
 	scripts/sysdeps.sh

@@ -58,6 +58,10 @@ MODULES: tuple[str, ...] = (
     "teesim.sim.node_kubelet",
     "teesim.sim.simulation",
     "teesim.report.metrics",
+    # teesim serve's subclasses of the classes above: compiled with them, since compiled code does not see
+    # an interpreted subclass's overrides (tests/simulator/test_native_subclasses.py).
+    "teesim.serve.clock",
+    "teesim.serve.engine",
 )
 
 

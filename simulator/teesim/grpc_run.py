@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teesim._args import integer, seconds, seed
 from teesim._collection import KUBEVIRT_TDX, MISC_REPORT_ORDER
 from teesim.kernel.backends import NodeWriter, RealDirBackend
 from teesim.kernel.node import Node, NodeSpec
@@ -383,9 +384,7 @@ def format_result(result: LatencyResult) -> str:
 
 
 def _cmd_grpc(args: argparse.Namespace) -> int:
-    intervals = args.poll_interval_list or [0.1]
-    if args.changes < 1 or min(intervals) <= 0 or args.capacity < 2:
-        raise ValueError("--changes must be >= 1, --poll-interval > 0 and --capacity >= 2")
+    intervals = args.poll_interval_list or [0.1]  # each checked by its argparse type (teesim._args)
     summaries = []
     for interval in intervals:
         result = measure_detection_latency(
@@ -411,17 +410,17 @@ def register(subparsers: Any) -> None:
         help="measure the reconciling plugin's detection latency over real kubelet sockets",
         description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--changes", type=int, default=40, help="misc.current changes to time")
-    parser.add_argument("--capacity", type=int, default=8, help="misc.capacity of the simulated node")
+    parser.add_argument("--changes", type=integer(1, 100_000), default=40, help="misc.current changes to time")
+    parser.add_argument("--capacity", type=integer(2, 4096), default=8, help="misc.capacity of the simulated node")
     parser.add_argument(
         "--poll-interval",
         dest="poll_interval_list",
-        type=float,
+        type=seconds(60.0),
         action="append",
         help="plugin poll interval in seconds; repeat to compare (default 0.1)",
     )
     parser.add_argument("--resource-name", default=KUBEVIRT_TDX)
     parser.add_argument("--misc-resource", default="tdx", choices=MISC_REPORT_ORDER)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=seed, default=1)
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON instead of text")
     parser.set_defaults(func=_cmd_grpc)

@@ -42,5 +42,7 @@ def test_teesim_grpc_json(capsys):
 
 
 def test_teesim_grpc_rejects_bad_arguments(capsys):
-    assert main(["grpc", "--changes", "0"]) == 2
-    assert "--changes must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["grpc", "--changes", "0"])
+    assert info.value.code == 2
+    assert "argument --changes: expected an integer from 1 to 100000, got '0'" in capsys.readouterr().err

@@ -10,9 +10,10 @@ import teesim
 # engine: the domain-free clock; fixtures: fleet trees, Kubernetes objects, captures (kernel model only);
 # plugins: the real gRPC plugins and their in-process models (which stand on cluster's SimNode);
 # sim: the simulation environment and the scenario loader beside it; _native: which build runs (it
-# imports no teesim module, so that it can choose before any is imported).
+# imports no teesim module, so that it can choose before any is imported); _args: command-line types.
 LAYERS = [
     "_native",
+    "_args",
     "engine",
     "_collection",
     "kernel",

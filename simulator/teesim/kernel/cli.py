@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from teesim._args import integer
 from teesim.kernel.backends import NodeWriter, RealDirBackend
 from teesim.kernel.node import CGROUP_ROOT, Node, NodeSpec, parse_assignments
 from teesim.kernel.profiles import PROFILES, get_profile
@@ -130,7 +131,7 @@ def register(subparsers: Any) -> None:
     )
     build.add_argument(
         "--ciphertext-hiding-asids",
-        type=int,
+        type=integer(0),
         metavar="N",
         help="AMD: kvm_amd.ciphertext_hiding_asids (6.18+): SNP ASIDs 1..N, SEV-ES the rest of sev_es (0: off; "
         "default: a kernel without the parameter)",

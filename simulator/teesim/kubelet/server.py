@@ -297,15 +297,7 @@ class Kubelet:
         socket = self.plugin_dir / request.endpoint
         channel = sockets.channel(socket)
         try:
-            stub = dp_grpc.DevicePluginStub(channel)
-            # Upstream dials with a 10 s blocking deadline, then asks for the options.
-            options = stub.GetDevicePluginOptions(dp.Empty(), wait_for_ready=True, timeout=self.dial_timeout)
-        except grpc.RpcError as exc:
-            channel.close()
-            raise RegistrationError(
-                f"failed to dial device plugin: {socket}: {exc.code().name}: {exc.details()}",
-                f"nothing answered at {socket} within {self.dial_timeout} s; is the plugin serving there?",
-            ) from exc
+            options = self._connect(socket, channel)
         except BaseException:
             channel.close()
             raise
@@ -317,6 +309,7 @@ class Kubelet:
                 pre_start_required=options.pre_start_required,
                 get_preferred_allocation_available=options.get_preferred_allocation_available,
             )
+            stub = dp_grpc.DevicePluginStub(channel)
             client = _PluginClient(request.resource_name, socket, channel, stub, endpoint.generation, options)
             # Upstream replaces the client in its map and leaves the previous one running: its
             # stream keeps feeding the resource until it ends (and then disconnects this one).
@@ -327,6 +320,24 @@ class Kubelet:
             target=self._list_and_watch, args=(client,), name=f"listandwatch-{client.resource}", daemon=True
         )
         client.thread.start()
+
+    def _connect(self, socket: Path, channel: grpc.Channel) -> dp.DevicePluginOptions:
+        """``client.Connect`` (plugin/v1beta1/client.go, k8s.io/kubernetes v1.37.2): ``dial`` blocks up to
+        10 s for the connection and fails with ``failed to dial device plugin: <grpc's error>``, which for
+        nobody serving the socket is the dial context's ``context deadline exceeded``; then
+        ``PluginConnected`` (manager.go) asks for the options: ``failed to get device plugin options: %v``."""
+        try:
+            grpc.channel_ready_future(channel).result(timeout=self.dial_timeout)
+        except grpc.FutureTimeoutError:
+            raise RegistrationError(
+                "failed to dial device plugin: context deadline exceeded",
+                f"nothing answered at {socket} within {self.dial_timeout:g} s; is the plugin serving there?",
+            ) from None
+        stub = dp_grpc.DevicePluginStub(channel)
+        try:
+            return stub.GetDevicePluginOptions(dp.Empty(), timeout=self.dial_timeout)
+        except grpc.RpcError as exc:
+            raise RegistrationError(f"failed to get device plugin options: {_rpc_error_text(exc)}") from exc
 
     def _list_and_watch(self, client: _PluginClient) -> None:
         try:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import grpc
 
+from teesim._args import seconds
 from teesim._collection import KUBEVIRT_TDX
 from teesim.kubelet import sockets
 from teesim.kubelet.devicemanager import API_VERSION, Device
@@ -278,8 +279,10 @@ def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--misc-resource", default="tdx", help="misc cgroup resource: tdx, sev, sev_es (snp)")
     parser.add_argument("--kubelet-dir", help="kubelet directory (default: HOST_ROOT/var/lib/kubelet)")
     parser.add_argument("--socket-name", help="plugin socket file name (default: teesim-<misc-resource>.sock)")
-    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between misc cgroup reads")
-    parser.add_argument("--watch-interval", type=float, default=0.05, help="seconds between kubelet.sock checks")
+    parser.add_argument("--poll-interval", type=seconds(3600.0), default=1.0, help="seconds between misc cgroup reads")
+    parser.add_argument(
+        "--watch-interval", type=seconds(3600.0), default=0.05, help="seconds between kubelet.sock checks"
+    )
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument(
         "--stats-file",

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import grpc
 
+from teesim._args import seconds
 from teesim._collection import canonical_resource, parse_misc_text, read_misc_state
 from teesim.kubelet import sockets
 from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
@@ -368,13 +369,13 @@ def add_reconciler_arguments(parser: argparse.ArgumentParser) -> None:
     common_arguments(parser)
     parser.add_argument(
         "--min-list-interval",
-        type=float,
+        type=seconds(3600.0),
         default=DEFAULT_MIN_LIST_INTERVAL,
         help="seconds between pod-resources List calls (the kubelet allows 100 per second per node)",
     )
     parser.add_argument(
         "--list-refresh",
-        type=float,
+        type=seconds(3600.0),
         default=DEFAULT_LIST_REFRESH,
         help="while misc.current does not change, List again after this many seconds (default: %(default)s)",
     )

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from teesim._args import integer
 from teesim.plugins.reconcile import sandbox_ready
 from teesim.plugins.reconciling import Reconciler, add_reconciler_arguments, serve_reconciler
 
@@ -86,12 +87,12 @@ class UnifiedReconciler(Reconciler):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m teesim.plugins.unified", description=__doc__.splitlines()[0])
     add_reconciler_arguments(parser)
-    parser.add_argument("--reserve", type=int, default=0, help="keys kept out of the pool for VMs outside Kubernetes")
+    parser.add_argument(
+        "--reserve", type=integer(0, 1 << 20), default=0, help="keys kept out of the pool for VMs outside Kubernetes"
+    )
     args = parser.parse_args(argv)
     if not args.pods_url:
         parser.error("--pods-url is required: the keys of Kata pods come from the node's pod list")
-    if args.reserve < 0:
-        parser.error("--reserve must be >= 0")
     return serve_reconciler(args, UnifiedReconciler, reserve=args.reserve)
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from teesim._args import integer, seed
 from teesim.report.engines import ENGINES, make_engine
 from teesim.report.render import deterministic_json, format_table, write_json, write_timelines
 from teesim.report.runner import progress_bar, run_scenario
@@ -64,7 +65,7 @@ def register(subparsers: Any) -> None:
     run = subparsers.add_parser("run", help="run a scenario under every strategy and compare")
     run.add_argument("scenario", help="scenario YAML path or bundled name (see `teesim scenarios`)")
     run.add_argument("--out", help="directory for report.json and timeline-<node>.png")
-    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--seed", type=seed, help="override the scenario's seed")
     run.add_argument(
         "--strategy", action="append", choices=sorted(STRATEGIES), help="only these strategies (repeatable)"
     )
@@ -90,7 +91,9 @@ def _register_sweep(subparsers: Any) -> None:
     parser.add_argument(
         "--engine", choices=ENGINES, default="process", help="where the runs go (default: %(default)s, this machine)"
     )
-    parser.add_argument("--workers", type=int, help="processes or CPUs to use (default: the CPUs available here)")
+    parser.add_argument(
+        "--workers", type=integer(1, 4096), help="processes or CPUs to use (default: the CPUs available here)"
+    )
     parser.add_argument("--address", help="dask: the scheduler to use, tcp://host:8786 (default: start a local one)")
     parser.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     parser.add_argument("--out", help="directory for sweep.json and sweep.txt")

@@ -3,7 +3,8 @@
 The run, in order (the plugin-author contract is in ``docs/simulator-grpc.md``, "teesim serve"):
 
 1. the node's host tree is written under ``DIR`` (``sys/fs/cgroup/misc.*``, ``sys/module``, ``proc``,
-   ``dev`` ...) and the kubelet listens on ``DIR/var/lib/kubelet/device-plugins/kubelet.sock`` and
+   ``dev`` ...; what serve created is recorded in ``DIR/teesim-serve.created.json``, and only that is ever
+   removed: :mod:`teesim.serve.root`) and the kubelet listens on ``DIR/var/lib/kubelet/device-plugins/kubelet.sock`` and
    ``DIR/var/lib/kubelet/pod-resources/kubelet.sock``;
 2. readiness: ``DIR/teesim-serve.json`` (``"state": "ready"``, the paths and the environment below) is
    written atomically and ``teesim serve: ready {...}`` (the same JSON on one line) is printed on stdout;
@@ -17,7 +18,8 @@ The run, in order (the plugin-author contract is in ``docs/simulator-grpc.md``, 
    built-in strategies' for the same scenario and seed) is printed, and written to ``--report DIR``
    (``report.json``, ``timeline-<node>.png``, ``plugin-<n>.log``); ``DIR/teesim-serve.json`` says
    ``"state": "done"`` with the exit status: 1 when a ``--fail-on`` condition holds, 0 otherwise
-   (2: the scenario or the command line is wrong).
+   (2: the scenario or the command line is wrong). SIGTERM or SIGINT: ``"state": "stopped"`` with the
+   signal's name, exit 128 + its number.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import argparse
 import os
 import random
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, TextIO
 
+from teesim._args import seconds, seed
 from teesim._collection import collection_module
 from teesim.kernel.backends import NodeWriter, RealDirBackend
 from teesim.kernel.node import Node
@@ -43,7 +45,9 @@ from teesim.kubelet.server import Kubelet
 from teesim.report.metrics import MetricsRecorder, percentile
 from teesim.report.render import format_table, write_timelines
 from teesim.report.runner import run_scenario, scenario_header
-from teesim.serve.engine import SERVED, ServeSimulation, check_servable
+from teesim.serve.engine import ServeSimulation
+from teesim.serve.root import prepare_root
+from teesim.serve.strategy import SERVED, check_servable
 from teesim.sim.scenario import Scenario, load_scenario
 from teesim.strategies.base import STRATEGIES
 
@@ -68,7 +72,7 @@ def _outside(metrics: dict[str, Any]) -> str | None:
 
 def _failed(metrics: dict[str, Any]) -> str | None:
     n = metrics["failed_launches"]
-    return f"{n} failed launch(es) (EBUSY)" if n else None
+    return f"{n} failed launch(es) (ENOSPC or EBUSY)" if n else None
 
 
 def _admission(metrics: dict[str, Any]) -> str | None:
@@ -118,26 +122,6 @@ def write_state(root: Path, state: dict[str, Any]) -> Path:
     tmp.write_text(emit_json.dumps(state, "teesim-serve.json"), encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
-def prepare_root(root: Path, tree: list[str]) -> None:
-    """``root`` empty (or new), or one a previous serve run left (its ``teesim-serve.json`` says so): then
-    the subtrees serve writes (``tree``, relative) are removed first, so no stale file of that run (a
-    guest's cgroup, a plugin's socket) is read as this run's. Anything else is refused, never deleted."""
-    if not root.exists():
-        root.mkdir(parents=True)
-        return
-    if not root.is_dir():
-        raise ValueError(f"--root {root}: not a directory")
-    if not any(root.iterdir()):
-        return
-    if not (root / READY_FILE).is_file():
-        raise ValueError(
-            f"--root {root}: the directory is not empty and no teesim serve run left it (no {READY_FILE}); "
-            "serve writes a node tree there: give an empty or new directory"
-        )
-    for relpath in tree:
-        shutil.rmtree(root / relpath, ignore_errors=True)
 
 
 def plugin_env(kubelet: Kubelet, resources: list[tuple[str, str]]) -> dict[str, str]:
@@ -239,14 +223,14 @@ def _served_entry(sim: ServeSimulation, recorder: MetricsRecorder, serve: dict[s
         "max_s": None,
         "not_measured": NOT_MEASURED,
     }
-    lag = sim.clock.lag
+    lag = sim.paced.lag
     serve["lag_s"] = {
         "instants": len(lag),
         "p50": round(percentile(lag, 50) or 0.0, 4) if lag else None,
         "p99": round(percentile(lag, 99) or 0.0, 4) if lag else None,
         "max": round(max(lag), 4) if lag else None,
     }
-    serve["device_list_wakeups"] = sim.clock.wakeups
+    serve["device_list_wakeups"] = sim.paced.wakeups
     return {
         "summary": sim.strategy.summary,
         "metrics": metrics,
@@ -270,8 +254,8 @@ def serve(
     say = say or sys.stdout
     check_servable(scenario)
     (spec,) = scenario.world.nodes
-    tree = sorted({path.split("/", 1)[0] for path in Node(spec).files()} | {sockets.KUBELET_DIR})
-    prepare_root(root, tree)
+    tops = {path.split("/", 1)[0] for path in [*Node(spec).files(), sockets.KUBELET_DIR]}
+    prepare_root(root, sorted(tops))
     kubelet = Kubelet(root, rng=random.Random(f"{scenario.seed}/{spec.name}/devices"))
     sim = ServeSimulation(scenario, kubelet, NodeWriter(RealDirBackend(root)))
     wanted = sim.plugin_resources()
@@ -291,8 +275,11 @@ def serve(
         started = time.monotonic()
         sim.run(recorder)
         wall = time.monotonic() - started
-    except BaseException as exc:
+    except Stopped as exc:
         # Whoever waits on the readiness file learns that the run is over, and why.
+        write_state(root, {"state": "stopped", "signal": exc.name})
+        raise
+    except BaseException as exc:
         write_state(root, {"state": "failed", "error": str(exc) or type(exc).__name__})
         raise
     finally:
@@ -315,7 +302,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     report_dir = Path(args.report) if args.report else None
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = {signum: signal.signal(signum, _stop) for signum in STOP_SIGNALS}
     try:
         entry = serve(
             scenario,
@@ -324,8 +311,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             report_dir=report_dir,
             registration_timeout=args.registration_timeout,
         )
+    except Stopped as exc:
+        print(f"teesim serve: stopped by {exc.name}; the plugins were stopped and the sockets removed", file=sys.stderr)
+        return 128 + exc.signum
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     compare = [] if args.compare == ["none"] else (args.compare or list(STRATEGIES))
     report = run_scenario(scenario, compare) if compare else {**scenario_header(scenario), "strategies": {}}
     report["strategies"] = {SERVED: entry, **report["strategies"]}
@@ -342,9 +333,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return status
 
 
-def _terminate(signum: int, frame: object) -> None:
-    # SIGTERM (a CI job cancelled): unwind so the plugins are stopped and the sockets removed.
-    raise SystemExit(128 + signum)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT during the run (a CI job cancelled, Ctrl-C): not a failure of the run. The state
+    file says ``{"state": "stopped", "signal": "SIGTERM"}`` and serve exits 128 + the signal's number,
+    as a shell reports a process a signal ended."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.name}")
+
+
+def _stop(signum: int, frame: object) -> None:
+    # Unwind so that the plugins are stopped and the sockets removed.
+    raise Stopped(signum)
 
 
 def register(subparsers: Any) -> None:
@@ -355,7 +360,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("scenario", help="scenario YAML path or bundled name (e.g. serve-double-pool-tdx)")
     parser.add_argument("--root", required=True, help="node root: host tree and var/lib/kubelet (keep it short)")
-    parser.add_argument("--seed", type=int, help="override the scenario's seed")
+    parser.add_argument("--seed", type=seed, help="override the scenario's seed")
     parser.add_argument(
         "--plugin",
         action="append",
@@ -377,7 +382,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--registration-timeout",
-        type=float,
+        type=seconds(),
         default=30.0,
         help="seconds to wait for plugins to register before the scenario starts (default: %(default)s)",
     )

@@ -28,87 +28,18 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from teesim._collection import KUBEVIRT_KEYS
-from teesim.cluster.nfd import NFD_RESOURCES
+from teesim.cluster import virthandler
 from teesim.cluster.node import SimNode
-from teesim.cluster.pods import Consumer, Guest, Phase, Pod
+from teesim.cluster.pods import Phase, Pod
 from teesim.kernel.backends import NodeWriter
 from teesim.kubelet.devicemanager import AllocationError
+from teesim.kubelet.podworkers import sandbox_retry_at
 from teesim.kubelet.server import Kubelet
 from teesim.serve.clock import AfterEach, PacedClock
-from teesim.sim.node_kubelet import NodeKubelet
+from teesim.serve.strategy import ServedStrategy, check_servable
+from teesim.sim.node_kubelet import KubeletEnv, NodeKubelet
 from teesim.sim.scenario import Scenario, ServeSpec
 from teesim.sim.simulation import Simulation
-from teesim.strategies.base import SEV_DEVICE, Advertiser, NodeLayout, Role, Strategy
-
-SERVED = "external-plugin"
-
-
-@dataclass(frozen=True)
-class ServedStrategy(Strategy):
-    """The accounting the scenario's ``serve:`` section describes, advertised by external plugins."""
-
-    vmi_names: tuple[tuple[str, str], ...] = ()
-    kata_names: tuple[tuple[str, str], ...] = ()
-    nfd: bool = True
-
-    @classmethod
-    def of(cls, spec: ServeSpec) -> ServedStrategy:
-        kata = ", ".join(f"{m}: {n}" for m, n in sorted(spec.kata.items())) or "no key"
-        vmi = ", ".join(f"{m}: {n}" for m, n in sorted(spec.kubevirt.items())) or "no key"
-        nfd = "NFD's rule advertises Kata's names from misc.capacity" if spec.nfd else "no NFD key rule"
-        return cls(
-            SERVED,
-            f"external device plugin(s) in real time; VMIs request {vmi}; Kata overhead {kata}; {nfd}",
-            "external",
-            Advertiser.EXTERNAL,
-            "external",
-            vmi_names=tuple(sorted(spec.kubevirt.items())),
-            kata_names=tuple(sorted(spec.kata.items())),
-            nfd=spec.nfd,
-        )
-
-    def vmi_key_name(self, misc_resource: str) -> str:
-        # A misc resource VMIs request nothing for is still plotted under KubeVirt's name.
-        return dict(self.vmi_names).get(misc_resource) or KUBEVIRT_KEYS.get(misc_resource, SEV_DEVICE)
-
-    def kata_key_name(self, misc_resource: str) -> str | None:
-        return dict(self.kata_names).get(misc_resource)
-
-    def vmi_requests(self, guest: Guest) -> dict[str, int]:
-        name = dict(self.vmi_names).get(guest.misc_resource)
-        return {name: 1} if name else {}
-
-    def layout(self, misc_resource: str, role: Role = Role.BOTH) -> NodeLayout:
-        nfd = self.nfd and misc_resource in NFD_RESOURCES
-        return NodeLayout(plugin=None, nfd_keys=nfd, nfd_reserved=False, sev_device=False)
-
-    def accounted(self, misc_resource: str) -> frozenset[str]:
-        users = {Consumer.KUBEVIRT.value}
-        kata = self.kata_key_name(misc_resource)
-        if kata is not None and kata == dict(self.vmi_names).get(misc_resource):
-            users.add(Consumer.KATA.value)
-        return frozenset(users)
-
-    def plugin_resources(self) -> list[tuple[str, str]]:
-        """(misc resource, name) the scenario's consumers request that NFD does not serve: the external
-        plugins' job."""
-        nfd = set(NFD_RESOURCES.values()) if self.nfd else set()
-        return sorted({(m, n) for m, n in self.vmi_names + self.kata_names if n not in nfd})
-
-
-def check_servable(scenario: Scenario) -> None:
-    """What serve cannot run, refused before anything starts (a ValueError saying what to change)."""
-    world = scenario.world
-    where = f"{scenario.source}"
-    if len(world.nodes) != 1:
-        raise ValueError(f"{where}: teesim serve runs one node, the scenario has {len(world.nodes)}; keep one")
-    if world.faults:
-        raise ValueError(
-            f"{where}: teesim serve cannot inject faults (an external plugin is not the scenario's to crash); "
-            "remove the faults: list"
-        )
-    if not world.nodes[0].profile.has_misc:
-        raise ValueError(f"{where}: kernel profile {world.nodes[0].profile.name!r} has no misc controller")
 
 
 @dataclass
@@ -121,16 +52,28 @@ class _Inbox:
 
 class ServeNodeKubelet(NodeKubelet):
     """The node's kubelet, for real: admission goes through the gRPC kubelet (``Allocate`` on the plugin's
-    socket), and what its ``/pods`` shows follows the pod's life."""
+    socket), and what its ``/pods`` shows follows the pod's life. Compiled with :class:`NodeKubelet`
+    (teesim._native): an interpreted subclass's overrides would not be seen by the compiled simulation."""
 
-    env: ServeSimulation
+    def __init__(
+        self,
+        serve: ServeSimulation,
+        node: SimNode,
+        plugins: list,
+        vmi_backoff: virthandler.Backoff,
+        served_dra: frozenset[str] = frozenset(),
+    ):
+        super().__init__(serve, node, plugins, vmi_backoff, served_dra)
+        self.serve = serve
+        # Pods whose container the runtime started (PreStartContainer made, when the plugin wants it).
+        self.containers_started: set[str] = set()
 
     def admit(self, pod: Pod) -> None:
         # Bound inside the scheduler's pass: the kubelet admits it right after this event.
-        self.env.inbox.admissions.append((self.node, pod))
+        self.serve.inbox.admissions.append((self.node, pod))
 
     def allocate_devices(self, pod: Pod) -> bool:
-        node, kubelet, lock = self.node, self.env.kubelet, self.env.lock
+        node, kubelet, lock = self.node, self.serve.kubelet, self.serve.lock
         ref, now = self.ref(pod), self.clock.now
         # Bound, not started: the kubelet lists the pod (its sandbox not there) before admitting it, so
         # a plugin reading /pods never takes a device allocated below for a started guest's.
@@ -157,7 +100,7 @@ class ServeNodeKubelet(NodeKubelet):
         super().admitted(pod)
         if pod.phase is Phase.BOUND:
             # What /pods shows: the pod with its overhead, its sandbox not there yet.
-            self.env.kubelet.add_pod(
+            self.serve.kubelet.add_pod(
                 self.ref(pod),
                 [pod.container],
                 overhead=pod.overhead,
@@ -166,47 +109,87 @@ class ServeNodeKubelet(NodeKubelet):
             )
 
     def launch(self, pod: Pod) -> None:
+        if pod.phase is Phase.BOUND and pod.uid not in self.containers_started:
+            failure = self._start_container(pod)
+            if failure is not None:
+                self._container_start_failed(pod, failure)
+                return
+            self.containers_started.add(pod.uid)
         super().launch(pod)
         if pod.phase is Phase.RUNNING and pod.started_at == self.clock.now:
-            self.env.kubelet.set_sandbox_ready(self.ref(pod), True)
+            self.serve.kubelet.set_sandbox_ready(self.ref(pod), True)
+
+    def _start_container(self, pod: Pod) -> AllocationError | None:
+        """The runtime is about to start the pod's container: ``startContainer`` -> ``generateContainerConfig``
+        -> ``GetDeviceRunContainerOptions``, which calls ``callPreStartContainerIfNeeded`` for each device-plugin
+        resource (kuberuntime_container.go, cm/devicemanager/manager.go, k8s.io/kubernetes v1.37.2):
+        ``PreStartContainer`` on the plugin when its options set ``pre_start_required``. The RPC is made
+        without the engine's lock (the plugin may call pod-resources)."""
+        lock = self.serve.lock
+        lock.release()
+        try:
+            self.serve.kubelet.start_container(self.ref(pod), pod.container)
+        except AllocationError as exc:
+            failure: AllocationError | None = exc
+        else:
+            failure = None
+        finally:
+            lock.acquire()
+        return failure
+
+    def _container_start_failed(self, pod: Pod, exc: AllocationError) -> None:
+        # CreateContainerConfigError: the pod worker requeues the pod 10-15 s later (pod_workers.go,
+        # backOffPeriod with workerBackOffPeriodJitterFactor 0.5, v1.37.2), and starts the container again.
+        pod.attempts += 1
+        if pod.first_launch_at is None:
+            pod.first_launch_at = self.clock.now
+        self.attempt_failed(pod, exc)
+        self.clock.at(sandbox_retry_at(self.clock.now, self.serve.retry_rng), lambda: self.launch(pod))
 
     def release(self, pod: Pod, was_running: bool) -> None:
         super().release(pod, was_running)
-        self.env.kubelet.finish_pod(self.ref(pod))
+        self.serve.kubelet.finish_pod(self.ref(pod))
+
+
+def _serve_node_kubelet(
+    env: KubeletEnv, node: SimNode, plugins: list, backoff: virthandler.Backoff, served: frozenset[str]
+) -> NodeKubelet:
+    assert isinstance(env, ServeSimulation)
+    return ServeNodeKubelet(env, node, plugins, backoff, served)
 
 
 class ServeSimulation(Simulation):
-    """One node of ``scenario`` in real time against ``kubelet`` (started, rooted where the files go)."""
-
-    strategy: ServedStrategy
-    node_kubelet_class = ServeNodeKubelet
+    """One node of ``scenario`` in real time against ``kubelet`` (started, rooted where the files go).
+    Compiled with :class:`Simulation` (teesim._native); its kubelets are passed in, not a class attribute."""
 
     def __init__(self, scenario: Scenario, kubelet: Kubelet, writer: NodeWriter):
         check_servable(scenario)
-        strategy = ServedStrategy.of(scenario.serve or ServeSpec(dict(KUBEVIRT_KEYS), {}, True))
-        super().__init__(scenario.world, strategy)
+        served = ServedStrategy.of(scenario.serve or ServeSpec(dict(KUBEVIRT_KEYS), {}, True))
+        super().__init__(scenario.world, served, node_kubelet=_serve_node_kubelet)
+        self.served = served
         self.kubelet = kubelet
         self.writer = writer
         self.lock = kubelet.state_changed
-        self.clock = PacedClock(kubelet.state_changed)
-        self.clock.hooks = self
+        self.paced = PacedClock(kubelet.state_changed)
+        self.paced.hooks = self
+        self.clock = self.paced
         self.inbox = _Inbox()
-        self._thread = threading.get_ident()
+        self._engine_thread = threading.get_ident()
         (self.node,) = self.nodes.values()
         # The node's device manager is the real kubelet's: registered plugins are what it counts.
         kubelet.device_manager.on_change = self._devices_changed_elsewhere
         self.node.devices = kubelet.device_manager
-        kubelet.clock = self.clock.elapsed
+        kubelet.clock = self.paced.elapsed
         self._written_revision: object = None
         self.sync_files()
 
     def plugin_resources(self) -> list[tuple[str, str]]:
         """(misc resource, name) external plugins must advertise here: those with keys on this node."""
-        return [(m, n) for m, n in self.strategy.plugin_resources() if self.node.capacity(m) > 0]
+        return [(m, n) for m, n in self.served.plugin_resources() if self.node.capacity(m) > 0]
 
     # -- what the gRPC threads bring in ------------------------------------------------------------
     def _devices_changed_elsewhere(self) -> None:
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self._engine_thread:
             self.node.devices_changed()  # the engine's own change (an allocation, a pod's end): now
         else:
             self.inbox.devices_changed = True  # a gRPC thread's: taken in by before()

@@ -23,7 +23,8 @@ One instance per node. It talks to the simulation only through :class:`KubeletEn
 settings, the one retry random stream (shared by every node, so that a run draws in event order), the
 failure sink, the kernel-change hook and the launch counters. The simulation keeps what is not a
 kubelet's: set-up, arrivals, the scheduler's binding, faults and observation, as SimPy's environment
-holds no domain logic. ``teesim serve`` swaps in a subclass that admits through the real gRPC kubelet.
+holds no domain logic. ``teesim serve`` passes in (``Simulation(node_kubelet=...)``) a subclass that admits
+through the real gRPC kubelet; it is compiled with this one (teesim._native).
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ import random
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
-
-from mypy_extensions import mypyc_attr
 
 from teesim.cluster import virthandler
 from teesim.cluster.node import SimNode
@@ -78,8 +77,8 @@ def _created(pod: Pod) -> tuple[float, str]:
     return (pod.created, pod.uid)
 
 
-# Subclassed outside the native build (teesim serve's ServeNodeKubelet): teesim._native.
-@mypyc_attr(allow_interpreted_subclasses=True)
+# Compiled (teesim._native), and so is its subclass (teesim serve's ServeNodeKubelet): compiled code does not
+# see an interpreted subclass's overrides (tests/simulator/test_native_subclasses.py).
 class NodeKubelet:
     """The kubelet of ``node``: admits, launches, retries, stops and releases the pods bound there.
 
@@ -311,3 +310,8 @@ class NodeKubelet:
                 node.uncharge(pod.consumer, pod.cgroup, pod.misc_resource, GUEST_VALUE[pod.guest])
                 self.env.kernel_changed(node, pod.misc_resource, pod.consumer, charged=False)
             self.fail(pod, "readmission", RuntimeError(str(rejection)), was_running=running)
+
+
+# What builds a node's kubelet (:class:`NodeKubelet` or a compiled subclass): env, node, plugins, VMI back-off,
+# the DRA-served names.
+NodeKubeletFactory = Callable[[KubeletEnv, SimNode, list, virthandler.Backoff, frozenset[str]], NodeKubelet]

@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
-from mypy_extensions import mypyc_attr
-
 from teesim.cluster import virthandler
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
@@ -45,7 +43,7 @@ from teesim.engine.clock import HeapClock, VirtualClock
 from teesim.kernel.misc import ChargeError
 from teesim.kernel.node import CGROUP_ROOT, NodeSpec
 from teesim.kubelet.ratelimit import TokenBucket
-from teesim.sim.node_kubelet import NodeKubelet
+from teesim.sim.node_kubelet import NodeKubelet, NodeKubeletFactory
 from teesim.strategies.base import Advertiser, Strategy
 from teesim.strategies.observe import ResourcePlan, ResourceSnapshot, planned_snapshot
 from teesim.strategies.wiring import NodeWiring, PluginOptions, nfd_names, node_roles, wire_node
@@ -132,8 +130,8 @@ def _node_name(node: SimNode) -> str:
     return node.name
 
 
-# Subclassed outside the native build (teesim serve's ServeSimulation): teesim._native.
-@mypyc_attr(allow_interpreted_subclasses=True)
+# Compiled (teesim._native), and so are its subclasses (teesim serve's): an interpreted subclass's
+# overrides are not seen by compiled code, so none is allowed (tests/simulator/test_native_subclasses.py).
 class Simulation:
     """Runs one :class:`World` under one :class:`Strategy`.
 
@@ -141,12 +139,22 @@ class Simulation:
     the scheduler tries every pending pod on every node, plugins and NFD parse their files at every
     read, and the clock is one plain heap (:class:`HeapClock`). It gives the same report, slower;
     the tests and the benchmark compare the two.
+
+    ``node_kubelet`` builds each node's kubelet (teesim serve passes one that admits through the real
+    gRPC kubelet): a collaborator passed in, since compiled code ignores an interpreted subclass's
+    class attributes.
     """
 
-    node_kubelet_class: type[NodeKubelet] = NodeKubelet  # teesim serve's admits through the real kubelet
-
-    def __init__(self, world: World, strategy: Strategy, *, incremental: bool = True):
+    def __init__(
+        self,
+        world: World,
+        strategy: Strategy,
+        *,
+        incremental: bool = True,
+        node_kubelet: NodeKubeletFactory = NodeKubelet,
+    ):
         self.world = world
+        self.node_kubelet = node_kubelet
         self.strategy = strategy
         self.settings = world.settings
         self.incremental = incremental
@@ -268,7 +276,7 @@ class Simulation:
 
     def _node_kubelet(self, node: SimNode, plugins: list) -> NodeKubelet:
         served = frozenset(self._dra_names) if self.strategy.dra_overhead_served else frozenset()
-        return self.node_kubelet_class(self, node, plugins, self._vmi_backoff, served)
+        return self.node_kubelet(self, node, plugins, self._vmi_backoff, served)
 
     def _sync_status(self, node: SimNode) -> None:
         node.sync_status(self.clock.now)

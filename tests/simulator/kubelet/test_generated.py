@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -15,7 +18,8 @@ from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
 REPO = Path(__file__).resolve().parents[3]
 GENERATED = REPO / "simulator" / "teesim" / "kubelet" / "generated"
 
-# Field numbers copied from upstream k8s.io/kubelet/pkg/apis/{deviceplugin/v1beta1,podresources/v1}/api.proto.
+# Field numbers of upstream k8s.io/kubelet v0.37.2 pkg/apis/{deviceplugin/v1beta1,podresources/v1}/api.proto (carried
+# whole in simulator/teesim/kubelet/protos; issue 27: PodResources.cpu_ids, memory and ClaimResource.share_id were missing).
 DEVICEPLUGIN_FIELDS = {
     "DevicePluginOptions": {"pre_start_required": 1, "get_preferred_allocation_available": 2},
     "RegisterRequest": {"version": 1, "endpoint": 2, "resource_name": 3, "options": 4},
@@ -47,14 +51,14 @@ PODRESOURCES_FIELDS = {
     "AllocatableResourcesResponse": {"devices": 1, "cpu_ids": 2, "memory": 3},
     "ListPodResourcesRequest": {},
     "ListPodResourcesResponse": {"pod_resources": 1},
-    "PodResources": {"name": 1, "namespace": 2, "containers": 3},
+    "PodResources": {"name": 1, "namespace": 2, "containers": 3, "cpu_ids": 4, "memory": 5},
     "ContainerResources": {"name": 1, "devices": 2, "cpu_ids": 3, "memory": 4, "dynamic_resources": 5},
     "ContainerMemory": {"memory_type": 1, "size": 2, "topology": 3},
     "ContainerDevices": {"resource_name": 1, "device_ids": 2, "topology": 3},
     "TopologyInfo": {"nodes": 1},
     "NUMANode": {"ID": 1},
     "DynamicResource": {"claim_name": 2, "claim_namespace": 3, "claim_resources": 4},
-    "ClaimResource": {"cdi_devices": 1, "driver_name": 2, "pool_name": 3, "device_name": 4},
+    "ClaimResource": {"cdi_devices": 1, "driver_name": 2, "pool_name": 3, "device_name": 4, "share_id": 5},
     "CDIDevice": {"name": 1},
     "GetPodResourcesRequest": {"pod_name": 1, "pod_namespace": 2},
     "GetPodResourcesResponse": {"pod_resources": 1},
@@ -148,3 +152,43 @@ def test_committed_stubs_equal_a_fresh_generation(tmp_path):
         if _normalise((fresh_root / rel).read_text()) != _normalise((GENERATED / rel).read_text())
     ]
     assert not stale, f"run scripts/gen_protos.sh and commit: stale stubs {stale}"
+
+
+PROTOS = REPO / "simulator" / "teesim" / "kubelet" / "protos"
+UPSTREAM = json.loads((PROTOS / "UPSTREAM.json").read_text(encoding="utf-8"))
+
+
+def test_the_protos_are_upstreams_whole_at_the_named_version():
+    """Each api.proto is byte for byte the file of the k8s.io/kubelet version UPSTREAM.json names."""
+    assert UPSTREAM["module"] == "k8s.io/kubelet" and re.fullmatch(r"v0\.\d+\.\d+", UPSTREAM["version"])
+    on_disk = sorted(p.relative_to(PROTOS).as_posix() for p in PROTOS.rglob("*.proto"))
+    assert on_disk == sorted(UPSTREAM["files"])
+    for name, entry in UPSTREAM["files"].items():
+        assert hashlib.sha256((PROTOS / name).read_bytes()).hexdigest() == entry["sha256"], name
+        assert (PROTOS / name).read_text(encoding="utf-8").count("option go_package") == 1  # not a rewrite
+
+
+@pytest.mark.slow
+def test_the_protos_equal_the_module_the_go_proxy_serves(tmp_path):
+    """``go mod download`` of the named version (from the Go module cache, or the proxy) has the same files,
+    and the module's go.sum hash is the one recorded."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go is not installed: the offline digests above still hold")
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GO111MODULE": "on"}
+    done = subprocess.run(
+        [go, "mod", "download", "-json", f"{UPSTREAM['module']}@{UPSTREAM['version']}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0 and "dial tcp" in done.stdout + done.stderr:
+        pytest.skip(f"the Go module proxy cannot be reached: {(done.stdout + done.stderr)[-200:]}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    module = json.loads(done.stdout)
+    assert module["Sum"] == UPSTREAM["go_sum"]
+    for name, entry in UPSTREAM["files"].items():
+        assert (Path(module["Dir"]) / entry["upstream"]).read_bytes() == (PROTOS / name).read_bytes(), name

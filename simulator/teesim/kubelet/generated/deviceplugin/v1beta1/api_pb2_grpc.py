@@ -26,9 +26,12 @@ if _version_not_supported:
 
 
 class RegistrationStub:
-    """Served by the kubelet on <kubelet dir>/device-plugins/kubelet.sock. Register fails when the
-    version is not supported or the resource name is not an extended resource name; a plugin is
-    expected to exit when registration fails.
+    """Registration is the service advertised by the Kubelet
+    Only when Kubelet answers with a success code to a Register Request
+    may Device Plugins start their service
+    Registration may fail when device plugin version is not supported by
+    Kubelet or the registered resourceName is already taken by another
+    active device plugin. Device plugin is expected to terminate upon registration failure
     """
 
     def __init__(self, channel):
@@ -45,9 +48,12 @@ class RegistrationStub:
 
 
 class RegistrationServicer:
-    """Served by the kubelet on <kubelet dir>/device-plugins/kubelet.sock. Register fails when the
-    version is not supported or the resource name is not an extended resource name; a plugin is
-    expected to exit when registration fails.
+    """Registration is the service advertised by the Kubelet
+    Only when Kubelet answers with a success code to a Register Request
+    may Device Plugins start their service
+    Registration may fail when device plugin version is not supported by
+    Kubelet or the registered resourceName is already taken by another
+    active device plugin. Device plugin is expected to terminate upon registration failure
     """
 
     def Register(self, request, context):
@@ -73,9 +79,12 @@ def add_RegistrationServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Registration:
-    """Served by the kubelet on <kubelet dir>/device-plugins/kubelet.sock. Register fails when the
-    version is not supported or the resource name is not an extended resource name; a plugin is
-    expected to exit when registration fails.
+    """Registration is the service advertised by the Kubelet
+    Only when Kubelet answers with a success code to a Register Request
+    may Device Plugins start their service
+    Registration may fail when device plugin version is not supported by
+    Kubelet or the registered resourceName is already taken by another
+    active device plugin. Device plugin is expected to terminate upon registration failure
     """
 
     @staticmethod
@@ -107,7 +116,7 @@ class Registration:
 
 
 class DevicePluginStub:
-    """Served by each device plugin on its own socket in the device-plugins directory.
+    """DevicePlugin is the service advertised by Device Plugins
     """
 
     def __init__(self, channel):
@@ -144,37 +153,51 @@ class DevicePluginStub:
 
 
 class DevicePluginServicer:
-    """Served by each device plugin on its own socket in the device-plugins directory.
+    """DevicePlugin is the service advertised by Device Plugins
     """
 
     def GetDevicePluginOptions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetDevicePluginOptions returns options to be communicated with Device
+        Manager
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAndWatch(self, request, context):
-        """A stream of device lists: every message is the complete, current list.
+        """ListAndWatch returns a stream of List of Devices
+        Whenever a Device state change or a Device disappears, ListAndWatch
+        returns the new list
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetPreferredAllocation(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetPreferredAllocation returns a preferred set of devices to allocate
+        from a list of available ones. The resulting preferred allocation is not
+        guaranteed to be the allocation ultimately performed by the
+        devicemanager. It is only designed to help the devicemanager make a more
+        informed allocation decision when possible.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Allocate(self, request, context):
-        """Called once per container at pod admission with the devices the kubelet chose.
+        """Allocate is called during container creation so that the Device
+        Plugin can run device specific operations and instruct Kubelet
+        of the steps to make the Device available in the container
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PreStartContainer(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """PreStartContainer is called, if indicated by Device Plugin during registeration phase,
+        before each container start. Device plugin can run device specific operations
+        such as resetting the device before making devices available to the container
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -216,7 +239,7 @@ def add_DevicePluginServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DevicePlugin:
-    """Served by each device plugin on its own socket in the device-plugins directory.
+    """DevicePlugin is the service advertised by Device Plugins
     """
 
     @staticmethod

@@ -26,8 +26,8 @@ if _version_not_supported:
 
 
 class PodResourcesListerStub:
-    """Served by the kubelet on <kubelet dir>/pod-resources/kubelet.sock: the node resources that pods
-    and containers hold.
+    """PodResourcesLister is a service provided by the kubelet that provides information about the
+    node resources consumed by pods and containers on the node
     """
 
     def __init__(self, channel):
@@ -54,8 +54,8 @@ class PodResourcesListerStub:
 
 
 class PodResourcesListerServicer:
-    """Served by the kubelet on <kubelet dir>/pod-resources/kubelet.sock: the node resources that pods
-    and containers hold.
+    """PodResourcesLister is a service provided by the kubelet that provides information about the
+    node resources consumed by pods and containers on the node
     """
 
     def List(self, request, context):
@@ -103,8 +103,8 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PodResourcesLister:
-    """Served by the kubelet on <kubelet dir>/pod-resources/kubelet.sock: the node resources that pods
-    and containers hold.
+    """PodResourcesLister is a service provided by the kubelet that provides information about the
+    node resources consumed by pods and containers on the node
     """
 
     @staticmethod
