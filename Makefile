@@ -73,7 +73,8 @@ sanity: collection
 BOTH_BUILDS_TESTS := tests/simulator/serve tests/simulator/kubelet tests/simulator/plugins \
 	tests/simulator/external_plugins tests/simulator/test_grpc_run.py tests/simulator/test_cli_help.py \
 	tests/simulator/test_cli_numbers.py tests/simulator/test_native_subclasses.py tests/simulator/report/test_cli_run.py \
-	tests/simulator/kernel/test_cli.py tests/simulator/fixtures/test_fleet.py
+	tests/simulator/kernel/test_cli.py tests/simulator/fixtures/test_fleet.py tests/simulator/report/test_engines.py \
+	tests/simulator/report/test_sweep.py
 pytest: collection
 ifeq ($(TEESIM_NATIVE),0)
 	$(BIN)/python -m pytest -n 2 --dist loadfile

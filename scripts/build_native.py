@@ -8,7 +8,7 @@ it is used is in ``simulator/teesim/_native.py``. Steps:
 2. compile ``teesim._native.MODULES`` as one mypyc group (mypy type-checks them first: a type error
    stops the build) with setuptools' ``build_ext --inplace``, the C and objects in ``.build/native``;
 3. write ``simulator/teesim/native.json``: the interpreter's cache tag, mypy's version, a SHA-256 of
-   every source file;
+   every source file as it was read before compiling (an edit during the build leaves it stale);
 4. check the effective result: a fresh interpreter with ``TEESIM_NATIVE=1`` imports every module from its
    compiled file.
 
@@ -109,14 +109,16 @@ def compile_modules() -> None:
         )
 
 
-def write_manifest() -> None:
+def write_manifest(sources: dict[str, str]) -> None:
+    """``sources``: the digests read before compiling, so that an edit made while mypyc ran leaves the
+    manifest stale (the source runs) instead of vouching for code that was not compiled."""
     from mypy.version import __version__ as mypy_version
 
     manifest = {
         "cache_tag": sys.implementation.cache_tag,
         "mypy": mypy_version,
         "modules": list(_native.MODULES),
-        "sources": _native.source_digests(),
+        "sources": sources,
     }
     _native.MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -139,8 +141,9 @@ def main() -> int:
     clean()
     if args.clean:
         return 0
+    sources = _native.source_digests()
     compile_modules()
-    write_manifest()
+    write_manifest(sources)
     print(f"teesim native build: {len(_native.MODULES)} modules, {check()}")
     return 0
 

@@ -62,6 +62,27 @@ def test_every_compiled_module_has_a_source_in_the_package() -> None:
     assert len(set(native.MODULES)) == len(native.MODULES)
 
 
+def test_an_edit_while_mypyc_runs_leaves_the_manifest_stale(monkeypatch, tmp_path: Path) -> None:
+    """scripts/build_native.py records the sources it compiled, read before compiling: an edit made during
+    the build (minutes) must not be vouched for (issue 27: it was, digests were read after compiling)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_native", SIMULATOR.parent / "scripts" / "build_native.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    reads = iter([{"a.py": "compiled"}, {"a.py": "edited while compiling"}])
+    monkeypatch.setattr(build._native, "source_digests", lambda: next(reads))
+    monkeypatch.setattr(build._native, "MANIFEST", tmp_path / "native.json")
+    monkeypatch.setattr(build, "clean", lambda: None)
+    monkeypatch.setattr(build, "compile_modules", lambda: build._native.source_digests())  # the edit, mid-build
+    monkeypatch.setattr(build, "check", lambda: "checked")
+    monkeypatch.setattr(sys, "argv", ["build_native.py"])
+    assert build.main() == 0
+    manifest = json.loads((tmp_path / "native.json").read_text())
+    assert manifest["sources"] == {"a.py": "compiled"}
+    assert not native.decide(None, manifest, {"a.py": "edited while compiling"}, TAG).native
+
+
 # -- the build on this checkout ------------------------------------------------------------------------
 
 
