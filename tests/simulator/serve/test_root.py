@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -141,16 +142,20 @@ def test_a_root_serve_cannot_prove_is_its_own_is_refused_and_left_alone(tmp_path
 
 
 @pytest.mark.parametrize("state", ["garbled {", '{"state": "done"}'])
-def test_a_host_like_root_with_only_a_state_file_is_refused_and_kept(tmp_path, capsys, state):
+def test_a_host_like_root_with_only_a_state_file_is_refused_and_kept(capsys, state):
     """The issue's case: teesim-serve.json (unreadable to serve, or well-formed) beside etc/, sys, proc,
     dev and var/lib/kubelet: no manifest, nothing removed, exit 2 naming the file."""
-    _hostile(tmp_path)
-    (tmp_path / "teesim-serve.json").write_text(state, encoding="utf-8")
-    before = _snapshot(tmp_path)
-    assert main(["serve", str(SHORT), "--root", str(tmp_path), "--compare", "none"]) == 2
-    err = capsys.readouterr().err
-    assert f"no {tmp_path.resolve() / MANIFEST}" in err
-    assert _snapshot(tmp_path) == before
+    root = Path(tempfile.mkdtemp(prefix="ts-", dir="/tmp"))  # Unix socket paths stay short
+    try:
+        _hostile(root)
+        (root / "teesim-serve.json").write_text(state, encoding="utf-8")
+        before = _snapshot(root)
+        assert main(["serve", str(SHORT), "--root", str(root), "--compare", "none"]) == 2
+        err = capsys.readouterr().err
+        assert f"no {root.resolve() / MANIFEST}" in err
+        assert _snapshot(root) == before
+    finally:
+        shutil.rmtree(root)
 
 
 def test_a_file_of_someone_elses_beside_a_previous_run_is_refused(tmp_path):
