@@ -21,6 +21,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.boot import bls
 from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import ChangeError, Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_names import fits
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import display_text
@@ -709,6 +710,11 @@ def plan(
     """Parse the request, detect (or check) the boot setup and plan the actions."""
     if not DROPIN_NAME_RE.match(name or ""):
         raise CmdlineError(f"name {name!r} must be a file-name stem (letters, digits, '.', '_', '-')")
+    if not fits(name + ".cfg"):
+        raise CmdlineError(
+            f"name {name[:40]!r}... has {len(name)} characters: the drop-in {name[:8]}....cfg must fit a file name "
+            "(255 bytes, NAME_MAX); choose a shorter name"
+        )
     want, drop = parse_request(present, absent)
     reader = HostReader(host_root)
     if setup == "auto":

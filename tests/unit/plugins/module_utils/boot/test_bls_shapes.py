@@ -258,3 +258,10 @@ def test_kernel_install_runs_after_the_written_file_is_proven_and_its_entries_ar
         executor.execute(result)
     assert seen == ["root=UUID=1 ro nohibernate\n"]
     assert snapshot(str(tmp_path)) == before
+
+
+def test_a_drop_in_name_too_long_for_a_file_name_is_refused_before_anything(tmp_path):
+    root = grub_tree(tmp_path)
+    with pytest.raises(kc.CmdlineError, match=r"must fit a file name .255 bytes, NAME_MAX.; choose a shorter name"):
+        kc.plan(root, ["nohibernate"], [], name="n" * 252)
+    assert kc.plan(root, ["nohibernate"], [], name="n" * 251).actions

@@ -262,7 +262,8 @@ def test_a_backup_of_a_file_with_a_long_name_fits_name_max(root):
     changes.apply()
     (backup,) = changes.backups
     assert len(os.path.basename(backup).encode()) <= 255 and backup.endswith("~")
-    assert open(backup).read() == "before\n"
+    with open(backup) as handle:
+        assert handle.read() == "before\n"
 
 
 def test_diff_after_is_what_a_real_run_writes_through_a_link_and_with_non_utf8_bytes(root):
