@@ -3,7 +3,7 @@
 """Filters the cluster roles render with: thin wrappers over the pure functions in module_utils.
 
 Every rule lives in module_utils; a filter only turns the module_utils error into an AnsibleFilterError
-that names the filter.
+that names the filter, the node and the inventory variable (``plugin_utils.filter_refusal``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 import yaml
-from ansible.errors import AnsibleFilterError
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
@@ -24,6 +23,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools
 )
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.kubevirt_cc import KubeVirtConfigError
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifests
+from ansible_collections.confidential.tee.plugins.plugin_utils.filter_refusal import refusing
 
 _ERRORS = (
     KeyPoolError,
@@ -35,17 +35,6 @@ _ERRORS = (
     TypeError,
     ValueError,
 )
-
-
-def _wrap(name, func):
-    def run(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except _ERRORS as exc:
-            raise AnsibleFilterError("confidential.tee.%s: %s" % (name, exc)) from exc
-
-    run.__name__ = name
-    return run
 
 
 def nfd_tee_rule(plan, name="confidential-tee-keys", flavor="kubernetes", namespace=None):
@@ -100,7 +89,8 @@ def gpu_cc_containerd_ready(version_output, minimum, config_text, config_path, d
         raise gpu_cc.GpuCcError(
             "%s does not import %s, so containerd would ignore the drop-in: add "
             'imports = ["%s/*.toml"] at the top of %s (containerd config default has it since 2.2) and restart '
-            "containerd" % (config_path, dropin_path, dropin_path.rsplit("/", 1)[0], config_path)
+            "containerd" % (config_path, dropin_path, dropin_path.rsplit("/", 1)[0], config_path),
+            option="containerd_config",
         )
     return {"version": ".".join(str(v) for v in version), "imports_dropin": True}
 
@@ -160,4 +150,4 @@ class FilterModule:
             cluster_input_errors,
             manifest_dir,
         )
-        return {f.__name__: _wrap(f.__name__, f) for f in funcs}
+        return {f.__name__: refusing(f.__name__, f, _ERRORS) for f in funcs}

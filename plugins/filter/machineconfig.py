@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.confidential.tee.plugins.module_utils.boot.machineconfig import MachineConfigError, render
+from ansible_collections.confidential.tee.plugins.plugin_utils.filter_refusal import refusing
 
 
 def machineconfig(kernel_arguments, name, role="worker", files=None, labels=None):
-    try:
-        return render(name, role, kernel_arguments, files, labels)
-    except MachineConfigError as exc:
-        raise AnsibleFilterError(f"confidential.tee.machineconfig: {exc}") from exc
+    return render(name, role, kernel_arguments, files, labels)
 
 
 class FilterModule:
     def filters(self):
-        return {"machineconfig": machineconfig}
+        return {"machineconfig": refusing("machineconfig", machineconfig, (MachineConfigError,))}

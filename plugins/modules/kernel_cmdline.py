@@ -210,21 +210,19 @@ def main():
     redact = executor.changes.redact
     try:
         result_plan = plan(host_root, params["present"], params["absent"], params["name"], params["boot_setup"])
-        executor.execute(result_plan)
-        # The diff is the plan's, taken before verify() fills in what was read back.
+        executor.plan(result_plan)
+        # The diff is the plan's, rendered before anything is applied and before verify() fills in the read-back.
         diff = [_arguments_diff(result_plan), *executor.changes.diff()] if module._diff else None
+        executor.execute(result_plan)
         verify(result_plan, executor)
         running = running_cmdline(host_root)
         needs_reboot = reboot_required(running, params["present"], params["absent"])
     except CmdlineError as exc:
         module.fail_json(msg=redact(display_text(str(exc))), actions=redact(executor.done), backups=executor.backups)
-    except OSError as exc:
+    except Exception as exc:  # whatever failed after a change, the host is put back first
+        executor.rollback()
         module.fail_json(
-            msg=redact(
-                display_text(
-                    f"kernel_cmdline could not complete: {exc}; the actions recorded so far show how far it got"
-                )
-            ),
+            msg=redact(display_text(f"kernel_cmdline could not complete: {exc}{executor.restored()}")),
             actions=redact(executor.done),
             backups=executor.backups,
             exception=redact(traceback.format_exc()),

@@ -38,3 +38,24 @@ def test_a_malformed_kubevirt_version_is_refused_before_anything_happens(render)
     proc, files = render({"tdx-1": {"vendor": "intel"}}, kubevirt_cc_version=["v1.9.0"])
     assert proc.returncode != 0 and "kubevirt_cc_version must be a version such as v1.9.0" in proc.flat
     assert files == {}
+
+
+@pytest.mark.slow
+def test_a_relative_qgs_socket_path_is_refused_naming_the_variable_and_the_node(render):
+    proc, files = render(
+        {"tdx-1": {"vendor": "intel", "tee_node_consumers": ["kata", "kubevirt"]}},
+        kubevirt_cc_qgs_socket_path="var/run/tdx-qgs/qgs.socket",
+        kubevirt_cc_version="v1.9.0",
+    )
+    assert proc.returncode != 0 and files == {}
+    assert "kubevirt_cc_qgs_socket_path" in proc.flat and "absolute" in proc.flat, proc.stdout[-3000:]
+    assert "/var/run/tdx-qgs/qgs.socket" in proc.flat  # the fix: an example of a path that works
+
+
+@pytest.mark.slow
+def test_a_253_character_node_name_gets_its_manifests(render):
+    name = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+    proc, files = render({"gpu-1": {"vendor": "intel", "tee_k8s_node_name": name, "tee_node_gpu": True}})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert all(len(file.encode()) <= 255 for file in files)
+    assert any(obj.get("kind") == "Node" and obj["metadata"]["name"] == name for obj in files.values()), list(files)

@@ -17,9 +17,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ansible_collections.confidential.tee.plugins.module_utils.boot import bls
 from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import ChangeError, Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_names import fits
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import display_text
@@ -36,6 +38,9 @@ DROPIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 # Characters that would need shell escaping in a GRUB drop-in or are never part of a kernel argument.
 UNSAFE_ARG_RE = re.compile(r"[\s'`$\\;&|<>()\"]")
 MAX_BOOT_FILE = 1024 * 1024
+GRUBENV = "/boot/grub2/grubenv"
+# Files grubby rewrites besides the entries (grubby-bls: GRUB_CMDLINE_LINUX, /etc/kernel/cmdline, kernelopts).
+GRUBBY_TOUCHES = (grub.GRUB_MAIN, "/etc/kernel/cmdline", GRUBENV)
 
 
 class CmdlineError(TeeError):
@@ -272,6 +277,9 @@ class Plan:
     exact: bool = True
     present: list[Arg] = field(default_factory=list)
     absent: list[Arg] = field(default_factory=list)
+    # Problems of the written files, checked after writing and before any tool (update-grub, kernel-install,
+    # grubby) runs: (executor) -> [problem]. A tool only ever runs on files proven right.
+    before_tools: object = None
 
     @property
     def changed(self) -> bool:
@@ -431,6 +439,7 @@ def _grub_plan(reader: HostReader, files: GrubFiles, texts, before: list[str], a
         return _evaluate(written, written.texts, runner)
 
     plan.readback = readback
+    plan.before_tools = lambda executor: _readback_problems(plan, executor)[1]
     special = [raw for raw in after if grub.GRUB_SCRIPT_SPECIAL.search(raw)]
     if special:
         plan.warnings.append(
@@ -444,14 +453,16 @@ def _grub_plan(reader: HostReader, files: GrubFiles, texts, before: list[str], a
 
 def _add_grub_regeneration(reader: HostReader, plan: Plan) -> None:
     tool = find_tool(reader, "update-grub")
-    argv = [tool] if tool else None
+    argv, out = ([tool], "/boot/grub/grub.cfg") if tool else (None, None)
     if not tool:
         mkconfig = find_tool(reader, "grub-mkconfig", "grub2-mkconfig")
         if mkconfig:
             out = "/boot/grub2/grub.cfg" if mkconfig.endswith("grub2-mkconfig") else "/boot/grub/grub.cfg"
             argv = [mkconfig, "-o", out]
     if argv:
-        plan.actions.append(Action("command", "regenerate the GRUB configuration", argv=argv))
+        action = Action("command", "regenerate the GRUB configuration", argv=argv)
+        action.backs_up = [out]  # restored with the rest when anything fails after it ran
+        plan.actions.append(action)
     else:
         plan.warnings.append(
             "neither update-grub nor grub-mkconfig was found under host_root; the new arguments reach "
@@ -462,15 +473,11 @@ def _add_grub_regeneration(reader: HostReader, plan: Plan) -> None:
 # ------------------------------------------------------------------------------------------ BLS
 
 
-def _bls_options(path: str, text: str, grubenv: str | None) -> str:
-    lines = [line.strip()[len("options") :].strip() for line in text.splitlines() if _is_options(line)]
-    if len(lines) > 1:
-        # systemd-boot joins every options line, GRUB's blscfg uses one: the result depends on the loader.
-        raise CmdlineError(
-            f"{path} has {len(lines)} 'options' lines; systemd-boot would join them but GRUB's blscfg reads only "
-            "one, so the effective command line depends on the boot loader. Merge them into one line"
-        )
-    options = lines[0] if lines else ""
+def _bls_options(path: str, text: str, grubenv: str | None, warnings: list[str] | None = None) -> str:
+    try:
+        options = bls.options_text(path, text, warnings)
+    except bls.BlsError as exc:
+        raise CmdlineError(f"{exc}; nothing was changed") from None
     if "$kernelopts" in options and grubenv:
         # RHEL 8 keeps the shared arguments in grubenv and references them from each entry.
         for line in grubenv.splitlines():
@@ -479,21 +486,21 @@ def _bls_options(path: str, text: str, grubenv: str | None) -> str:
     return options
 
 
-def _is_options(line: str) -> bool:
-    key = line.strip().split(None, 1)[0] if line.strip() else ""
-    return key == "options"
-
-
-def bls_entries(reader: HostReader) -> dict[str, list[Arg]]:
+def bls_texts(reader: HostReader) -> dict[str, str]:
     entries = list_boot_dir(reader, "/boot/loader/entries", ".conf")
     if not entries:
         raise CmdlineError(f"boot setup 'bls' needs entries in {reader.path('/boot/loader/entries')}")
-    grubenv = read_boot_file(reader, "/boot/grub2/grubenv")
-    return {p: tokenize(_bls_options(p, read_boot_file(reader, p) or "", grubenv)) for p in entries}
+    return {path: read_boot_file(reader, path) or "" for path in entries}
 
 
-def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
-    per_entry = bls_entries(reader)
+def bls_entries(reader: HostReader, warnings: list[str] | None = None, texts=None) -> dict[str, list[Arg]]:
+    texts = bls_texts(reader) if texts is None else texts
+    grubenv = read_boot_file(reader, GRUBENV)
+    return {path: tokenize(_bls_options(path, text, grubenv, warnings)) for path, text in texts.items()}
+
+
+def _bls_requests(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list[Arg]) -> tuple[list, list]:
+    """The spellings grubby must remove (as written in the entries) and the arguments it must add."""
     remove: list[str] = []
     add: list[str] = []
     for tokens in per_entry.values():
@@ -507,12 +514,44 @@ def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
     if bad:
         raise CmdlineError(
             f"{' '.join(bad)} must be removed but contains quotes or spaces, which grubby cannot remove reliably: "
-            "edit the entries in /boot/loader/entries by hand"
+            "edit the entries in /boot/loader/entries by hand; nothing was changed"
         )
+    return remove, add
+
+
+def _prove_bls(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list[Arg]) -> dict[str, list[str]]:
+    """Every entry's arguments after the change, proven to meet the request before grubby may run."""
+    planned, problems = {}, []
+    for path, tokens in per_entry.items():
+        before = [t.raw for t in kernel_args(tokens)]
+        after = apply_to_list(tokens, plan_edits(tokens, present, absent))
+        problems += [f"{path}: {p}" for p in unmet(before, after, present, absent)]
+        planned[path] = after
+    if problems:
+        raise CmdlineError(
+            f"the planned change of the BLS entries would be wrong: {'; '.join(problems)}; nothing was changed"
+        )
+    return planned
+
+
+def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    warnings: list[str] = []
+    texts = bls_texts(reader)
+    per_entry = bls_entries(reader, warnings, texts)
+    remove, add = _bls_requests(per_entry, present, absent)
+    planned = _prove_bls(per_entry, present, absent)
     entries = list(per_entry)
     newest = entries[-1]  # Fedora/RHEL entry names sort by kernel version
     tool = find_tool(reader, "grubby") or "/usr/sbin/grubby"
-    actions = []
+    actions: list[Action] = []
+    if remove or add:
+        # First the options lines in the one shape every grubby reads as the specification does (proven below,
+        # before grubby runs), so that grubby never meets a tab, an indentation or a CR it would misread.
+        for path, text in texts.items():
+            action = write_action(path, text, bls.normalized(text), "options line in the shape grubby reads")
+            actions += [action] if action else []
+    # Two calls, removals first: grubby versions differ in the order they apply both options of one call, and one
+    # (the C grubby) removes by name, which would drop an argument the same call adds.
     if remove:
         argv = [tool, "--update-kernel=ALL", f"--remove-args={' '.join(remove)}"]
         actions.append(Action("command", f"remove {' '.join(remove)} from every boot entry", argv=argv))
@@ -520,17 +559,20 @@ def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
         argv = [tool, "--update-kernel=ALL", f"--args={' '.join(add)}"]
         actions.append(Action("command", f"add {' '.join(add)} to every boot entry", argv=argv))
     for action in actions:
-        # grubby rewrites the entries (and on RHEL /etc/default/grub) itself: keep copies first.
-        action.backs_up = [*entries, grub.GRUB_MAIN]
+        # grubby rewrites the entries, and depending on the version /etc/default/grub, /etc/kernel/cmdline and
+        # grubenv (kernelopts) too: every one is kept first and restored when anything fails afterwards.
+        if action.kind == "command":
+            action.backs_up = [*entries, *GRUBBY_TOUCHES]
     tokens = per_entry[newest]
-    after = apply_to_list(tokens, plan_edits(tokens, present, absent))
     source = f"options of {newest} (grubby updates all {len(entries)} entries)"
-    plan = Plan("bls", actions, [t.raw for t in tokens], after, source)
+    plan = Plan("bls", actions, [t.raw for t in tokens], planned[newest], source)
+    # grubby rewrites every entry when it changes one, which also fixes what GRUB alone misread.
+    plan.warnings += [] if actions else warnings
     before_all = {path: [t.raw for t in kernel_args(args)] for path, args in per_entry.items()}
 
     def readback(host_root: str, _run) -> list[str]:
         again = bls_entries(HostReader(host_root))
-        problems = []
+        problems = [f"{path}: entry removed" for path in before_all if path not in again]
         for path, args in again.items():
             raws = [t.raw for t in kernel_args(args)]
             problems += [f"{path}: {p}" for p in unmet(before_all.get(path, raws), raws, present, absent)]
@@ -538,7 +580,18 @@ def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
             raise CmdlineError("; ".join(problems))
         return [t.raw for t in again.get(newest, [])]
 
+    def before_tools(executor) -> list[str]:
+        """The normalized entries must still say exactly what they said: only their shape changed."""
+        again = bls_entries(HostReader(executor.host_root))
+        return [
+            f"{path} reads {' '.join(t.raw for t in again.get(path, []))!r} instead of "
+            f"{' '.join(t.raw for t in args)!r}"
+            for path, args in per_entry.items()
+            if [t.raw for t in again.get(path, [])] != [t.raw for t in args]
+        ]
+
     plan.readback = readback
+    plan.before_tools = before_tools
     plan.exact = False
     return plan
 
@@ -559,6 +612,7 @@ def plan_kernel_install(reader: HostReader, present: list[Arg], absent: list[Arg
     action = write_action(path, text, new, "kernel-install command line")
     plan = Plan("kernel_install", [action] if action else [], before, after, path)
     plan.readback = lambda host_root, _run: [t.raw for t in tokenize(read_boot_file(HostReader(host_root), path) or "")]
+    plan.before_tools = lambda executor: _readback_problems(plan, executor)[1]
     if action:
         _add_kernel_install(reader, plan, path)
     return plan
@@ -576,9 +630,11 @@ def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
         None,
     )
     if tool and image:
-        plan.actions.append(
-            Action("command", f"regenerate the boot entry of {release}", argv=[tool, "add", release, image])
-        )
+        action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, "add", release, image])
+        # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure.
+        entries = reader.listdir("/boot/loader/entries") or []
+        action.backs_up = [f"/boot/loader/entries/{n}" for n in entries if n.endswith(".conf")]
+        plan.actions.append(action)
     else:
         plan.warnings.append(
             f"{path} is read when a kernel is installed; no kernel-install or vmlinuz for the running "
@@ -654,6 +710,11 @@ def plan(
     """Parse the request, detect (or check) the boot setup and plan the actions."""
     if not DROPIN_NAME_RE.match(name or ""):
         raise CmdlineError(f"name {name!r} must be a file-name stem (letters, digits, '.', '_', '-')")
+    if not fits(name + ".cfg"):
+        raise CmdlineError(
+            f"name {name[:40]!r}... has {len(name)} characters: the drop-in {name[:8]}....cfg must fit a file name "
+            "(255 bytes, NAME_MAX); choose a shorter name"
+        )
     want, drop = parse_request(present, absent)
     reader = HostReader(host_root)
     if setup == "auto":
@@ -678,18 +739,24 @@ def plan(
     return result
 
 
-def verify(result: Plan, executor: Executor) -> None:
-    """Read the configuration back after execution; restore the files and fail when it is not as planned."""
-    if executor.check_mode or not result.actions or result.readback is None:
-        return
+def _readback_problems(result: Plan, executor: Executor) -> tuple[list[str] | None, list[str]]:
+    """What the host's configuration says now, and why that is not what was planned (empty: as planned)."""
     try:
-        after = result.readback(executor.host_root, executor.run_host_command)
+        after = result.readback(executor.host_root, executor.run_host_command)  # type: ignore[operator]
         problems = unmet(result.before, after, result.present, result.absent)
     except CmdlineError as exc:
         after, problems = None, [str(exc)]
     if after is not None and result.exact and after != result.configured:
         planned = " ".join(result.configured) or "(nothing)"
         problems.append(f"it reads {' '.join(after) or '(nothing)'} instead of {planned}")
+    return after, problems
+
+
+def verify(result: Plan, executor: Executor) -> None:
+    """Read the configuration back after execution; restore the files and fail when it is not as planned."""
+    if executor.check_mode or not result.actions or result.readback is None:
+        return
+    after, problems = _readback_problems(result, executor)
     if problems:
         executor.rollback()
         raise CmdlineError(
@@ -779,13 +846,27 @@ class Executor:
             self.changes.file(action.path or "", content, default_mode=action.mode)
         self.done.append(entry)
 
-    def execute(self, result: Plan) -> None:
-        """Record every action of the plan, validate them together, then apply them (outside check mode)."""
+    def plan(self, result: Plan) -> None:
+        """Record every action of the plan in the recorder (nothing happens yet; the diff can be rendered)."""
         for action in result.actions:
             self.record(action)
         self.changes.add_secrets(credential_values([*result.before, *result.configured]))
+
+    def execute(self, result: Plan) -> None:
+        """Apply the recorded plan (outside check mode): files first, proven where the files decide, then tools."""
+        if not self.done and result.actions:
+            self.plan(result)
+
+        def prove_files() -> None:
+            try:
+                problems = result.before_tools(self)  # type: ignore[operator]
+            except CmdlineError as exc:
+                problems = [str(exc)]
+            if problems:
+                raise ChangeError(f"the files written are not as planned ({'; '.join(problems)}), so no tool was run")
+
         try:
-            self.changes.apply()
+            self.changes.apply(before_commands=prove_files if result.before_tools else None)
         except ChangeError as exc:
             raise CmdlineError(str(exc)) from None
 

@@ -46,9 +46,15 @@ def file_entry(path: str, contents: str, mode: int = 0o644) -> dict:
 def render(name: str, role: str, kernel_arguments=(), files=(), labels=None) -> dict:
     """One MachineConfig for the pool ``role``; ``files`` items are dicts with path, contents, mode."""
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise MachineConfigError(f"name {name!r} is not a valid Kubernetes object name (lowercase, digits, '-', '.')")
+        raise MachineConfigError(
+            f"name {name!r} is not a valid Kubernetes object name (lowercase, digits, '-', '.')", option="role"
+        )
     if not isinstance(role, str) or not ROLE_RE.match(role):
-        raise MachineConfigError(f"role {role!r} is not a valid pool label such as worker or master")
+        raise MachineConfigError(
+            f"role {role!r} is not a valid MachineConfigPool role such as worker or master (at most 63 characters: "
+            "a-z, 0-9 and '-', starting and ending with a letter or digit)",
+            option="role",
+        )
     args = list(kernel_arguments or [])
     for arg in args:
         if not isinstance(arg, str) or not arg or any(c.isspace() for c in arg):

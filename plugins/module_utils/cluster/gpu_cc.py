@@ -69,23 +69,30 @@ def default_kubelet_gates(kubernetes_version=None) -> dict:
 def kubelet_gates(requested, kubernetes_version=None, extra_known=()) -> dict:
     """``requested`` validated against the known gate names (case-sensitive) and the kubelet version."""
     if not isinstance(requested, dict):
-        raise GpuCcError("kubelet feature gates must be a mapping of gate name to true/false, got %r" % (requested,))
+        raise GpuCcError(
+            "kubelet feature gates must be a mapping of gate name to true/false, got %r" % (requested,),
+            option="kubelet_feature_gates",
+        )
     known = set(KUBELET_GATES) | set(extra_known or ())
     version = parse_version(kubernetes_version)
     for name, value in requested.items():
         if not isinstance(value, bool):
-            raise GpuCcError("kubelet feature gate %s must be true or false, got %r" % (name, value))
+            raise GpuCcError(
+                "kubelet feature gate %s must be true or false, got %r" % (name, value), option="kubelet_feature_gates"
+            )
         if name not in known:
             close = difflib.get_close_matches(str(name), sorted(known), n=1, cutoff=0.6)
             hint = " Did you mean %s?" % close[0] if close else ""
             raise GpuCcError(
                 "unknown kubelet feature gate %r: the kubelet refuses to start with a gate it does not know.%s If the "
-                "gate is real, add it to gpu_cc_node_kubelet_extra_known_gates" % (name, hint)
+                "gate is real, add it to gpu_cc_node_kubelet_extra_known_gates" % (name, hint),
+                option="kubelet_feature_gates",
             )
         if version and name in KUBELET_GATES and version[:2] < KUBELET_GATES[name][0]:
             raise GpuCcError(
                 "kubelet %d.%d does not know feature gate %s (added in %d.%d) and would not start; upgrade the node "
-                "or drop the gate" % (version[0], version[1], name, *KUBELET_GATES[name][0])
+                "or drop the gate" % (version[0], version[1], name, *KUBELET_GATES[name][0]),
+                option="kubelet_feature_gates",
             )
     return dict(sorted(requested.items()))
 
@@ -97,7 +104,10 @@ def kubelet_dropin(gates: dict, runtime_request_timeout) -> dict:
         config["featureGates"] = dict(sorted(gates.items()))
     if runtime_request_timeout is not None:
         if not isinstance(runtime_request_timeout, str) or not GO_DURATION.match(runtime_request_timeout):
-            raise GpuCcError("runtimeRequestTimeout %r must be a Go duration such as 20m" % (runtime_request_timeout,))
+            raise GpuCcError(
+                "runtimeRequestTimeout %r must be a Go duration such as 20m" % (runtime_request_timeout,),
+                option="runtime_request_timeout",
+            )
         config["runtimeRequestTimeout"] = runtime_request_timeout
     return config
 
@@ -105,21 +115,29 @@ def kubelet_dropin(gates: dict, runtime_request_timeout) -> dict:
 def containerd_dropin(settings) -> str:
     """The TOML text of a containerd drop-in (``version = 3`` stated, so containerd does not migrate it)."""
     if not isinstance(settings, dict):
-        raise GpuCcError("containerd drop-in settings must be a mapping of TOML tables, got %r" % (settings,))
+        raise GpuCcError(
+            "containerd drop-in settings must be a mapping of TOML tables, got %r" % (settings,),
+            option="containerd_settings",
+        )
     if settings.get("version", CONTAINERD_CONFIG_VERSION) != CONTAINERD_CONFIG_VERSION:
-        raise GpuCcError("containerd 2.x drop-ins are config version 3; remove 'version' from the settings")
+        raise GpuCcError(
+            "containerd 2.x drop-ins are config version 3; remove 'version' from the settings",
+            option="containerd_settings",
+        )
     data = dict(settings, version=CONTAINERD_CONFIG_VERSION)
     try:
         return "# Managed by confidential.tee.gpu_cc_node\n" + dumps(data)
     except TomlError as exc:
-        raise GpuCcError("containerd drop-in: %s" % exc) from exc
+        raise GpuCcError("containerd drop-in: %s" % exc, option="containerd_settings") from exc
 
 
 def check_containerd_version(version_output, minimum: str) -> tuple:
     """``(version, None)`` when ``containerd --version`` is at least ``minimum``, else raise."""
     found, wanted = parse_version(version_output), parse_version(minimum)
     if wanted is None:
-        raise GpuCcError("minimum containerd version %r is not a version such as 2.2" % (minimum,))
+        raise GpuCcError(
+            "minimum containerd version %r is not a version such as 2.2" % (minimum,), option="containerd_min_version"
+        )
     if found is None:
         raise GpuCcError("could not read a version from 'containerd --version' output %r" % (version_output,))
     if found < wanted:
@@ -190,7 +208,7 @@ def cc_mode_plan(node: str, labels, desired: str, workloads: list, drain: bool) 
     is made only on a node without GPU workloads, after draining it when that is allowed.
     """
     if desired not in CC_MODES:
-        raise GpuCcError("CC mode must be one of %s, got %r" % (", ".join(CC_MODES), desired))
+        raise GpuCcError("CC mode must be one of %s, got %r" % (", ".join(CC_MODES), desired), option="cc_mode")
     current = (labels or {}).get(CC_MODE_LABEL)
     if current == desired:
         return {
@@ -211,5 +229,6 @@ def cc_mode_plan(node: str, labels, desired: str, workloads: list, drain: bool) 
         }
     raise GpuCcError(
         "refusing %s: the GPU is reset on a mode change and these GPU workloads run there: %s. Move them, or set "
-        "gpu_cc_node_drain: true to drain the node first" % (change, ", ".join(workloads))
+        "gpu_cc_node_drain: true to drain the node first" % (change, ", ".join(workloads)),
+        option="drain",
     )

@@ -31,6 +31,7 @@ NODE_VARS = (
     "tee_k8s_node_name",
     "tee_host_root",
     "tee_kubernetes_version",
+    "kubevirt_cc_qgs_socket_path",
 )
 CLUSTER_VARS = (
     "tee_output",
@@ -38,6 +39,7 @@ CLUSTER_VARS = (
     "tee_manifest_dir",
     "tee_cluster_gather_host_facts",
     "kubevirt_cc_version",
+    "kubevirt_cc_qgs_socket_path",
 )
 CONSUMERS = (tee.KATA, tee.KUBEVIRT)
 MODES = ("auto", "kubevirt", "nfd")
@@ -102,6 +104,12 @@ def version_problem(name: str, value) -> str | None:
     return None
 
 
+def absolute_path_problem(name: str, value, example: str) -> str | None:
+    if isinstance(value, str) and value.startswith("/") and "\0" not in value:
+        return None
+    return "%s must be an absolute path on the nodes, such as %s, got %s" % (name, example, _shown(value))
+
+
 def parse_version(value) -> tuple | None:
     """``(major, minor, patch)`` of ``v1.9.0``-like text; ``None`` when it is not one."""
     match = _VERSION.match(value) if isinstance(value, str) else None
@@ -119,6 +127,10 @@ def _node_problems(host: str, hv: dict) -> list[str]:
         ("tee_node_gpu", lambda v: bool_problem("tee_node_gpu", v)),
         ("tee_host_root", lambda v: None if isinstance(v, str) and v else "tee_host_root must be a non-empty path"),
         ("tee_kubernetes_version", lambda v: version_problem("tee_kubernetes_version", v)),
+        (
+            "kubevirt_cc_qgs_socket_path",
+            lambda v: absolute_path_problem("kubevirt_cc_qgs_socket_path", v, tee.QGS_SOCKET),
+        ),
     ]
     out = ["%s %s" % (problem, where) for var, check in checks if var in hv for problem in [check(hv[var])] if problem]
     if not is_dns1123_subdomain(name):
@@ -146,6 +158,9 @@ def input_problems(cluster: dict, nodes: dict) -> list[str]:
         out.append(bool_problem("tee_cluster_gather_host_facts", cluster["tee_cluster_gather_host_facts"]))
     if "kubevirt_cc_version" in cluster:
         out.append(version_problem("kubevirt_cc_version", cluster["kubevirt_cc_version"]))
+    if "kubevirt_cc_qgs_socket_path" in cluster:
+        socket_path = cluster["kubevirt_cc_qgs_socket_path"]
+        out.append(absolute_path_problem("kubevirt_cc_qgs_socket_path", socket_path, tee.QGS_SOCKET))
     if not nodes:
         out.append(
             "the node group (tee_cluster_group, default tee_nodes) must list at least one node: an empty group would "

@@ -96,10 +96,15 @@ def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str =
     """
     if mode not in ATTESTATION_MODES:
         raise KubeVirtConfigError(
-            "tdx attestation mode must be one of %s, got %r" % (", ".join(ATTESTATION_MODES), mode)
+            "the TDX attestation mode must be one of %s, got %r" % (", ".join(ATTESTATION_MODES), mode),
+            option="attestation_mode",
         )
-    if not isinstance(socket_path, str) or not socket_path.startswith("/"):
-        raise KubeVirtConfigError("qgs socket path must be absolute, got %r" % (socket_path,))
+    if not isinstance(socket_path, str) or not socket_path.startswith("/") or "\0" in socket_path:
+        raise KubeVirtConfigError(
+            "the QGS socket path must be an absolute path on the nodes, got %r: virt-handler and the device plugin "
+            "look for it there; set it to a path such as %s" % (socket_path, DEFAULT_QGS_SOCKET),
+            option="qgs_socket_path",
+        )
     facts = qgs_facts or {}
     evidence, missing, unknown = {}, [], []
     for node in tdx_nodes:
@@ -127,7 +132,8 @@ def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str =
             "virt-handler marks every %s device Unhealthy there and no TDX VMI (nor Kata pod "
             "charging that resource) can start. Install and start qgsd (Intel DCAP) on those nodes and re-read "
             "them with tee_host_info, or set the attestation mode to auto"
-            % (", ".join(lacking), "; ".join("%s: %s" % (n, evidence[n]) for n in lacking), KUBEVIRT_TDX)
+            % (", ".join(lacking), "; ".join("%s: %s" % (n, evidence[n]) for n in lacking), KUBEVIRT_TDX),
+            option="attestation_mode",
         )
     else:
         enforced, reason = False, "QGS socket not confirmed on %s" % ", ".join(lacking)
@@ -163,18 +169,22 @@ def gpu_devices(devices) -> list:
     for index, dev in enumerate(devices or []):
         where = "gpu_devices[%d]" % index
         if not isinstance(dev, dict):
-            raise KubeVirtConfigError("%s must be a mapping with pci_vendor_selector and resource_name" % where)
+            raise KubeVirtConfigError(
+                "%s must be a mapping with pci_vendor_selector and resource_name" % where, option="gpu_devices"
+            )
         selector = dev.get("pci_vendor_selector")
         if not isinstance(selector, str) or not PCI_SELECTOR.match(selector):
             raise KubeVirtConfigError(
                 "%s.pci_vendor_selector %r must be vendor:device in hex, such as 10DE:2330 (lspci -nn)"
-                % (where, selector)
+                % (where, selector),
+                option="gpu_devices",
             )
         name = dev.get("resource_name")
         if not isinstance(name, str) or not RESOURCE_NAME.match(name):
             raise KubeVirtConfigError(
                 "%s.resource_name %r must be a qualified resource name such as nvidia.com/GH100_H100_SXM5_80GB"
-                % (where, name)
+                % (where, name),
+                option="gpu_devices",
             )
         entry = {"pciVendorSelector": selector.upper(), "resourceName": name}
         if dev.get("external_resource_provider", True):
@@ -182,7 +192,7 @@ def gpu_devices(devices) -> list:
         out.append(entry)
     names = [d["resourceName"] for d in out]
     if len(set(names)) != len(names):
-        raise KubeVirtConfigError("gpu_devices lists a resource_name twice: %s" % names)
+        raise KubeVirtConfigError("gpu_devices lists a resource_name twice: %s" % names, option="gpu_devices")
     return out
 
 
@@ -240,7 +250,9 @@ def tdx_version(tdx_nodes, version) -> list:
         return []
     parsed = parse_version(version)
     if version is not None and parsed is None:
-        raise KubeVirtConfigError("kubevirt_cc_version must be a version such as v1.9.0, got %r" % (version,))
+        raise KubeVirtConfigError(
+            "kubevirt_cc_version must be a version such as v1.9.0, got %r" % (version,), option="kubevirt_version"
+        )
     if parsed is None:
         return [
             "KubeVirt's version is unknown (no API access and no kubevirt_cc_version): the TDX pool on %s needs "

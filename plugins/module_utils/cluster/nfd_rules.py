@@ -59,11 +59,13 @@ def _keys_rule(name: str, entry: dict, value: str, nodes: list) -> dict:
 def node_feature_rule(plan: dict, name: str, flavor: str = "kubernetes", namespace=None) -> dict:
     """The NodeFeatureRule object; OpenShift's is namespaced (``namespace`` required there)."""
     if flavor not in API_GROUPS:
-        raise KeyPoolError("cluster flavor must be kubernetes or openshift, got %r" % (flavor,))
+        raise KeyPoolError("cluster flavor must be kubernetes or openshift, got %r" % (flavor,), option="flavor")
     metadata = {"name": name, "labels": {"app.kubernetes.io/managed-by": MANAGED_BY}}
     if flavor == "openshift":
         if not namespace:
-            raise KeyPoolError("OpenShift's nfd.openshift.io NodeFeatureRule is namespaced: set the NFD namespace")
+            raise KeyPoolError(
+                "OpenShift's nfd.openshift.io NodeFeatureRule is namespaced: set the NFD namespace", option="namespace"
+            )
         metadata["namespace"] = namespace
     return {
         "apiVersion": API_GROUPS[flavor],

@@ -31,7 +31,9 @@ class OpenShiftConfigError(TeeError):
 def feature_gates(gates, namespace: str = OPERATOR_NAMESPACE):
     """``(ConfigMap, warnings)``; booleans become the exact strings the operator compares with."""
     if not isinstance(gates, dict):
-        raise OpenShiftConfigError("feature gates must be a mapping such as {confidential: true}, got %r" % (gates,))
+        raise OpenShiftConfigError(
+            "feature gates must be a mapping such as {confidential: true}, got %r" % (gates,), option="feature_gates"
+        )
     data, warnings = {}, []
     for name, value in sorted(gates.items()):
         if isinstance(value, bool):
@@ -39,7 +41,8 @@ def feature_gates(gates, namespace: str = OPERATOR_NAMESPACE):
         if value not in ("true", "false"):
             raise OpenShiftConfigError(
                 "feature gate %s: %r is neither true nor false; the operator treats anything but the exact string "
-                '"true" as off' % (name, value)
+                '"true" as off' % (name, value),
+                option="feature_gates",
             )
         if name not in KNOWN_GATES:
             warnings.append(
@@ -58,14 +61,22 @@ def feature_gates(gates, namespace: str = OPERATOR_NAMESPACE):
 
 def kata_config(name: str, check_node_eligibility: bool, pool_selector=None, log_level=None) -> dict:
     if not isinstance(check_node_eligibility, bool):
-        raise OpenShiftConfigError("checkNodeEligibility must be true or false, got %r" % (check_node_eligibility,))
+        raise OpenShiftConfigError(
+            "checkNodeEligibility must be true or false, got %r" % (check_node_eligibility,),
+            option="check_node_eligibility",
+        )
     spec: dict = {"checkNodeEligibility": check_node_eligibility}
     if pool_selector:
         if not isinstance(pool_selector, dict):
-            raise OpenShiftConfigError("the KataConfig pool selector must map node labels to values")
+            raise OpenShiftConfigError(
+                "the KataConfig pool selector must map node labels to values", option="pool_selector"
+            )
         for key, value in pool_selector.items():
             if not LABEL_KEY.match(str(key)) or not isinstance(value, str):
-                raise OpenShiftConfigError("node selector %r: %r is not a label key with a string value" % (key, value))
+                raise OpenShiftConfigError(
+                    "node selector %r: %r is not a label key with a string value" % (key, value),
+                    option="pool_selector",
+                )
         spec["kataConfigPoolSelector"] = {"matchLabels": dict(sorted(pool_selector.items()))}
     if log_level:
         spec["logLevel"] = log_level

@@ -34,7 +34,9 @@ def class_name(tee: str, gpu: bool) -> str:
 def _quantity(value, where: str) -> str:
     text = str(value)
     if not QUANTITY.match(text):
-        raise KeyPoolError("%s %r is not a Kubernetes quantity such as 2048Mi or 1" % (where, value))
+        raise KeyPoolError(
+            "%s %r is not a Kubernetes quantity such as 2048Mi or 1" % (where, value), option="overheads"
+        )
     return text
 
 
@@ -58,6 +60,21 @@ def runtime_class(name: str, handler: str, overhead: dict, key_resource, node_se
 def kata_classes(plan: dict, gpu: bool = False, overheads=None, node_selector=None) -> list:
     """``kata-qemu-<tee>`` (and ``kata-qemu-nvidia-gpu-<tee>`` with ``gpu``) for each TEE with Kata nodes."""
     overheads = overheads or {}
+    if not isinstance(overheads, dict) or not all(isinstance(v, dict) for v in overheads.values()):
+        raise KeyPoolError(
+            "overheads must map a RuntimeClass name to its overhead, such as {kata-qemu-tdx: {memory: 2048Mi, cpu: "
+            "'1'}}, got %r" % (overheads,),
+            option="overheads",
+        )
+    if node_selector is not None and (
+        not isinstance(node_selector, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in node_selector.items())
+    ):
+        raise KeyPoolError(
+            "node_selector must map label keys to string values, such as {katacontainers.io/kata-runtime: 'true'}, "
+            "got %r" % (node_selector,),
+            option="node_selector",
+        )
     base_selector = {KATA_RUNTIME_LABEL: "true"} if node_selector is None else dict(node_selector)
     out = []
     for tee in sorted(plan["kata"]):

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_names import bounded_name
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 REDACTED = "<redacted>"
@@ -260,24 +261,39 @@ class Changes:
 
     # ------------------------------------------------------------------ applying
 
-    def apply(self) -> None:
-        """Validate, then make every planned change (outside check mode); all or nothing."""
+    def apply(self, before_commands=None) -> None:
+        """Validate, then make every planned change (outside check mode); all or nothing.
+
+        Files are written before any command runs. ``before_commands`` (a callable raising :class:`ChangeError`)
+        proves the written files before the first command: a host tool (update-grub, kernel-install) runs only
+        on files already known to be right, and a failed proof restores them without having run anything.
+        """
         self.validate()
         if self.check_mode:
             return
         self._applied = True
-        for entry in self.entries:
-            try:
-                if isinstance(entry, CommandChange):
-                    self._run(entry)
-                elif entry.changed:
-                    self._write(entry)
-            except (OSError, ChangeError) as exc:
-                what = (
-                    " ".join(entry.argv) + " " if isinstance(entry, CommandChange) else self.display(entry.path) + ": "
-                )
-                self.rollback()
-                raise ChangeError(self.redact(f"{what}{exc}{self.restored()}")) from None
+        files = [entry for entry in self.entries if isinstance(entry, FileChange)]
+        commands = [entry for entry in self.entries if isinstance(entry, CommandChange)]
+        for entry in files:
+            self._step(entry, lambda entry=entry: self._write(entry) if entry.changed else None)
+        if commands and before_commands is not None:
+            self._step(None, before_commands)
+        for entry in commands:
+            self._step(entry, lambda entry=entry: self._run(entry))
+
+    def _step(self, entry, action) -> None:
+        """Run one step of :meth:`apply`; any failure (of any type) restores every file of the task."""
+        try:
+            action()
+        except Exception as exc:  # whatever failed, the host must not be left half-changed
+            if isinstance(entry, CommandChange):
+                what = " ".join(entry.argv) + " "
+            elif entry is None:
+                what = "before running any command: "
+            else:
+                what = self.display(entry.path) + ": "
+            self.rollback()
+            raise ChangeError(self.redact(f"{what}{exc}{self.restored()}")) from None
 
     def _keep(self, path: str, real: str) -> None:
         """Remember a file as it was before the task touched it, and back it up, once per run."""
@@ -448,14 +464,20 @@ def _verify(change: FileChange) -> None:
         raise ChangeError(f"read back, its group is {st.st_gid}, not {change.gid}")
 
 
+def _backup_path(full_path: str, stamp: str) -> str:
+    """``<file>.<stamp>~``; beside a long file name, shortened to fit NAME_MAX (with a digest: still unique)."""
+    directory, base = os.path.split(full_path)
+    return os.path.join(directory, bounded_name(f"{base}.{stamp}", "~"))
+
+
 def backup_file(full_path: str, stamp: str) -> str | None:
     """Copy an existing file next to itself; the ``~`` suffix keeps it out of ``*.cfg``/``*.conf`` globs."""
     if not os.path.isfile(full_path):
         return None
-    dest, n = f"{full_path}.{stamp}~", 1
+    dest, n = _backup_path(full_path, stamp), 1
     # Two runs within one second must not overwrite the earlier, older copy.
     while os.path.exists(dest):
-        dest, n = f"{full_path}.{stamp}.{n}~", n + 1
+        dest, n = _backup_path(full_path, f"{stamp}.{n}"), n + 1
     st = os.stat(full_path)
     with open(full_path, "rb") as source:
         data = source.read()

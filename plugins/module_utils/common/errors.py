@@ -14,4 +14,12 @@ from __future__ import annotations
 
 
 class TeeError(ValueError):
-    """A refusal of this collection; the message says what, where and how to fix it."""
+    """A refusal of this collection; the message says what, where and how to fix it.
+
+    ``option`` names the input the refused value came in as (a filter's argument or option key, such as
+    ``qgs_socket_path``), so the filter that calls the function can name the inventory variable it was given as.
+    """
+
+    def __init__(self, *args, option: str | None = None):
+        super().__init__(*args)
+        self.option = option

@@ -21,6 +21,7 @@ import stat
 import tempfile
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_names import NAME_MAX, bounded_name
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import owner_of
 
 STAGE_TAG = ".tee-staging-"
@@ -65,10 +66,20 @@ def _read(path: str) -> bytes:
     return data
 
 
+# mkdtemp appends 8 random characters to the prefix.
+MKDTEMP_RANDOM = 8
+
+
+def stage_prefix(dest: str) -> str:
+    """``.<dest's name>.tee-staging-``, with a long name shortened so that the stage's name fits NAME_MAX."""
+    base = os.path.basename(dest.rstrip("/"))
+    return bounded_name("." + base, STAGE_TAG, limit=NAME_MAX - MKDTEMP_RANDOM)
+
+
 def is_stage(dest: str, staging: str) -> bool:
     """Whether ``staging`` is a stage made for ``dest`` (the only directories commit and abort remove)."""
     base = os.path.basename(staging.rstrip("/"))
-    return base.startswith("." + os.path.basename(dest.rstrip("/")) + STAGE_TAG) and os.path.isdir(staging)
+    return base.startswith(stage_prefix(dest)) and os.path.isdir(staging)
 
 
 def stage(dest: str) -> str:
@@ -82,7 +93,7 @@ def stage(dest: str) -> str:
     if os.path.lexists(dest) and not os.path.isdir(dest):
         raise StageError("%s exists and is not a directory: set tee_manifest_dir to a directory" % dest)
     parent = os.path.dirname(dest.rstrip("/")) or "/"
-    prefix = "." + os.path.basename(dest.rstrip("/")) + STAGE_TAG
+    prefix = stage_prefix(dest)
     try:
         where = tempfile.mkdtemp(prefix=prefix, dir=parent if os.path.isdir(parent) else None)
     except OSError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_names import bounded_name, fits
 
 KIND_ORDER = {
     "Namespace": 0,
@@ -43,8 +44,9 @@ def file_name(obj: dict) -> str:
     if not kind or not name or not obj.get("apiVersion"):
         raise ManifestError("object %r lacks apiVersion, kind or metadata.name" % (obj,))
     parts = [kind.lower()] + ([meta["namespace"]] if meta.get("namespace") else []) + [name]
-    stem = _UNSAFE.sub("-", "-".join(parts).lower())
-    return "%02d-%s.yaml" % (KIND_ORDER.get(kind, 90), stem)
+    stem = "%02d-%s" % (KIND_ORDER.get(kind, 90), _UNSAFE.sub("-", "-".join(parts).lower()))
+    # A 253-character node name makes a stem over NAME_MAX: a prefix and a digest of the object's identity.
+    return bounded_name(stem, ".yaml", identity="\0".join(str(part) for part in parts))
 
 
 def manifest_files(objects) -> list:
@@ -103,8 +105,13 @@ def plan_directory(existing: dict, wanted: list, owner: str, prune: bool = True)
     writes, names = [], set()
     for item in wanted:
         name, content = item.get("file"), item.get("content")
-        if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
+        if not isinstance(name, str) or "/" in name or "\0" in name or name in ("", ".", ".."):
             raise ManifestError("manifest file name %r must be a plain file name" % (name,))
+        if not fits(name):
+            raise ManifestError(
+                "manifest file name %s... has %d bytes; a file name has at most 255 (NAME_MAX): shorten it"
+                % (name[:40], len(name.encode("utf-8", "surrogatepass")))
+            )
         if not isinstance(content, str) or not content.startswith(head):
             raise ManifestError("manifest %s must start with the owner line %r" % (name, head.strip()))
         names.add(name)

@@ -38,6 +38,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_object
     pods_by_node,
     resource_list,
     selector_matches,
+    unique_objects,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import EXHAUSTION_SIGNATURES
 
@@ -228,7 +229,7 @@ def advertised_pools(node, catalog, pods, problems) -> dict[str, list[dict]]:
                 "allocatable": allocatable.get(name, capacity.get(name)),
                 "requested": _total(r.get(name, 0) for _pod, r in requests),
                 "held_by_running_pods": _total(r.get(name, 0) for pod, r in requests if is_running(pod)),
-                # Why a number above is null: the problems naming this resource's quantities.
+                # Why a number above is null (or capped at 2^63-1): the problems naming this resource's quantities.
                 "unknown": [p for p in new_problems if p.split(": ", 1)[0].endswith("[%s]" % name)],
             }
         )
@@ -706,26 +707,6 @@ def renamed_advertisers(nfd) -> list[dict]:
     return findings
 
 
-def unique_nodes(nodes, problems) -> list[dict]:
-    """Node objects with a name, each name once: a nameless Node or a second Node of one name is a problem
-    (the API server never returns either; a merged or hand-edited dump can), and the first one is used."""
-    seen: dict[str, int] = {}
-    for node in nodes:
-        name = name_of(node)
-        if name is None:
-            problems.append("Node without a metadata.name (a string): left out")
-        else:
-            seen[name] = seen.get(name, 0) + 1
-    for name, count in seen.items():
-        if count > 1:
-            problems.append("Node %s appears %d times in the objects: the report uses the first" % (name, count))
-    first: dict[str, dict] = {}
-    for node in nodes:
-        if name_of(node) is not None:
-            first.setdefault(name_of(node), node)
-    return list(first.values())
-
-
 def fleet_drift(hosts, kubernetes, resource_map=None) -> dict:
     """Drift of every host: ``hosts`` maps Kubernetes node names to ``tee_host_info`` results (or ``None``).
 
@@ -733,11 +714,16 @@ def fleet_drift(hosts, kubernetes, resource_map=None) -> dict:
     documents). Returns ``{"nodes": {name: node_drift}, "findings": fleet findings, "problems": [...]}``.
     """
     problems: list[str] = []
-    nodes = unique_nodes(items(kubernetes.get("nodes")), problems)
-    bound = pods_by_node(items(kubernetes.get("pods")))
-    nfd = nfd_advertisers(kubernetes.get("node_feature_rules"), problems)
+    nodes = unique_objects(items(kubernetes.get("nodes")), "Node", problems)
+    bound = pods_by_node(unique_objects(items(kubernetes.get("pods")), "Pod", problems, namespaced=True))
+    nfd = nfd_advertisers(
+        unique_objects(items(kubernetes.get("node_feature_rules")), "NodeFeatureRule", problems, namespaced=True),
+        problems,
+    )
     catalog = pool_catalog(nfd, resource_map)
-    overheads = runtime_class_overheads(kubernetes.get("runtime_classes"), problems)
+    overheads = runtime_class_overheads(
+        unique_objects(items(kubernetes.get("runtime_classes")), "RuntimeClass", problems), problems
+    )
     fleet_findings, per_node = runtime_class_findings(overheads, nodes)
     fleet_findings += renamed_advertisers(nfd)
     by_name = {name_of(node): node for node in nodes}

@@ -10,10 +10,10 @@ returned dict and nothing else, so every format says the same thing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.file_names import fits, hashed_name
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift import MISC_RESOURCES, fleet_drift
 from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
@@ -26,8 +26,6 @@ NO_KUBERNETES = "no Kubernetes objects given (kubernetes or kubernetes_dir): dri
 _STATUS_KEYS = ("failed", "unreachable", "skipped", "msg")
 
 
-# Linux NAME_MAX (include/uapi/linux/limits.h): one path component is at most 255 bytes.
-NAME_MAX = 255
 METRICS_SUFFIX = ".prom"
 
 
@@ -38,11 +36,10 @@ def metrics_file_name(node: str) -> str:
     a DNS-1123 subdomain, non-ASCII) becomes a readable prefix, ``_`` (never in a valid node name, so never
     equal to a plain one) and 32 hex digits of the name's SHA-256: two names never collapse into one file.
     """
-    if is_dns1123_subdomain(node) and len(node) + len(METRICS_SUFFIX) <= NAME_MAX:
+    if is_dns1123_subdomain(node) and fits(node + METRICS_SUFFIX):
         return node + METRICS_SUFFIX
-    digest = hashlib.sha256(node.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     prefix = re.sub(r"[^a-z0-9.-]", "-", node.lower())[:64].strip(".") or "node"
-    return f"{prefix}_{digest}{METRICS_SUFFIX}"
+    return hashed_name(prefix, node, METRICS_SUFFIX)
 
 
 def _pick(mapping, keys) -> dict:

@@ -50,6 +50,52 @@ def items(document) -> list[dict]:
     return []
 
 
+def _identity(obj) -> str:
+    """How a problem tells two objects of one name apart: their uid, else their resourceVersion."""
+    metadata = _dict(obj.get("metadata"))
+    for field in ("uid", "resourceVersion"):
+        if isinstance(metadata.get(field), str) and metadata[field]:
+            return "%s %s" % (field, metadata[field])
+    return "no uid"
+
+
+def unique_objects(objects, kind, problems, namespaced=False) -> list[dict]:
+    """``objects`` with a name, each ``[namespace/]name`` once, in their order.
+
+    The API server never lists two objects of one name (nor one without a name); a merged or edited dump can, and
+    counting both would double what they request or advertise. The first is used and the input problem said,
+    naming the copies (identical, or different objects by uid) and how to get a clean dump."""
+    first: dict[str, dict] = {}
+    copies: dict[str, list[dict]] = {}
+    for obj in objects:
+        name = name_of(obj)
+        if name is None:
+            problems.append("%s without a metadata.name (a string): left out" % kind)
+            continue
+        namespace = _dict(obj.get("metadata")).get("namespace")
+        key = "%s/%s" % (namespace, name) if namespaced and isinstance(namespace, str) and namespace else name
+        if key in first:
+            copies.setdefault(key, [first[key]]).append(obj)
+        else:
+            first[key] = obj
+    for key, same in copies.items():
+        different = any(obj != same[0] for obj in same[1:])
+        shape = "different objects: " + ", ".join(_identity(obj) for obj in same) if different else "identical copies"
+        problems.append(
+            "%s %s appears %d times in the objects (%s): the report counts it once, from the first; the API server "
+            "never lists two objects of one name, so the dump was merged or edited: write it again with "
+            "`kubectl get %s -A -o json`"
+            % (
+                kind,
+                key,
+                len(same),
+                shape,
+                kind.lower() + "s",
+            )
+        )
+    return list(first.values())
+
+
 def name_of(obj) -> str | None:
     name = _dict(obj.get("metadata")).get("name")
     return name if isinstance(name, str) else None

@@ -220,7 +220,8 @@ def parse_quantity(value) -> tuple[Quantity | None, str | None]:
 
 
 def parse_count(value) -> tuple[int | None, str | None]:
-    """A whole, non-negative count that fits the scheduler's int64 (extended resources), else ``(None, problem)``.
+    """A whole, non-negative count (extended resources), else ``(None, problem)``; a count above the scheduler's
+    int64 is ``(2^63-1, problem)``: known to be larger than any count, whatever its spelling, never unknown.
 
     The scheduler reads extended resources with ``Quantity.Value()`` (an int64), and the API server refuses a
     fraction of an integer resource: ``1500m`` of ``tdx.intel.com/keys`` is a problem, never rounded.
@@ -231,8 +232,14 @@ def parse_count(value) -> tuple[int | None, str | None]:
     shown = _shown(value if isinstance(value, str) else quantity.canonical())
     if quantity.amount < 0:
         return None, "%s is negative (extended resources are counts)" % shown
-    if quantity.amount > INT64_MAX:
-        return None, "%s is more than the scheduler can count (2^63-1)" % shown
     if not quantity.is_whole():
         return None, "%s is not a whole number (extended resources are counts)" % shown
+    if quantity.amount > INT64_MAX:
+        # Known to be more than any int64, however it is spelled ("99999999999999999999999", "1e23", 10,000 digits):
+        # counted as the most an int64 holds, so comparisons, findings and metrics keep working, and said.
+        return INT64_MAX, (
+            "%s is more than the scheduler can count: counted here as 2^63-1 (%d); the scheduler reads it with "
+            "Quantity.Value(), which overflows int64 (apimachinery v0.37.2 scale_int.go scaledValue), so what it "
+            "schedules there is unpredictable: fix the advertiser" % (shown, INT64_MAX)
+        )
     return int(quantity.amount), None

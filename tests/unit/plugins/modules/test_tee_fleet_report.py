@@ -187,13 +187,35 @@ def set_tdx_1_keys(items, value):
 @pytest.mark.parametrize(
     ("raw", "why"),
     [
+        ('"' + "9" * 10000 + '"', "(10000 characters) is more than the scheduler can count"),
+        ("9" * 10000, "(10000 characters) is more than the scheduler can count"),
+        ('"1e1000000000"', "'1e1000000000' is more than the scheduler can count"),
+        ('"99999999999999999999999"', "'99999999999999999999999' is more than the scheduler can count"),
+    ],
+)
+def test_counts_above_int64_are_capped_said_and_keep_their_series(run_module, tmp_path, fleet, raw, why):
+    kube = kube_dir_with(tmp_path, fleet, "nodes.json", set_tdx_1_keys, raw)
+    result = run_module(tee_fleet_report, args(tmp_path / "r", fleet, kubernetes_dir=str(kube)))
+    assert not result.get("failed"), result.get("msg")
+    problem = "Node tdx-1 status.capacity[tdx.intel.com/keys]: "
+    assert any(p.startswith(problem) and why in p for p in result["problems"]), result["problems"]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    (node,) = [n for n in report["nodes"] if n["node"] == "tdx-1"]
+    (keys,) = [a for a in node["pools"]["tdx"]["advertised"] if a["name"] == "tdx.intel.com/keys"]
+    assert keys["capacity"] == keys["allocatable"] == 2**63 - 1
+    assert any(f["id"] == "stale_advertiser" and f["severity"] == "critical" for f in node["findings"])
+    metrics = (tmp_path / "r" / "textfile" / "tdx-1.prom").read_text()
+    series = 'tee_keys_advertised{node="tdx-1",resource="tdx",extended_resource="tdx.intel.com/keys"}'
+    assert f"{series} 9223372036854775807" in metrics
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
         ('"1e"', "'1e' has an unknown suffix 'e'"),
         ('"1Ex"', "'1Ex' is not a quantity"),
         ("1e400", "the JSON number inf is not a finite number"),
         ("NaN", "the JSON number nan is not a finite number"),
-        ('"' + "9" * 10000 + '"', "(10000 characters) is more than the scheduler can count"),
-        ("9" * 10000, "(10000 characters) is more than the scheduler can count"),
-        ('"1e1000000000"', "'1e1000000000' is more than the scheduler can count"),
         ('"1500m"', "'1500m' is not a whole number (extended resources are counts)"),
         ("true", "True is a bool, not a quantity"),
     ],

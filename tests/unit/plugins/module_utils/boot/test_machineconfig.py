@@ -37,7 +37,7 @@ def test_no_files_and_no_arguments_leave_the_keys_out():
     "kwargs, fragment",
     [
         ({"name": "Bad_Name", "role": "worker"}, "not a valid Kubernetes object name"),
-        ({"name": "ok", "role": "Worker Pool"}, "not a valid pool label"),
+        ({"name": "ok", "role": "Worker Pool"}, "not a valid MachineConfigPool role"),
         ({"name": "ok", "role": "worker", "kernel_arguments": ["a b"]}, "one non-empty token"),
         ({"name": "ok", "role": "worker", "files": [{"path": "rel", "contents": ""}]}, "must be absolute"),
         ({"name": "ok", "role": "worker", "files": [{"path": "/x"}]}, "needs 'path' and 'contents'"),

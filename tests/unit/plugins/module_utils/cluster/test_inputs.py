@@ -57,3 +57,11 @@ def test_a_relative_manifest_dir_resolves_against_the_given_cwd():
     assert inputs.resolve_manifest_dir("~/m", "/w") == os.path.expanduser("~/m")
     with pytest.raises(ValueError, match="tee_manifest_dir must be a non-empty path string"):
         inputs.resolve_manifest_dir("", "/w")
+
+
+@pytest.mark.parametrize("value", ["var/run/tdx-qgs/qgs.socket", "", ["/a"], 7, "/a\0b"])
+def test_a_qgs_socket_path_that_is_not_absolute_is_named_cluster_wide_and_per_node(value):
+    (wide,) = inputs.input_problems({"kubevirt_cc_qgs_socket_path": value}, {"n1": {}})
+    assert wide.startswith("kubevirt_cc_qgs_socket_path must be an absolute path on the nodes, such as /var/run/")
+    (per_node,) = inputs.input_problems({}, {"n1": {"kubevirt_cc_qgs_socket_path": value}})
+    assert per_node.startswith("kubevirt_cc_qgs_socket_path must be an absolute path") and "for node n1" in per_node

@@ -224,6 +224,48 @@ def test_failed_command_restores_the_files_it_touches_and_leaves_no_backup(root)
     assert after == before
 
 
+def test_files_are_written_and_proven_before_any_command_and_any_failure_restores_them(root):
+    (root / "etc/a.conf").write_text("before\n")
+    before = snapshot(root)
+    order = []
+
+    def runner(argv):
+        order.append(("command", (root / "etc/a.conf").read_text()))
+        raise RuntimeError("the runner itself broke")  # not an OSError: must restore all the same
+
+    changes = Changes(str(root), runner=runner)
+    changes.command(["tool"], "regenerate")  # planned first, runs after the file
+    changes.file("/etc/a.conf", "after\n")
+    with pytest.raises(ChangeError, match="tool the runner itself broke; every file"):
+        changes.apply(before_commands=lambda: order.append(("proof", (root / "etc/a.conf").read_text())))
+    assert order == [("proof", "after\n"), ("command", "after\n")]
+    assert snapshot(root) == before
+
+    def refuse():
+        raise ChangeError("not as planned")
+
+    changes = Changes(str(root), runner=runner)
+    changes.file("/etc/a.conf", "after\n")
+    changes.command(["tool"], "regenerate")
+    order.clear()
+    with pytest.raises(ChangeError, match="before running any command: not as planned; every file"):
+        changes.apply(before_commands=refuse)
+    assert order == [] and snapshot(root) == before
+
+
+def test_a_backup_of_a_file_with_a_long_name_fits_name_max(root):
+    name = "x" * 250 + ".cfg"
+    (root / "etc" / name).write_text("before\n")
+    changes = Changes(str(root))
+    changes.file("/etc/" + name, "after\n")
+    changes.file("/etc/" + name[:-4] + ".two", "new\n")
+    changes.apply()
+    (backup,) = changes.backups
+    assert len(os.path.basename(backup).encode()) <= 255 and backup.endswith("~")
+    with open(backup) as handle:
+        assert handle.read() == "before\n"
+
+
 def test_diff_after_is_what_a_real_run_writes_through_a_link_and_with_non_utf8_bytes(root):
     (root / "srv").mkdir()
     (root / "srv/grub").write_bytes(b"GRUB_TIMEOUT=5\n# caf\xe9\n")

@@ -3,6 +3,8 @@ collection's pruned files, and nothing but a stage is ever removed."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifest_stage as ms
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import (
@@ -48,3 +50,16 @@ def test_a_users_file_at_a_collection_name_is_refused_by_name():
         plan_directory({"40-kubevirt-kubevirt-kubevirt.yaml": "kind: KubeVirt\n"}, wanted, "kubevirt_cc")
     with pytest.raises(ManifestError, match="was written by nfd_tee_rules, not kubevirt_cc"):
         plan_directory({"40-kubevirt-kubevirt-kubevirt.yaml": marker("nfd_tee_rules")}, wanted, "kubevirt_cc")
+
+
+def test_a_manifest_directory_with_a_255_byte_name_still_gets_a_stage(tmp_path):
+    dest = tmp_path / ("m" * 255)
+    dest.mkdir()
+    (dest / "10-configmap-a.yaml").write_text("# confidential.tee owner: me\n")
+    staging = ms.stage(str(dest))
+    try:
+        assert ms.is_stage(str(dest), staging)
+        assert not ms.is_stage(str(tmp_path / ("m" * 254)), staging)
+        assert (tmp_path / staging).joinpath("10-configmap-a.yaml").read_text().startswith("# confidential.tee")
+    finally:
+        shutil.rmtree(staging)

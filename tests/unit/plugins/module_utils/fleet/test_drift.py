@@ -3,6 +3,8 @@ API responses (teesim's builders, validated against the Kubernetes schemas in te
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift import (
     fleet_drift,
@@ -10,6 +12,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift impor
     nfd_advertisers,
     pool_catalog,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
+from ansible_collections.confidential.tee.plugins.module_utils.fleet.quantity import INT64_MAX, parse_count
+from prometheus_client.parser import text_string_to_metric_families
 from teesim.fixtures import k8s_objects as k8s
 from teesim.fixtures.fleet import KATA_SNP, KATA_TDX, RULES, SNP_LABEL, TDX_LABEL
 
@@ -428,3 +433,112 @@ def test_names_that_moved_in_2026_are_fleet_findings():
 def test_no_rename_finding_on_the_collections_own_rules():
     result = drift({"n1": host({"tdx": 63})}, [node("n1", {"tdx.intel.com/keys": "63"})])
     assert [f for f in result["findings"] if f["id"] in ("stale_nfd_rule", "gpu_operator_key_pool")] == []
+
+
+# ------------------------------------------------------------------------------- hostile objects (issue 27)
+
+
+def advertised_series(result_nodes):
+    """``tee_keys_advertised`` samples as Prometheus' own parser reads the exposition text."""
+    text = render_metrics(result_nodes)
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    family = families.get("tee_keys_advertised")
+    return [sample.value for sample in family.samples] if family else []
+
+
+SAME_VALUE = {
+    "10^18": ["1E", "1e18", "1000P", "1000000000000000000", "1000000000000000000000m", "0.001e21", "1000000000000000k"],
+    "63": ["63", "63000m", "0.063k", "6.3e1", "63e0", "+63", " 63 "],
+}
+HUGE = ["99999999999999999999999", "1e23", "9223372036854775808", "1" * 5000, "1e1000000000", "100000E", "0.1e30"]
+
+
+@pytest.mark.parametrize("value", sorted(SAME_VALUE))
+def test_findings_do_not_depend_on_how_a_quantity_is_spelled(value):
+    seen = set()
+    for spelling in SAME_VALUE[value]:
+        result = drift({"n1": host({"tdx": 31})}, [node("n1", {"devices.kubevirt.io/tdx": spelling})])
+        (stale,) = findings(result, "n1", "stale_advertiser")
+        seen.add((stale["severity"], stale["numbers"]["advertised"], stale["detail"]))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("spelling", HUGE)
+def test_a_count_above_int64_keeps_its_finding_and_its_series(spelling):
+    result = drift({"n1": host({"tdx": 31})}, [node("n1", {"devices.kubevirt.io/tdx": spelling})])
+    (stale,) = findings(result, "n1", "stale_advertiser")
+    assert stale["severity"] == "critical" and stale["numbers"]["advertised"] == INT64_MAX
+    assert any("more than the scheduler can count" in p for p in result["nodes"]["n1"]["problems"])
+    entry = dict(result["nodes"]["n1"], reachable=True, ready=True, counts={})
+    assert advertised_series([entry]) == [INT64_MAX]
+
+
+def test_1e_and_a_huge_digit_count_give_the_same_kind_of_report():
+    reports = []
+    for spelling in ("1E", "99999999999999999999999"):
+        result = drift({"n1": host({"tdx": 31})}, [node("n1", {"devices.kubevirt.io/tdx": spelling})])
+        entry = dict(result["nodes"]["n1"], reachable=True, ready=True, counts={})
+        reports.append(([f["id"] for f in entry["findings"]], len(advertised_series([entry]))))
+    assert reports[0] == reports[1] == (["stale_advertiser"], 1)
+
+
+@pytest.mark.parametrize(
+    ("raw", "count"),
+    [
+        ("1E", 10**18),
+        ("2000m", 2),
+        ("1k", 1000),
+        ("0.5k", 500),
+        ("1Ki", 1024),
+        ("9223372036854775807", INT64_MAX),
+        ("8Ei", INT64_MAX),  # binary suffixes are capped at 2^63-1 by apimachinery itself
+    ],
+)
+def test_counts_in_range_are_exact_and_without_problem(raw, count):
+    assert parse_count(raw) == (count, None)
+
+
+@pytest.mark.parametrize("raw", ["1.5", "1500m", "99999999999999999999999.5", "-1", "-1e30"])
+def test_counts_that_are_fractions_or_negative_stay_unknown(raw):
+    count, problem = parse_count(raw)
+    assert count is None and problem
+
+
+# ------------------------------------------------------------------------------------------------- duplicates
+
+
+def test_two_different_nodes_of_one_name_are_an_input_problem_naming_both():
+    first = node("n1", {"devices.kubevirt.io/tdx": "31"})
+    second = copy.deepcopy(first)
+    second["metadata"]["uid"] = "uid-of-the-second"
+    second["status"]["capacity"]["devices.kubevirt.io/tdx"] = "63"
+    second["status"]["allocatable"]["devices.kubevirt.io/tdx"] = "63"
+    result = drift({"n1": host({"tdx": 31})}, [first, second])
+    (problem,) = [p for p in result["problems"] if "Node n1 appears 2 times" in p]
+    assert "different objects" in problem and "uid-of-the-second" in problem and "kubectl get nodes" in problem
+
+
+def test_identical_copies_are_said_too():
+    first = node("n1", {"devices.kubevirt.io/tdx": "31"})
+    result = drift({"n1": host({"tdx": 31})}, [first, copy.deepcopy(first)])
+    assert any("Node n1 appears 2 times" in p and "identical copies" in p for p in result["problems"])
+
+
+def test_a_pod_listed_twice_is_counted_once_and_said():
+    pod = kata("guest", "n1", runtime_class=KATA_TDX)
+    pod["spec"]["overhead"] = {"tdx.intel.com/keys": "1"}
+    nodes = [node("n1", {"tdx.intel.com/keys": "31"})]
+    once = drift({"n1": host({"tdx": 31}, {"tdx": 1})}, nodes, [pod])
+    twice = drift({"n1": host({"tdx": 31}, {"tdx": 1})}, nodes, [pod, copy.deepcopy(pod)])
+    pools = [r["nodes"]["n1"]["pools"]["tdx"]["advertised"][0]["requested"] for r in (once, twice)]
+    assert pools[0] == pools[1] == 1
+    assert any(f"Pod {pod['metadata']['namespace']}/guest appears 2 times" in p for p in twice["problems"])
+
+
+def test_runtime_classes_and_node_feature_rules_listed_twice_are_said_once_each():
+    nodes = [node("n1", {"tdx.intel.com/keys": "31"})]
+    rules = [*RULES, copy.deepcopy(RULES[0])]
+    result = drift({"n1": host({"tdx": 31})}, nodes, runtime_classes=[KATA_TDX, copy.deepcopy(KATA_TDX)], rules=rules)
+    assert any(f"NodeFeatureRule {RULES[0]['metadata']['name']} appears 2 times" in p for p in result["problems"])
+    assert any(f"RuntimeClass {KATA_TDX['metadata']['name']} appears 2 times" in p for p in result["problems"])
+    assert findings(result, "n1", "double_pool") == []

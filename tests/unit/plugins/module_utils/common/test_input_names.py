@@ -1,0 +1,73 @@
+"""input_names: a filter's refusal names the filter, the host (and Kubernetes node) and the inventory variable."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_cc as kv
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_objects, runtimeclasses
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.gpu_cc import kubelet_dropin, kubelet_gates
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import refusal, variable_for
+
+KUBEVIRT_VARS = {"kubevirt_cc_qgs_socket_path", "kubevirt_cc_tdx_attestation", "kubevirt_cc_version"}
+
+
+def test_the_refusal_names_host_node_variable_and_keeps_the_fix():
+    message = refusal(
+        "kubevirt_cc",
+        "must be absolute; set it to /var/run/tdx-qgs/qgs.socket",
+        "qgs_socket_path",
+        "confidential.tee.kubevirt_cc",
+        "tdx-1",
+        "node-a",
+        KUBEVIRT_VARS.__contains__,
+    )
+    assert message == (
+        "confidential.tee.kubevirt_cc on host tdx-1 (Kubernetes node node-a): inventory variable "
+        "kubevirt_cc_qgs_socket_path: must be absolute; set it to /var/run/tdx-qgs/qgs.socket"
+    )
+
+
+def test_aliases_machineconfig_roles_and_unknown_variables():
+    assert variable_for("kubevirt_cc", "attestation_mode", KUBEVIRT_VARS.__contains__) == "kubevirt_cc_tdx_attestation"
+    assert variable_for("kubevirt_cc", "kubevirt_version", KUBEVIRT_VARS.__contains__) == "kubevirt_cc_version"
+    assert variable_for("confidential.tee.tdx_host", "role", {"tdx_host_machineconfig_role"}.__contains__) == (
+        "tdx_host_machineconfig_role"
+    )
+    # Called outside a role, or for an argument no variable of the role holds: the filter's own argument is named.
+    assert variable_for(None, "qgs_socket_path", KUBEVIRT_VARS.__contains__) is None
+    message = refusal("kubevirt_cc", "bad", "qgs_socket_path", None, "localhost", None, lambda _name: False)
+    assert message == "confidential.tee.kubevirt_cc on host localhost: argument qgs_socket_path: bad"
+
+
+PLAN = {"kubevirt": {"tdx_nodes": ["tdx-1"], "sev_nodes": []}, "kata": {}, "nodes": {}}
+
+
+@pytest.mark.parametrize(
+    ("call", "option"),
+    [
+        (lambda: kv.tdx_attestation(["tdx-1"], {}, "auto", "var/run/qgs.socket"), "qgs_socket_path"),
+        (lambda: kv.tdx_attestation(["tdx-1"], {}, "sometimes"), "attestation_mode"),
+        (lambda: kv.tdx_attestation(["tdx-1"], {}, "enforced"), "attestation_mode"),
+        (lambda: kv.gpu_devices([{"pci_vendor_selector": "nvidia"}]), "gpu_devices"),
+        (lambda: kv.tdx_version(["tdx-1"], "one"), "kubevirt_version"),
+        (lambda: kubelet_gates("not a mapping", None), "kubelet_feature_gates"),
+        (lambda: kubelet_dropin({}, "twenty minutes"), "runtime_request_timeout"),
+        (lambda: runtimeclasses.kata_classes({"kata": {}}, overheads=["2048Mi"]), "overheads"),
+        (lambda: runtimeclasses.kata_classes({"kata": {}}, node_selector={"a": 1}), "node_selector"),
+    ],
+)
+def test_refusals_reachable_from_role_inputs_say_which_input(call, option):
+    with pytest.raises(TeeError) as caught:
+        call()
+    assert caught.value.option == option, str(caught.value)
+
+
+def test_the_kubevirt_render_refuses_a_relative_socket_as_its_option():
+    with pytest.raises(TeeError) as caught:
+        kubevirt_objects.render(
+            {"kubevirt": {"tdx_nodes": ["tdx-1"], "sev_nodes": [], "nodes": []}, "kata": {}, "nodes": {}},
+            [],
+            {"name": "kubevirt", "namespace": "kubevirt", "qgs_socket_path": "run/qgs.socket"},
+        )
+    assert caught.value.option == "qgs_socket_path"
