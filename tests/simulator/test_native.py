@@ -67,6 +67,10 @@ def test_an_edit_while_mypyc_runs_leaves_the_manifest_stale(monkeypatch, tmp_pat
     the build (minutes) must not be vouched for (issue 27: it was, digests were read after compiling)."""
     import importlib.util
 
+    # The script sets TEESIM_NATIVE=0 for its own process: undone after this test, or the rest of this worker
+    # (and every teesim it starts) would run the source build.
+    monkeypatch.setenv(native.ENVIRONMENT, "0")
+    monkeypatch.setattr(sys, "path", list(sys.path))
     spec = importlib.util.spec_from_file_location("build_native", SIMULATOR.parent / "scripts" / "build_native.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)

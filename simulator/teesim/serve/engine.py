@@ -14,8 +14,13 @@ What changes against ``teesim run`` (everything else is the same code):
 * **kernel**: after every event that changed the misc controller its files are written under the
   root (:class:`~teesim.kernel.backends.NodeWriter`, only changed files, atomically replaced), so a
   plugin polling ``sys/fs/cgroup/misc.current`` sees a guest's key when it is charged.
+* **containers**: before a pod's container starts, the kubelet calls ``PreStartContainer`` on the plugin
+  when its options set ``pre_start_required`` (:meth:`~teesim.kubelet.server.Kubelet.start_container`).
 * **pods**: the kubelet's ``/pods`` lists each admitted pod with its ``spec.overhead``; a Kata pod's
   sandbox turns ready when its guest charged its key.
+
+Compiled with the classes it subclasses (teesim._native): compiled code does not see an interpreted
+subclass's class attributes, so the kubelets are passed in (``Simulation(node_kubelet=...)``).
 
 Not modelled in serve (refused or documented): faults (an external plugin cannot be crashed by the
 scenario), more than one node, DRA, KubeVirt's generic ``/dev/sev`` plugin.

@@ -18,8 +18,9 @@ from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
 REPO = Path(__file__).resolve().parents[3]
 GENERATED = REPO / "simulator" / "teesim" / "kubelet" / "generated"
 
-# Field numbers of upstream k8s.io/kubelet v0.37.2 pkg/apis/{deviceplugin/v1beta1,podresources/v1}/api.proto (carried
-# whole in simulator/teesim/kubelet/protos; issue 27: PodResources.cpu_ids, memory and ClaimResource.share_id were missing).
+# Field numbers of upstream k8s.io/kubelet v0.37.2 pkg/apis/{deviceplugin/v1beta1,podresources/v1}/api.proto
+# (carried whole in simulator/teesim/kubelet/protos; issue 27: PodResources.cpu_ids, memory and
+# ClaimResource.share_id were missing).
 DEVICEPLUGIN_FIELDS = {
     "DevicePluginOptions": {"pre_start_required": 1, "get_preferred_allocation_available": 2},
     "RegisterRequest": {"version": 1, "endpoint": 2, "resource_name": 3, "options": 4},

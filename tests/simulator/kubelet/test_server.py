@@ -93,6 +93,26 @@ def test_register_rejections_reach_the_plugin(kubelet, fields, message):
     assert kubelet.device_manager.resources() == []
 
 
+class _NoOptions(DevicePluginService):
+    def GetDevicePluginOptions(self, request, context):
+        context.abort(grpc.StatusCode.INTERNAL, "options unavailable")
+
+
+def test_a_plugin_whose_options_fail_is_refused_with_the_kubelets_words(kubelet):
+    """``PluginConnected`` (manager.go, k8s.io/kubernetes v1.37.2): ``failed to get device plugin options: %v``."""
+    server = PluginServer(_NoOptions(RES), kubelet.dir, "tdx.sock")
+    server.serve()
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            _register(kubelet)
+    finally:
+        server.shutdown()
+    assert err.value.details() == (
+        "failed to get device plugin options: rpc error: code = Internal desc = options unavailable"
+    )
+    assert kubelet.device_manager.resources() == []
+
+
 def test_every_list_and_watch_response_replaces_the_list(kubelet, plugin):
     plugin.service.set_devices(_devices(3, unhealthy=frozenset({0})))
     assert kubelet.wait_for(
