@@ -68,7 +68,7 @@ def _outside(metrics: dict[str, Any]) -> str | None:
 
 def _failed(metrics: dict[str, Any]) -> str | None:
     n = metrics["failed_launches"]
-    return f"{n} failed launch(es) (EBUSY)" if n else None
+    return f"{n} failed launch(es) (ENOSPC/EBUSY)" if n else None
 
 
 def _admission(metrics: dict[str, Any]) -> str | None:

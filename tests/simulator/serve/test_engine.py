@@ -105,7 +105,7 @@ def test_fail_on_holds_only_when_its_condition_does():
     )
     assert held == [
         "outside-race-window: 2 failed launch(es) outside the race window (kubevirt 2)",
-        "failed-launches: 3 failed launch(es) (EBUSY)",
+        "failed-launches: 3 failed launch(es) (ENOSPC/EBUSY)",
     ]
     entry = _entry()
     entry["serve"]["registered_at_s"][KV] = None
