@@ -1,7 +1,6 @@
-"""The Markdown tables of docs/simulator.md's results, from a ``teesim sweep --out DIR`` report.
+"""Markdown tables of a ``teesim sweep --out DIR`` report (any sweep; the docs' are written by sweep_docs.py).
 
-    teesim sweep double-pool-tdx double-pool-snp quick tdx-external-vms tdx-kata-surge snp-mixed faults \\
-        --seeds 1-30 --out report/sweep
+    teesim sweep quick faults --seeds 1-30 --out report/sweep
     python benchmarks/sweep_tables.py report/sweep/sweep.json
 
 Every cell is a mean over the seeds with the half-width of its 95 % confidence interval (Student t, as
@@ -61,32 +60,57 @@ def outside_runs(runs: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in counts.items()}
 
 
-def main(path: str) -> int:
-    report = json.loads(Path(path).read_text(encoding="utf-8"))
-    results, runs = report["results"], outside_runs(report["runs"])
-    seeds = report["sweep"].get("seeds")
-    print(f"<!-- from {path}: seeds {seeds} -->")
-    order = report["sweep"].get("strategies") or []  # the registry's order, the baseline first
-    for scenario, unordered in results.items():
-        strategies = {name: unordered[name] for name in order if name in unordered} or unordered
-        print(f"\n**{scenario}** (mean ± 95 % interval half-width over {len(seeds or [])} seeds)\n")
-        print("| strategy | runs failing outside the window | " + " | ".join(c for c, _ in COLUMNS) + " |")
-        print("|---|---|" + "---|" * len(COLUMNS))
-        for strategy, metrics in strategies.items():
-            bad, n = runs[(scenario, strategy)]
-            cells = [" / ".join(_cell(metrics.get(m)) for m in keys) for _, keys in COLUMNS]
-            print(f"| `{strategy}` | {bad}/{n} | " + " | ".join(cells) + " |")
-    print("\n**Runs with a Kata or KubeVirt failure outside the race window, every scenario**\n")
-    print("| strategy | runs | share | 95 % interval |")
-    print("|---|---|---|---|")
+def _order(report: dict, names: list[str]) -> list[str]:
+    """``names`` in the registry's order (the baseline first), as the sweep lists its strategies."""
+    order = report["sweep"].get("strategies") or []
+    return [name for name in order if name in names] or list(names)
+
+
+def render_scenario_table(report: dict, scenario: str) -> str:
+    """One scenario's table: every strategy, mean ± half-width per column."""
+    runs, unordered = outside_runs(report["runs"]), report["results"][scenario]
+    seeds = report["sweep"].get("seeds") or []
+    lines = [
+        f"**{scenario}** (mean ± 95 % interval half-width over {len(seeds)} seeds)",
+        "",
+        "| strategy | runs failing outside the window | " + " | ".join(c for c, _ in COLUMNS) + " |",
+        "|---|---|" + "---|" * len(COLUMNS),
+    ]
+    for strategy in _order(report, list(unordered)):
+        bad, n = runs[(scenario, strategy)]
+        cells = [" / ".join(_cell(unordered[strategy].get(m)) for m in keys) for _, keys in COLUMNS]
+        lines.append(f"| `{strategy}` | {bad}/{n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_total_table(report: dict, scenarios: list[str], title: str) -> str:
+    """Runs with a Kata or KubeVirt failure outside the window, per strategy, summed over ``scenarios``."""
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for (_, strategy), (bad, n) in runs.items():
-        totals[strategy][0] += bad
-        totals[strategy][1] += n
-    for strategy in [name for name in order if name in totals] or list(totals):
+    for (scenario, strategy), (bad, n) in outside_runs(report["runs"]).items():
+        if scenario in scenarios:
+            totals[strategy][0] += bad
+            totals[strategy][1] += n
+    lines = [f"**{title}**", "", "| strategy | runs | share | 95 % interval |", "|---|---|---|---|"]
+    for strategy in _order(report, list(totals)):
         bad, n = totals[strategy]
         low, high = wilson(bad, n)
-        print(f"| `{strategy}` | {bad}/{n} | {100 * bad / n:.1f} % | {100 * low:.1f} to {100 * high:.1f} % |")
+        lines.append(f"| `{strategy}` | {bad}/{n} | {100 * bad / n:.1f} % | {100 * low:.1f} to {100 * high:.1f} % |")
+    return "\n".join(lines)
+
+
+def main(path: str) -> int:
+    report = json.loads(Path(path).read_text(encoding="utf-8"))
+    print(f"<!-- from {path}: seeds {report['sweep'].get('seeds')} -->")
+    for scenario in report["results"]:
+        print("\n" + render_scenario_table(report, scenario))
+    print(
+        "\n"
+        + render_total_table(
+            report,
+            list(report["results"]),
+            "Runs with a Kata or KubeVirt failure outside the race window, every scenario",
+        )
+    )
     return 0
 
 

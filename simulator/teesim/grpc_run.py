@@ -419,8 +419,17 @@ def register(subparsers: Any) -> None:
         action="append",
         help="plugin poll interval in seconds; repeat to compare (default 0.1)",
     )
-    parser.add_argument("--resource-name", default=KUBEVIRT_TDX)
-    parser.add_argument("--misc-resource", default="tdx", choices=MISC_REPORT_ORDER)
-    parser.add_argument("--seed", type=seed, default=1)
+    parser.add_argument(
+        "--resource-name", default=KUBEVIRT_TDX, help="extended resource the plugin advertises (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--misc-resource",
+        default="tdx",
+        choices=MISC_REPORT_ORDER,
+        help="misc cgroup resource the plugin reads and the external VMs charge (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=seed, default=1, help="seed of the random pause between changes (default: %(default)s)"
+    )
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON instead of text")
     parser.set_defaults(func=_cmd_grpc)

@@ -102,7 +102,7 @@ def register(subparsers: Any) -> None:
     node_sub.required = True
     build = node_sub.add_parser("build", help="write a simulated host tree to a directory")
     build.add_argument("--profile", choices=sorted(PROFILES), default="current", help="kernel profile")
-    build.add_argument("--vendor", choices=("intel", "amd"), default="intel")
+    build.add_argument("--vendor", choices=("intel", "amd"), default="intel", help="CPU vendor (default: %(default)s)")
     build.add_argument(
         "--capacity",
         action="append",

@@ -285,6 +285,7 @@ class MetricsRecorder:
                 "uid": f.uid,
                 "kind": f.kind,
                 "message": f.message,
+                "error": f.error or None,  # the errno KVM returned; an admission failure has none
                 "in_race_window": f.in_race_window,
                 "attempt": f.attempt,
             }

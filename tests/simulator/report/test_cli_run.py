@@ -123,13 +123,17 @@ def test_only_selected_strategies(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_failure_records_carry_what_the_docs_promise() -> None:
-    """docs/simulator.md: report.json's failures hold "their message, attempt and race-window flag"."""
+    """docs/simulator.md: report.json's failures hold "their message, errno, attempt and race-window flag"."""
     report = run_scenario(load_scenario("quick"))
     failures = report["strategies"]["double-pool"]["failures"]
     assert failures, "the double pool fails launches on the quick scenario"
     for failure in failures:
-        assert {"message", "attempt", "in_race_window"} <= set(failure)
+        assert {"message", "error", "attempt", "in_race_window"} <= set(failure)
         assert isinstance(failure["attempt"], int) and failure["attempt"] >= 1
+    # quick is one TDX node without misc.max: KVM runs out of KeyIDs before the cgroup charge (ENOSPC).
+    assert {f["error"] for f in failures if f["kind"] == "launch"} == {"ENOSPC"}
+    admissions = report["strategies"]["dra-overhead-unserved"]["failures"]
+    assert admissions and all(f["error"] is None for f in admissions if f["kind"] == "admission")
     # A Kata sandbox retried by the kubelet and a VMI retried by virt-handler fail again on later
     # attempts, and the record says which.
     assert max(f["attempt"] for f in failures if f["consumer"] == "kata") >= 2
