@@ -26,10 +26,8 @@ BIN = Path(sys.executable).parent
 
 def reference_dir() -> Path | None:
     """``../shared/reference`` beside the checkout (CI and developer machines), if present."""
-    for candidate in (REPO_ROOT.parent / "shared" / "reference", Path("/work/shared/reference")):
-        if candidate.is_dir():
-            return candidate
-    return None
+    candidate = REPO_ROOT.parent / "shared" / "reference"
+    return candidate if candidate.is_dir() else None
 
 
 @pytest.fixture(scope="session")
