@@ -69,6 +69,29 @@ def test_report_shows_double_pool_external_usage_and_not_ready_nodes_with_fixes(
     assert h100["gpu"]["ready_state"] == "not-ready"
 
 
+def test_verdicts_labels_and_fixes_say_what_they_mean(fleet):
+    """No PASS beside a critical finding, no TDX label on the GPU host, no hint cut short, every fix with the
+    collection's own remedy."""
+    out, _ = fleet
+    report = json.loads((out / "report" / "report.json").read_text())
+    nodes = {n["name"]: n for n in report["nodes"]}
+    for node in nodes.values():
+        if any(f["severity"] == "critical" for f in node["findings"]):
+            assert node["verdict"] == "FAIL", node["name"]
+    assert nodes["snp-1"]["preflight_verdict"] == "PASS" and nodes["snp-1"]["verdict"] == "FAIL"
+    assert nodes["gpu-h100"]["technology"] == "NVIDIA GPU CC; no CPU TEE"
+    markdown = (out / "report" / "report.md").read_text()
+    assert "| snp-1 | FAIL | yes | SEV-SNP |" in markdown
+    assert "| gpu-h100 | FAIL | **no** | NVIDIA GPU CC; no CPU TEE |" in markdown
+    for node in nodes.values():  # every detail and fix whole in the preflight table, however long
+        table = " ".join(" ".join(node["table"]).split())
+        for check in (c for section in node["sections"] for c in section["checks"]):
+            for text in (check["detail"], check["remediation"] or ""):
+                assert " ".join(text.split()) in table, (node["name"], check["id"])
+    for finding in report["fleet_findings"] + [f for n in nodes.values() for f in n["findings"]]:
+        assert "With confidential.tee: " in finding["fix"] and "confidential.tee." in finding["fix"], finding["id"]
+
+
 def test_attestation_chain_is_reported_where_it_was_checked(fleet):
     out, _ = fleet
     report = json.loads((out / "report" / "report.json").read_text())
