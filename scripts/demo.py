@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import yaml
-from steps import BIN, REPO, ansible_env, exit_with, run, step
+from steps import BIN, REPO, ansible_env, exit_with, run, shown, step
 
 NODE = "sim-tdx-node"
 # Where strategies tie, the conclusion names first the recommendation of docs/simulator.md.
@@ -150,14 +149,6 @@ def main() -> int:
     print(f"sim report:  {shown(out / 'report' / 'report.json')}")
     print(conclusion(report, shown(png)))
     return 0
-
-
-def shown(path: Path) -> Path:
-    """``path`` relative to where the user runs the demo when it is below it (shorter, and true there)."""
-    try:
-        return path.relative_to(Path(os.getcwd()).resolve())
-    except ValueError:
-        return path
 
 
 if __name__ == "__main__":

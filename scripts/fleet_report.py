@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from steps import BIN, REPO, ansible_env, exit_with, run, step
+from steps import BIN, REPO, ansible_env, exit_with, run, shown, step
 
 
 def main() -> int:
@@ -41,8 +41,8 @@ def main() -> int:
     print(f"{summary['nodes']} nodes, {summary['ready']} ready; not ready: {', '.join(summary['not_ready']) or 'none'}")
     print(f"{summary['findings']} drift findings ({summary['critical']} critical): {summary['findings_by_id']}")
     for name in ("report.html", "report.md", "report.json", "tee-fleet.prom"):
-        print(f"{name:<15} {out / 'report' / name}")
-    print(f"{'textfile/':<15} {out / 'report' / 'textfile'} (one .prom per node for node_exporter)")
+        print(f"{name:<15} {shown(out / 'report' / name)}")
+    print(f"{'textfile/':<15} {shown(out / 'report' / 'textfile')} (one .prom per node for node_exporter)")
     return 0
 
 

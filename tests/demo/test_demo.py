@@ -70,6 +70,11 @@ def test_demo_ends_with_one_conclusion_line(demo):
     assert completed.stdout.count("Conclusion:") == 1
 
 
+def test_the_readme_shows_what_the_demo_prints(demo, check_worked_output):
+    completed, out = demo
+    check_worked_output("make demo", completed.stdout, {str(out): ".build/demo"})
+
+
 def test_the_conclusion_names_the_strategy_that_starts_every_guest():
     """A strategy that fails nothing by starting nothing does not avoid the problem."""
     demo = load_demo_script()
