@@ -3,6 +3,7 @@ capture ships with teesim), and the worked outputs of docs/fleet.md are what it 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -47,3 +48,6 @@ def test_docs_show_what_it_prints_and_writes(fleet_report, check_worked_output):
     completed, out = fleet_report
     check_worked_output("make fleet-report", completed.stdout, {str(out): ".build/fleet"})
     check_worked_output("fleet report nodes", (out / "report" / "report.md").read_text())
+    report = json.loads((out / "report" / "report.json").read_text())
+    nomisc = next(node for node in report["nodes"] if node["name"] == "tdx-nomisc")
+    check_worked_output("preflight table", "\n".join(nomisc["table"]))

@@ -11,6 +11,7 @@ PRODUCED_BY = {
     "make demo": "tests/demo/test_demo.py",
     "make fleet-report": "tests/integration/test_make_fleet_report.py",
     "fleet report nodes": "tests/integration/test_make_fleet_report.py",
+    "preflight table": "tests/integration/test_make_fleet_report.py",
     "cluster plan": "tests/roles/test_cluster_worked_example.py",
     "cluster manifests": "tests/roles/test_cluster_worked_example.py",
     "cluster double pool": "tests/roles/test_cluster_worked_example.py",

@@ -707,7 +707,7 @@ def format_table(verdict) -> list[str]:
         head = "%-4s  %s" % (item["verdict"], item["title"])
         lines += _wrap(head + (": " if item["reason"] else ""), item["reason"] or "", 6)
         for entry in item["checks"]:
-            lines += _wrap("  %-4s  %-38s " % (entry["verdict"], entry["title"]), entry["detail"], 46)
+            lines += _wrap("  %-4s  %-38s " % (entry["verdict"], entry["title"]), entry["detail"], 47)
             if entry["remediation"]:
                 lines += _wrap("        fix: ", entry["remediation"], 13)
     return lines
