@@ -22,13 +22,20 @@ help:
 	@echo "make fleet-report - simulated mixed fleet: preflight, key drift against Kubernetes, HTML/Markdown/JSON/.prom"
 	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule"
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
-	@echo "make native - compile teesim's hot modules with mypyc (part of every target above; TEESIM_NATIVE=0 skips it)"
+	@echo "make native - compile teesim's hot modules with mypyc (part of every target above but demo; TEESIM_NATIVE=0 skips it)"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The dask extra too (39 MiB, ~10 s): so that the sweep's Dask test runs here and in CI.
 	$(BIN)/python -m pip install --quiet -e '.[dev,dask]'
+	touch $@ $(BIN)/.installed-demo
+
+# What `make demo` needs and nothing more (the `demo` extra); a venv with the dev tools has it already.
+$(BIN)/.installed-demo: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
 	touch $@
 
 venv: $(BIN)/.installed
@@ -51,7 +58,14 @@ $(COLLECTION_LINK):
 
 collection: venv $(COLLECTION_LINK) native
 
-demo: collection
+# The demo uses the native build where this venv can make one (the dev tools' mypyc, from `make native` or any
+# other target, and a C compiler); otherwise it says so and runs the same simulator from source.
+demo: $(BIN)/.installed-demo $(COLLECTION_LINK)
+	@if [ "$(TEESIM_NATIVE)" != 0 ] && [ -f $(BIN)/.installed ] && [ -x $(BIN)/mypyc ] && command -v cc >/dev/null; then \
+	  $(MAKE) --no-print-directory native; \
+	else \
+	  echo "teesim native build: skipped (needs the dev tools' mypyc and a C compiler: make native); the simulator runs from source, about half as fast"; \
+	fi
 	$(BIN)/python scripts/demo.py
 
 fleet-report: collection

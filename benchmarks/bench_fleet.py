@@ -123,7 +123,7 @@ def measure(
     samples: dict[str, list[Run]] = {}
     with tempfile.TemporaryDirectory(prefix="tee-fleet-bench-") as tmp:
         directory = Path(tmp)
-        summary = build_fleet(directory, reference=None, copies=max(hosts // KINDS, 1))
+        summary = build_fleet(directory, captures=None, copies=max(hosts // KINDS, 1))
         inventory = directory / "inventory.yml"
         variants = _write_playbooks(directory)
         for _ in range(repeat):

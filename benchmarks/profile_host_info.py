@@ -297,7 +297,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="tee-profile-") as tmp:
-        build_fleet(Path(tmp), reference=None, copies=1)
+        build_fleet(Path(tmp), captures=None, copies=1)
         import_costs(args.repeat, Path(tmp))
         ansiballz_costs(Path(tmp) / "nodes", args.repeat, Path(tmp))
         call_costs(Path(tmp) / "nodes", args.repeat)

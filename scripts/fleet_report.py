@@ -2,7 +2,7 @@
 """`make fleet-report`: the fleet readiness and TEE key drift report for a simulated mixed fleet.
 
 1. `teesim fleet build`: host trees for TDX, SEV-SNP, old-kernel and no-misc nodes plus the real H100 capture
-   (when ../shared/reference is beside the checkout), and the cluster's Kubernetes objects as JSON files;
+   that ships with teesim, and the cluster's Kubernetes objects as JSON files;
 2. `ansible-playbook playbooks/fleet_report.yml`: one tee_host_info round trip per node, then drift against the
    Kubernetes objects and the report (HTML, Markdown, JSON, node_exporter .prom);
 3. prints where the report is and its headline.
@@ -14,19 +14,19 @@ import argparse
 import json
 from pathlib import Path
 
-from steps import BIN, REPO, ansible_env, exit_with, run, step
+from steps import BIN, REPO, ansible_env, exit_with, run, shown, step
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / ".build" / "fleet", help="where to write everything")
-    parser.add_argument("--reference", type=Path, help="../shared/reference (default: found beside the checkout)")
+    parser.add_argument("--captures", type=Path, help="real host captures (default: the ones teesim ships)")
     args = parser.parse_args()
     out = args.out.resolve()
     env = ansible_env()
 
     step("1/2 simulated mixed fleet (teesim fleet build)")
-    run([BIN / "teesim", "fleet", "build", "--out", out, *(["--reference", args.reference] if args.reference else [])])
+    run([BIN / "teesim", "fleet", "build", "--out", out, *(["--captures", args.captures] if args.captures else [])])
     step("2/2 preflight, capacity and drift (ansible-playbook playbooks/fleet_report.yml)")
     run(
         [
@@ -41,8 +41,8 @@ def main() -> int:
     print(f"{summary['nodes']} nodes, {summary['ready']} ready; not ready: {', '.join(summary['not_ready']) or 'none'}")
     print(f"{summary['findings']} drift findings ({summary['critical']} critical): {summary['findings_by_id']}")
     for name in ("report.html", "report.md", "report.json", "tee-fleet.prom"):
-        print(f"{name:<15} {out / 'report' / name}")
-    print(f"{'textfile/':<15} {out / 'report' / 'textfile'} (one .prom per node for node_exporter)")
+        print(f"{name:<15} {shown(out / 'report' / name)}")
+    print(f"{'textfile/':<15} {shown(out / 'report' / 'textfile')} (one .prom per node for node_exporter)")
     return 0
 
 

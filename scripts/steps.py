@@ -34,6 +34,14 @@ def ansible_env() -> dict[str, str]:
     return env
 
 
+def shown(path: Path) -> Path:
+    """``path`` relative to where the user runs the script when it is below it (shorter, and true there)."""
+    try:
+        return path.relative_to(Path(os.getcwd()).resolve())
+    except ValueError:
+        return path
+
+
 def exit_with(main: Callable[[], int], name: str) -> None:
     """Run ``main``; a failed step ends the script with one line naming it instead of a traceback."""
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,10 +27,54 @@ BIN = Path(sys.executable).parent
 
 def reference_dir() -> Path | None:
     """``../shared/reference`` beside the checkout (CI and developer machines), if present."""
-    for candidate in (REPO_ROOT.parent / "shared" / "reference", Path("/work/shared/reference")):
-        if candidate.is_dir():
-            return candidate
-    return None
+    candidate = REPO_ROOT.parent / "shared" / "reference"
+    return candidate if candidate.is_dir() else None
+
+
+# Worked outputs in the docs: a fenced block right after ``<!-- output: KEY -->`` shows what a command printed; the
+# test named in tests/unit/test_worked_outputs.py runs that command and compares (``worked_output``).
+OUTPUT_MARKER = re.compile(r"^<!-- output: (?P<key>[^>]+?) -->\n```[a-z]*\n(?P<body>.*?)^```$", re.M | re.S)
+DOC_FILES = ("README.md", "docs/*.md")
+
+
+def worked_outputs() -> dict[str, tuple[Path, list[str]]]:
+    """``{key: (file, lines)}`` of every worked output in README.md and docs/."""
+    found: dict[str, tuple[Path, list[str]]] = {}
+    for pattern in DOC_FILES:
+        for path in sorted(REPO_ROOT.glob(pattern)):
+            for match in OUTPUT_MARKER.finditer(path.read_text(encoding="utf-8")):
+                assert match["key"] not in found, f"worked output {match['key']!r} twice: {path}"
+                found[match["key"]] = (path, match["body"].splitlines())
+    return found
+
+
+def assert_worked_output(key: str, printed: str, replace: dict[str, str] | None = None) -> None:
+    """The doc's block for ``key`` is what the command printed: every line of it, in order (a ``...`` line marks
+    lines left out), trailing spaces aside; ``replace`` maps what differs by machine (a temporary path) to the
+    doc's spelling."""
+    path, expected = worked_outputs()[key]
+    for old, new in (replace or {}).items():
+        printed = printed.replace(old, new)
+    actual = [line.rstrip() for line in printed.splitlines()]
+    position = 0
+    for line in (line.rstrip() for line in expected):
+        if line == "...":
+            continue
+        try:
+            position = actual.index(line, position) + 1
+        except ValueError:
+            pytest.fail(f"{path.name}, worked output {key!r}: the command no longer prints (in this order):\n{line}")
+
+
+@pytest.fixture(scope="session")
+def check_worked_output() -> Callable[..., None]:
+    """:func:`assert_worked_output`, for tests that run the command a worked output shows."""
+    return assert_worked_output
+
+
+@pytest.fixture(scope="session")
+def docs_worked_outputs() -> dict[str, tuple[Path, list[str]]]:
+    return worked_outputs()
 
 
 @pytest.fixture(scope="session")

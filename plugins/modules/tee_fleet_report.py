@@ -147,16 +147,17 @@ files:
   sample: [{"path": "/var/www/tee/report.html", "format": "html", "changed": true}]
 summary:
   description:
-    - C(nodes), C(ready), C(not_ready) (names), C(unreachable) (names), C(verdicts) (count per preflight verdict),
-      C(findings), C(critical) and C(findings_by_id).
+    - C(nodes), C(ready), C(not_ready) (names), C(unreachable) (names), C(verdicts) (count per node verdict, the
+      node's preflight verdict, V(FAIL) where a critical drift finding concerns the node), C(findings), C(critical)
+      and C(findings_by_id).
   returned: always
   type: dict
   sample: {"nodes": 6, "ready": 4, "not_ready": ["tdx-nomisc", "gpu-h100"], "unreachable": [],
-           "verdicts": {"PASS": 4, "FAIL": 2}, "findings": 7, "critical": 4,
+           "verdicts": {"PASS": 2, "FAIL": 4}, "findings": 7, "critical": 4,
            "findings_by_id": {"double_pool": 1, "external_usage": 1}}
 findings:
   description: Every drift finding with C(id), C(node) (V(null) for fleet-wide ones), C(resource), C(severity),
-    C(title), C(numbers), C(detail) and C(fix).
+    C(title), C(numbers), C(detail) and C(fix) (ending with what this collection does about it).
   returned: always
   type: list
   elements: dict

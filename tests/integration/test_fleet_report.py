@@ -31,10 +31,10 @@ def task_result(output: dict, name: str, host: str = "localhost") -> dict:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, ansible_playbook_cli, optional_reference):
-    """The mixed fleet (with the H100 capture when ../shared/reference is there) plus a host whose root is gone."""
+def fleet(tmp_path_factory, ansible_playbook_cli):
+    """The mixed fleet (with the H100 capture teesim ships) plus a host whose root is gone."""
     out = tmp_path_factory.mktemp("fleet")
-    build_fleet(out, optional_reference)
+    build_fleet(out)
     inventory = yaml.safe_load((out / "inventory.yml").read_text())
     broken = dict(inventory["tee_nodes"]["hosts"]["tdx-2"], tee_host_root=str(out / "gone"), tee_node_name="tdx-9")
     inventory["tee_nodes"]["hosts"]["tdx-9"] = broken
@@ -47,7 +47,7 @@ def fleet(tmp_path_factory, ansible_playbook_cli, optional_reference):
     return out, output
 
 
-def test_report_shows_double_pool_external_usage_and_not_ready_nodes_with_fixes(fleet, optional_reference):
+def test_report_shows_double_pool_external_usage_and_not_ready_nodes_with_fixes(fleet):
     out, output = fleet
     written = task_result(output, "Write the report")
     assert written["changed"] is True
@@ -64,10 +64,32 @@ def test_report_shows_double_pool_external_usage_and_not_ready_nodes_with_fixes(
     assert "### tdx-1: double pool (tdx, critical)" in markdown
     assert "### tdx-1: keys used outside Kubernetes (tdx, critical)" in markdown and "machine.slice (6)" in markdown
     assert markdown.count("**Fix:**") == summary["findings"]
-    if optional_reference is not None:
-        h100 = next(n for n in report["nodes"] if n["name"] == "gpu-h100")
-        assert h100["ready"] is False and h100["gpu"]["cc_state"] == "OFF"
-        assert h100["gpu"]["ready_state"] == "not-ready"
+    h100 = next(n for n in report["nodes"] if n["name"] == "gpu-h100")
+    assert h100["ready"] is False and h100["gpu"]["cc_state"] == "OFF"
+    assert h100["gpu"]["ready_state"] == "not-ready"
+
+
+def test_verdicts_labels_and_fixes_say_what_they_mean(fleet):
+    """No PASS beside a critical finding, no TDX label on the GPU host, no hint cut short, every fix with the
+    collection's own remedy."""
+    out, _ = fleet
+    report = json.loads((out / "report" / "report.json").read_text())
+    nodes = {n["name"]: n for n in report["nodes"]}
+    for node in nodes.values():
+        if any(f["severity"] == "critical" for f in node["findings"]):
+            assert node["verdict"] == "FAIL", node["name"]
+    assert nodes["snp-1"]["preflight_verdict"] == "PASS" and nodes["snp-1"]["verdict"] == "FAIL"
+    assert nodes["gpu-h100"]["technology"] == "NVIDIA GPU CC; no CPU TEE"
+    markdown = (out / "report" / "report.md").read_text()
+    assert "| snp-1 | FAIL | yes | SEV-SNP |" in markdown
+    assert "| gpu-h100 | FAIL | **no** | NVIDIA GPU CC; no CPU TEE |" in markdown
+    for node in nodes.values():  # every detail and fix whole in the preflight table, however long
+        table = " ".join(" ".join(node["table"]).split())
+        for check in (c for section in node["sections"] for c in section["checks"]):
+            for text in (check["detail"], check["remediation"] or ""):
+                assert " ".join(text.split()) in table, (node["name"], check["id"])
+    for finding in report["fleet_findings"] + [f for n in nodes.values() for f in n["findings"]]:
+        assert "With confidential.tee: " in finding["fix"] and "confidential.tee." in finding["fix"], finding["id"]
 
 
 def test_attestation_chain_is_reported_where_it_was_checked(fleet):

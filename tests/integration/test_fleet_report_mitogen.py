@@ -51,7 +51,7 @@ def written_files(directory: Path) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     out = tmp_path_factory.mktemp("fleet")
-    build_fleet(out, reference=None)
+    build_fleet(out, captures=None)
     inventory = yaml.safe_load((out / "inventory.yml").read_text())
     # One node also has its attestation chain checked (play 0), one has lost its root (a failed task).
     inventory["tee_nodes"]["hosts"]["tdx-1"].update(tee_fleet_attestation=True)

@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from teesim.fixtures.capture import build_capture_tree
+from teesim.fixtures.capture import BUNDLED_CAPTURES, build_capture_tree
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def h100_node(reference: Path, tmp_path: Path) -> tuple[Path, Path]:
+def h100_node(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "h100"
-    smi = build_capture_tree(reference / "hosts" / "h100-cc-off", root)
+    smi = build_capture_tree(BUNDLED_CAPTURES / "h100-cc-off", root)
     return root, smi
 
 

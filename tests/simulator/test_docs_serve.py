@@ -1,4 +1,4 @@
-"""docs/simulator-grpc.md's worked ``teesim serve`` example is the output of the command it shows.
+"""docs/device-plugin.md's worked ``teesim serve`` example is the output of the command it shows.
 
 The block after the ``generated-by`` comment is run as written (``teesim`` from this checkout, ``python``
 this interpreter, ``/tmp/node`` and ``/tmp/report`` in a temporary directory) and its output compared
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "simulator-grpc.md"
+DOC = REPO / "docs" / "device-plugin.md"
 MARK = "<!-- generated-by: tests/simulator/test_docs_serve.py (TEE_UPDATE_DOCS=1 rewrites the block below) -->"
 READY = "teesim serve: ready {"
 

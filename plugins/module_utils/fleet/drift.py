@@ -242,7 +242,44 @@ def _total(counts):
     return None if None in counts else sum(counts)
 
 
+# What this collection does about each finding (docs/cluster.md, docs/key-pools.md), added to the finding's fix.
+# ``{node}`` is the node (``these nodes`` for fleet findings). Where the collection has no remedy, it says so.
+_ONE_POOL = "run confidential.tee.cluster with tee_key_pool_mode set for {node}: "
+COLLECTION_REMEDY = {
+    ("double_pool", "tdx"): _ONE_POOL + "kubevirt (Kata's RuntimeClass overhead then requests KubeVirt's "
+    "devices.kubevirt.io/tdx and NFD publishes labels only), or nfd where KubeVirt does not run; it refuses any plan "
+    "with two pools for the same keys",
+    ("double_pool", None): "on AMD, Kata and KubeVirt cannot share one pool (KubeVirt's SEV device counts no "
+    "ASIDs): run confidential.tee.cluster with tee_node_consumers: [kata] and tee_key_pool_mode: nfd for {node} "
+    "(virt-handler kept off), KubeVirt VMs on other nodes",
+    ("external_usage", None): "confidential.tee.cluster has no reservation for guests outside Kubernetes (no pool "
+    "mode counts them): keep such VMs off the nodes in tee_nodes or run them as KubeVirt VMs, and gate on free keys "
+    "with confidential.tee.tee_capacity_check (min_free)",
+    ("nfd_sev_prefix", None): "confidential.tee.cluster (role nfd_tee_rules) advertises AMD keys only as "
+    "sev-snp.amd.com/esids, never the sev prefix match; it does not delete rules it did not write: remove this one",
+    ("stale_advertiser", None): "with confidential.tee.cluster, tee_key_pool_mode: nfd for {node} (where KubeVirt "
+    "does not run) makes NFD the only pool, re-read every sleepInterval; no role restarts a device plugin",
+    ("snp_pool_exceeds_snp_range", None): "confidential.tee.cluster (role nfd_tee_rules) publishes the SNP range as "
+    "a fixed count on nodes with ciphertext hiding (tee_key_pool_mode: nfd, the default on AMD)",
+    ("sev_es_uncounted", None): "run confidential.tee.cluster with tee_key_pool_mode: nfd for {node}: it advertises "
+    "sev-snp.amd.com/esids and its kata-qemu-snp RuntimeClass requests it",
+    ("runtimeclass_unadvertised", None): "confidential.tee.cluster renders each node's advertiser and the "
+    "RuntimeClass overhead from one plan (tee_key_pool_mode per node), so the two cannot disagree",
+    ("gpu_operator_key_pool", None): "confidential.tee.cluster refuses such a foreign advertiser of the node's keys "
+    "until it is gone",
+}
+
+
+def collection_remedy(finding_id, node, resource) -> str | None:
+    """This collection's own remedy for a finding (``None`` for a finding it has nothing to add to)."""
+    text = COLLECTION_REMEDY.get((finding_id, resource)) or COLLECTION_REMEDY.get((finding_id, None))
+    return text.format(node=node or "these nodes") if text else None
+
+
 def _finding(node, resource, finding_id, severity, title, numbers, detail, fix) -> dict:
+    remedy = collection_remedy(finding_id, node, resource)
+    if remedy:
+        fix = "%s. With confidential.tee: %s." % (fix.rstrip(". "), remedy)
     if severity == CRITICAL and resource in EXHAUSTION_SIGNATURES:
         # Guests will fail to start: say what that failure looks like, as the kernel and QEMU report it.
         detail = "%s How it shows: %s." % (detail.rstrip(), EXHAUSTION_SIGNATURES[resource])

@@ -13,6 +13,10 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.emit impor
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import all_findings, all_problems
 
 CHART_LABEL = 200
+VERDICT_NOTE = (
+    "Verdict: the node's preflight (PASS, FAIL, SKIP), FAIL as well where a critical drift finding concerns it "
+    "(guests placed there fail to start however well the host is set up); UNKNOWN: no facts."
+)
 CHART_BAR = 220
 CHART_ROW = 20
 
@@ -79,8 +83,9 @@ def _md_cell(text) -> str:
 
 def render_markdown(report) -> str:
     lines = ["# %s" % _md(report["title"]), "", "**%s**" % _md(_headline(report)), "", "## Nodes", ""]
+    lines += [_md(VERDICT_NOTE), ""]
     lines += [
-        "| Node | Preflight | Ready | TEE | Kernel | Keys in use/capacity | Advertised | Findings |",
+        "| Node | Verdict | Ready | TEE | Kernel | Keys in use/capacity | Advertised | Findings |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for node in report["nodes"]:
@@ -127,7 +132,8 @@ def render_markdown(report) -> str:
         lines.append("")
     lines += ["## Preflight per node", ""]
     for node in report["nodes"]:
-        lines += ["### %s" % _md(node["name"]), "", markdown.code_block(node["table"] or ["(no data)"]), ""]
+        title = "### %s (preflight %s)" % (_md(node["name"]), _md(node["preflight_verdict"]))
+        lines += [title, "", markdown.code_block(node["table"] or ["(no data)"]), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -281,7 +287,8 @@ def render_html(report) -> str:
     findings = all_findings(report["nodes"], report["fleet_findings"])
     body = [
         "<h1>%s</h1><p><b>%s</b></p>" % (_e(report["title"]), _e(_headline(report))),
-        "<h2>Nodes</h2><table><thead><tr><th>Node</th><th>Preflight</th><th>Ready</th><th>TEE</th><th>Kernel</th>"
+        '<h2>Nodes</h2><p class="muted">%s</p>' % _e(VERDICT_NOTE),
+        "<table><thead><tr><th>Node</th><th>Verdict</th><th>Ready</th><th>TEE</th><th>Kernel</th>"
         "<th>Keys in use/capacity</th><th>Advertised</th><th>Findings</th></tr></thead><tbody>",
         *_node_rows(report),
         "</tbody></table>",
@@ -300,7 +307,7 @@ def render_html(report) -> str:
         "<h2>Preflight per node</h2>",
         *(
             "<details><summary>%s %s</summary><pre>%s</pre></details>"
-            % (_e(n["name"]), _badge(n["verdict"]), _e("\n".join(n["table"] or ["(no data)"])))
+            % (_e(n["name"]), _badge(n["preflight_verdict"]), _e("\n".join(n["table"] or ["(no data)"])))
             for n in report["nodes"]
         ),
     ]

@@ -17,6 +17,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.file_names
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.drift import MISC_RESOURCES, fleet_drift
 from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
+from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import TEE_SECTION
 
 SCHEMA = "confidential.tee/fleet-report/v1"
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -102,10 +103,40 @@ def host_facts(result) -> tuple[dict | None, str | None]:
     return facts, None
 
 
+def node_verdict(preflight_verdict, findings) -> str:
+    """The node's verdict: its preflight's, made FAIL by a critical drift finding (guests placed there fail to
+    start however well the host is set up); ``UNKNOWN`` (no facts) stays."""
+    if preflight_verdict != "UNKNOWN" and any(f["severity"] == "critical" for f in findings):
+        return "FAIL"
+    return preflight_verdict
+
+
+def _cpu_tee_present(facts, preflight) -> bool:
+    """Whether the host's CPU shows its vendor's TEE: the first check of that preflight section (the CPU flag)."""
+    wanted = TEE_SECTION.get((facts or {}).get("tee_vendor"))
+    section = next((s for s in preflight.get("sections") or [] if s.get("id") == wanted), None)
+    checks = (section or {}).get("checks") or []
+    return bool(checks) and checks[0].get("verdict") == "PASS"
+
+
+def tee_label(facts, preflight, gpu) -> str | None:
+    """What the TEE column says: the CPU TEE the host is judged for (TDX on Intel, SEV-SNP on AMD) and, on a GPU
+    host, the GPU's confidential computing; a GPU host whose CPU shows no TEE is not labelled with one."""
+    technology = preflight.get("technology")
+    if not gpu:
+        return technology
+    gpu_cc = "NVIDIA GPU CC" if gpu.get("cc_capable") else "NVIDIA GPU (not CC capable)"
+    if technology and _cpu_tee_present(facts, preflight):
+        return "%s + %s" % (technology, gpu_cc)
+    return "%s; no CPU TEE" % gpu_cc
+
+
 def _node_entry(host, facts, error, drift) -> dict:
     preflight = (facts or {}).get("preflight") or {}
     kernel = (facts or {}).get("kernel") or {}
     findings = sorted(drift["findings"], key=lambda f: (SEVERITY_ORDER.get(f["severity"], 9), f["id"]))
+    preflight_verdict = preflight.get("verdict") if facts else "UNKNOWN"
+    gpu = _gpu_summary(facts)
     return {
         "name": host["name"],
         "node": host["node"],
@@ -113,14 +144,15 @@ def _node_entry(host, facts, error, drift) -> dict:
         "error": error,
         "kernel": kernel.get("release"),
         "cpu_vendor": (facts or {}).get("tee_vendor"),
-        "technology": preflight.get("technology"),
-        "verdict": preflight.get("verdict") if facts else "UNKNOWN",
+        "technology": tee_label(facts, preflight, gpu),
+        "preflight_verdict": preflight_verdict,
+        "verdict": node_verdict(preflight_verdict, findings),
         "ready": bool(preflight.get("ready")),
         "counts": preflight.get("counts") or {},
         "blocking": preflight.get("blocking") or ([error] if error else []),
         "sections": preflight.get("sections") or [],
         "table": preflight.get("table") or [],
-        "gpu": _gpu_summary(facts),
+        "gpu": gpu,
         "in_kubernetes": drift["in_kubernetes"],
         "drift_reason": drift["reason"],
         "pools": {r: drift["pools"][r] for r in MISC_RESOURCES if _pool_has_data(drift["pools"][r])},

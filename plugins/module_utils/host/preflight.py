@@ -675,13 +675,22 @@ def gather_preflight(host_root, facts, min_free_keys=1, attestation=None) -> dic
     return facts
 
 
-def _clip(text, width=110):
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _wrap(first, text, indent, width=118) -> list[str]:
+    """``first`` followed by ``text``, folded at spaces into lines of about ``width`` characters, continuation lines
+    indented by ``indent`` spaces: the whole text, never cut (a fix that ends in '...' is no fix)."""
+    lines, line = [], first
+    for word in str(text).split():
+        if line.strip() and len(line) + 1 + len(word) > width and len(line) > indent:
+            lines.append(line)
+            line = " " * indent + word
+        else:
+            line = line + word if line.endswith(" ") or not line else line + " " + word
+    return [*lines, line]
 
 
 def format_table(verdict) -> list[str]:
-    """The verdict as a short table for people: one line per section and check, fixes for failures."""
+    """The verdict as a short table for people: one line per section and check, fixes for failures (long texts
+    wrap onto indented lines)."""
     counts = verdict["counts"]
     lines = [
         "%s  %s for %s; %d PASS, %d FAIL, %d SKIP"
@@ -695,11 +704,10 @@ def format_table(verdict) -> list[str]:
         )
     ]
     for item in verdict["sections"]:
-        lines.append(
-            "%-4s  %s" % (item["verdict"], item["title"] + (": " + _clip(item["reason"]) if item["reason"] else ""))
-        )
+        head = "%-4s  %s" % (item["verdict"], item["title"])
+        lines += _wrap(head + (": " if item["reason"] else ""), item["reason"] or "", 6)
         for entry in item["checks"]:
-            lines.append("  %-4s  %-38s %s" % (entry["verdict"], entry["title"], _clip(entry["detail"], 90)))
+            lines += _wrap("  %-4s  %-38s " % (entry["verdict"], entry["title"]), entry["detail"], 47)
             if entry["remediation"]:
-                lines.append("        fix: %s" % _clip(entry["remediation"]))
+                lines += _wrap("        fix: ", entry["remediation"], 13)
     return lines

@@ -1,6 +1,6 @@
 """``teesim serve SCENARIO --root DIR``: a simulated TEE node in real time for anyone's device plugin.
 
-The run, in order (the plugin-author contract is in ``docs/simulator-grpc.md``, "teesim serve"):
+The run, in order (the plugin-author contract is in ``docs/device-plugin.md``):
 
 1. the node's host tree is written under ``DIR`` (``sys/fs/cgroup/misc.*``, ``sys/module``, ``proc``,
    ``dev`` ...; what serve created is recorded in ``DIR/teesim-serve.created.json``, and only that is ever

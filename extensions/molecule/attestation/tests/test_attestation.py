@@ -144,12 +144,12 @@ def test_socket_as_the_kernel_sees_it(host, uid, allowed):
 
 
 def test_broken_chain_then_fixed(host, tmp_path):
-    host.run_expect([0], "cp -p /etc/qgs.conf /root/qgs.conf.saved")
+    host.run_expect([0], "cp -p /etc/qgs.conf /var/tmp/qgs.conf.saved")
     # Three classic breaks: 'port = 0' (vsock port 0 from DCAP 1.24), the socket back to group qgsd (uid 107
     # locked out), and the PCCS CA no longer trusted while use_secure_cert is true (curl error 60).
     host.run_expect([0], "sed -i '$ a port = 0' /etc/qgs.conf")
     host.run_expect([0], f"chgrp qgsd {SOCKET}")
-    host.run_expect([0], f"mv {ANCHOR} /root/pccs-ca.crt && update-ca-certificates --fresh >/dev/null")
+    host.run_expect([0], f"mv {ANCHOR} /var/tmp/pccs-ca.crt && update-ca-certificates --fresh >/dev/null")
     broken = check_chain(tmp_path, "broken")
     assert broken["qgs_config"]["status"] == "FAIL" and "vsock port 0" in broken["qgs_config"]["message"]
     assert broken["socket_access:kubevirt"]["status"] == "FAIL"
@@ -159,13 +159,13 @@ def test_broken_chain_then_fixed(host, tmp_path):
     assert broken["pccs_reachable"]["status"] == "FAIL" and "see pccs_tls" in broken["pccs_reachable"]["fix"]
 
     # The quick fix QCNL offers: stop verifying. The chain works; the check says it is not for production.
-    host.run_expect([0], f"mv /root/qgs.conf.saved /etc/qgs.conf && chgrp 107 {SOCKET}")
+    host.run_expect([0], f"mv /var/tmp/qgs.conf.saved /etc/qgs.conf && chgrp 107 {SOCKET}")
     insecure = check_chain(tmp_path, "fixed-insecure", qcnl={"use_secure_cert": False})
     assert insecure["pccs_tls"]["status"] == "PASS" and "not for production" in insecure["pccs_tls"]["message"]
     assert all(item["status"] != "FAIL" for item in insecure.values()), insecure
 
     # The real fix: trust the PCCS CA and verify again.
-    host.run_expect([0], f"mv /root/pccs-ca.crt {ANCHOR} && update-ca-certificates >/dev/null")
+    host.run_expect([0], f"mv /var/tmp/pccs-ca.crt {ANCHOR} && update-ca-certificates >/dev/null")
     fixed = check_chain(tmp_path, "fixed", qcnl={"use_secure_cert": True})
     assert all(item["status"] != "FAIL" for item in fixed.values()), fixed
     assert fixed["pccs_tls"]["status"] == "PASS" and "trusted by" in fixed["pccs_tls"]["message"]

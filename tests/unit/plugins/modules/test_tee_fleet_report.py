@@ -22,7 +22,7 @@ FILES = {"report.html", "report.md", "report.json", "tee-fleet.prom"}
 def fleet(tmp_path_factory):
     """The simulated fleet (without the GPU capture) and the tee_host_info results of its hosts."""
     out = tmp_path_factory.mktemp("fleet")
-    summary = build_fleet(out, reference=None)
+    summary = build_fleet(out, captures=None)
     hosts = []
     for name in summary["nodes"]:
         root = str(out / "nodes" / name)

@@ -13,6 +13,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_repor
     fleet_host_entries,
     host_facts,
     metrics_file_name,
+    node_verdict,
+    tee_label,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
@@ -60,9 +62,53 @@ def test_summary(two_nodes):
     assert summary["nodes"] == 3 and summary["ready"] == 1
     assert summary["not_ready"] == ["b", "c"] and summary["unreachable"] == ["c"]
     assert summary["findings_by_id"] == {"double_pool": 1, "external_usage": 1}
-    assert summary["verdicts"] == {"PASS": 1, "FAIL": 1, "UNKNOWN": 1}
+    # Node a's preflight passes, but its double pool is critical: no PASS beside "2 critical".
+    assert summary["verdicts"] == {"FAIL": 2, "UNKNOWN": 1}
+    node_a = two_nodes["nodes"][0]
+    assert node_a["preflight_verdict"] == "PASS" and node_a["verdict"] == "FAIL" and node_a["ready"] is True
     node_c = two_nodes["nodes"][2]
     assert node_c["error"] == "unreachable: ssh: connection refused" and node_c["blocking"] == [node_c["error"]]
+    assert node_c["verdict"] == node_c["preflight_verdict"] == "UNKNOWN"
+
+
+def test_no_pass_beside_a_critical_finding_in_any_format(two_nodes):
+    markdown = render_markdown(two_nodes)
+    row = next(line for line in markdown.splitlines() if line.startswith("| a |"))
+    assert row.startswith("| a | FAIL | yes | TDX |") and "2 critical" in row
+    assert "### a (preflight PASS)" in markdown
+    html = render_html(two_nodes)
+    assert re.search(r"<tr><td>a</td><td><span class=\"v FAIL\">FAIL</span></td>", html)
+
+
+@pytest.mark.parametrize(
+    ("preflight", "severities", "verdict"),
+    [
+        ("PASS", ["critical"], "FAIL"),
+        ("PASS", ["warning", "info"], "PASS"),
+        ("SKIP", ["critical"], "FAIL"),
+        ("FAIL", [], "FAIL"),
+        ("UNKNOWN", ["critical"], "UNKNOWN"),
+    ],
+)
+def test_node_verdict(preflight, severities, verdict):
+    assert node_verdict(preflight, [{"severity": s} for s in severities]) == verdict
+
+
+def test_every_drift_fix_names_the_collections_own_remedy(two_nodes):
+    for finding in two_nodes["nodes"][0]["findings"]:
+        assert "With confidential.tee: " in finding["fix"], finding["id"]
+    double = next(f for f in two_nodes["nodes"][0]["findings"] if f["id"] == "double_pool")
+    assert "confidential.tee.cluster with tee_key_pool_mode set for a: kubevirt" in double["fix"]
+
+
+def test_a_gpu_host_without_a_cpu_tee_is_not_labelled_tdx():
+    failed_flag = {"sections": [{"id": "tdx", "checks": [{"id": "tdx.cpu_flag", "verdict": "FAIL"}]}]}
+    gpu = {"cc_capable": True}
+    intel = {"tee_vendor": "intel"}
+    assert tee_label(intel, dict(failed_flag, technology="TDX"), gpu) == "NVIDIA GPU CC; no CPU TEE"
+    passed = {"technology": "TDX", "sections": [{"id": "tdx", "checks": [{"verdict": "PASS"}]}]}
+    assert tee_label(intel, passed, gpu) == "TDX + NVIDIA GPU CC"
+    assert tee_label(intel, dict(failed_flag, technology="TDX"), None) == "TDX"
 
 
 @pytest.mark.parametrize(
@@ -82,7 +128,7 @@ def test_host_results_that_give_no_facts(result, why):
 def test_markdown_has_the_table_findings_and_fixes(two_nodes):
     text = render_markdown(two_nodes)
     assert "**3 nodes: 1 ready, 2 not ready (b, c). 2 drift findings, 2 critical.**" in text
-    assert "| a | PASS | yes | TDX | 6.16.0-teesim | tdx 5/63 |" in text
+    assert "| a | FAIL | yes | TDX | 6.16.0-teesim | tdx 5/63 |" in text
     assert "### a: double pool (tdx, critical)" in text and "**Fix:** keep one pool for tdx" in text
     assert "### a: keys used outside Kubernetes (tdx, critical)" in text and "machine.slice (3)" in text
     assert "- **tdx.kvm** /sys/module/kvm_intel/parameters/tdx is missing" in text

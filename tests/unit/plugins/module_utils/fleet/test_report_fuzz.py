@@ -30,7 +30,7 @@ HOSTILE += [[], {}, [1], {"a": 1}, "<script>alert(1)</script>", "a\nb"]
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     out = tmp_path_factory.mktemp("fleet")
-    summary = build_fleet(out, reference=None)
+    summary = build_fleet(out, captures=None)
     hosts = []
     for name in summary["nodes"]:
         root = str(out / "nodes" / name)

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.host import gpu_facts as gf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from teesim.fixtures.capture import BUNDLED_CAPTURES
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-H100_DIRS = [
-    REPO_ROOT.parent / "shared" / "reference" / "hosts" / "h100-cc-off",
-    Path("/work/shared/reference/hosts/h100-cc-off"),
-]
+# The real H100 capture that ships with teesim (simulator/teesim/fixtures/captures).
+H100_DIR = BUNDLED_CAPTURES / "h100-cc-off"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -24,18 +20,13 @@ H100_DIRS = [
 
 def load_h100_capture():
     """The capture's files by name, read at import time because pyfakefs hides the real disk later."""
-    for candidate in H100_DIRS:
-        if (candidate / "nvidia-smi-conf-compute.txt").is_file():
-            return {path.name: path.read_text() for path in candidate.iterdir() if path.is_file()}
-    return None
+    return {path.name: path.read_text() for path in H100_DIR.iterdir() if path.is_file()}
 
 
 H100_CAPTURE = load_h100_capture()
 
 
 def h100_capture():
-    if H100_CAPTURE is None:
-        pytest.skip("the real H100 capture (shared/reference/hosts/h100-cc-off) is not on this machine")
     return H100_CAPTURE
 
 

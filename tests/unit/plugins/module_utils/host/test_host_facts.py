@@ -15,12 +15,10 @@ from ansible_collections.confidential.tee.plugins.module_utils.host import host_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyfakefs.helpers import set_uid
+from teesim.fixtures.capture import BUNDLED_CAPTURES
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-H100_DIRS = [
-    REPO_ROOT.parent / "shared" / "reference" / "hosts" / "h100-cc-off",
-    Path("/work/shared/reference/hosts/h100-cc-off"),
-]
+# The real H100 capture that ships with teesim (simulator/teesim/fixtures/captures).
+H100_DIR = BUNDLED_CAPTURES / "h100-cc-off"
 
 TDX_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.16.0 root=UUID=abc nohibernate kvm_intel.tdx=1 intel_iommu=on iommu=pt"
 SNP_CMDLINE = "BOOT_IMAGE=/vmlinuz-6.11.0 root=/dev/sda1 ro mem_encrypt=on kvm_amd.sev=1"
@@ -424,19 +422,10 @@ def test_parse_cpuinfo_keeps_only_flags_common_to_every_cpu():
 # ------------------------------------------------------------------------------------------------
 
 
-def h100_host_probe():
-    for candidate in H100_DIRS:
-        if (candidate / "host-probe.txt").is_file():
-            return (candidate / "host-probe.txt").read_text()
-    return None
-
-
-H100_HOST_PROBE = h100_host_probe()  # read before pyfakefs hides the real disk
+H100_HOST_PROBE = (H100_DIR / "host-probe.txt").read_text()  # read before pyfakefs hides the real disk
 
 
 def test_real_h100_host_probe_is_a_vm_without_host_tee(fs):
-    if H100_HOST_PROBE is None:
-        pytest.skip("the real H100 capture (shared/reference/hosts/h100-cc-off) is not on this machine")
     probe = H100_HOST_PROBE
     flags_line = re.search(r"^flags\t\t: .*$", probe, re.M).group(0)
     release = re.search(r"^Linux vm (\S+)", probe, re.M).group(1)
