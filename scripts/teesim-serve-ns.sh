@@ -65,7 +65,7 @@ if [[ "$(id -u)" != 0 ]]; then
 fi
 
 # shellcheck disable=SC2016  # expanded by the inner shell, inside the namespace
-exec unshare "${userns[@]}" "${pidns[@]}" --mount --propagation private -- bash -euc '
+inner='
   root="$1" cgroup="$2" run_dirs="$3"
   shift 3
   if [[ ! -d /var/lib/kubelet ]]; then
@@ -81,4 +81,26 @@ exec unshare "${userns[@]}" "${pidns[@]}" --mount --propagation private -- bash 
     for name in $run_dirs; do mkdir -p "/run/$name"; done
   fi
   exec "$@"
-' teesim-serve-ns "$root" "$cgroup" "${run_dirs[*]}" "$@"
+'
+command=(unshare "${userns[@]}" "${pidns[@]}" --mount --propagation private -- bash -euc "$inner"
+  teesim-serve-ns "$root" "$cgroup" "${run_dirs[*]}" "$@")
+if [[ ${#pidns[@]} -eq 0 ]]; then
+  exec "${command[@]}"
+fi
+# unshare --fork blocks SIGTERM and SIGINT in itself and waits for its child: pass them on to the child (the
+# plugin, PID 1 of the new namespace), so that `teesim serve` stopping its plugins stops this one at once.
+"${command[@]}" &
+ns_pid=$!
+forward() {
+  local child
+  child="$(cat "/proc/$ns_pid/task/$ns_pid/children" 2> /dev/null || true)"
+  # shellcheck disable=SC2086  # one PID, or none
+  if [[ -n "$child" ]]; then kill -"$1" $child 2> /dev/null || true; fi
+}
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+while true; do
+  status=0
+  wait "$ns_pid" || status=$?
+  kill -0 "$ns_pid" 2> /dev/null || exit "$status"
+done

@@ -104,7 +104,7 @@ PROFILES = (
     Profile(
         "snp-no-misc",
         NodeSpec(name=NODE, vendor="amd", profile=NO_MISC, capacity={"sev": 410, "sev_es": 99}),
-        "no misc",
+        "SEV-SNP, no misc controller",
     ),
 )
 
