@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "simulator"))
 
 from teesim.report.sweep import summarise  # noqa: E402
+from teesim.sim.scenario import load_scenario  # noqa: E402
 
 BUILD = REPO / "upstream" / "build.sh"
 NS = REPO / "scripts" / "teesim-serve-ns.sh"
@@ -147,6 +148,23 @@ def metrics_of(entry: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+def nfd_pool(scenario: str) -> dict[str, Any]:
+    """NFD's own discovery and Kata's rule (``scripts/upstream_nfd.py``) on the served node's tree, beside the
+    NFD model the double-pool runs use for Kata's pool: the pool NFD's rule engine would publish."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import upstream_nfd
+
+    (spec,) = load_scenario(scenario).world.nodes
+    binaries = upstream_nfd.build()
+    with tempfile.TemporaryDirectory(prefix="nfd-served-") as tmp:
+        tree = Path(tmp) / "root"
+        upstream_nfd.write_tree(spec, tree)
+        features = upstream_nfd.discover(binaries["nfd"], tree, spec.name)
+        kata = upstream_nfd.dryrun(binaries["kubectl-nfd"], upstream_nfd.KATA_RULE, features, Path(tmp))
+        model = upstream_nfd.model_resources(tree)
+    return {"nfd": kata["extended_resources"], "model": model}
+
+
 def sweep(binary: Path, seeds: list[int], jobs: int) -> list[dict[str, Any]]:
     """Every (scenario, seed): the served and the model columns' metrics."""
     tasks = [(scenario, model, seed) for scenario, model in PAIRS for seed in seeds]
@@ -174,12 +192,20 @@ def _cell(summary: dict[str, Any]) -> str:
     return f"{summary['mean']:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{summary['mean']:g}"
 
 
-def table(runs: list[dict[str, Any]]) -> str:
+def table(runs: list[dict[str, Any]], pool: dict[str, Any] | None = None) -> str:
     seeds = sorted({r["seed"] for r in runs})
     lines = [
         f"KubeVirt {KUBEVIRT_VERSION}'s own TDX device plugin under `teesim serve`, {len(seeds)} seeds "
         f"({seeds[0]}..{seeds[-1]}); mean [95 % interval] over seeds",
         "",
+    ]
+    if pool is not None:
+        lines += [
+            f"Kata's pool on the served node: NFD's rule engine publishes {_pairs(pool['nfd'])}, teesim's NFD model "
+            f"(used by the double-pool runs) {_pairs(pool['model'])}.",
+            "",
+        ]
+    lines += [
         "| scenario | model | metric | KubeVirt's plugin | model | equal in every seed |",
         "|---|---|---|---|---|---|",
     ]
@@ -195,6 +221,10 @@ def table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pairs(mapping: dict[str, str]) -> str:
+    return ", ".join(f"`{k}`={v}" for k, v in sorted(mapping.items())) or "nothing"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=30, help="seeds 1..N (default %(default)s)")
@@ -207,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"upstream_kubevirt: {exc}", file=sys.stderr)
         return 3 if exc.status == 3 else 1
     runs = sweep(binary, list(range(1, args.seeds + 1)), args.jobs)
-    sys.stdout.write(table(runs))
+    sys.stdout.write(table(runs, nfd_pool("serve-double-pool-tdx")))
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return 0

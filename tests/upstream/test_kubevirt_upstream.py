@@ -61,3 +61,10 @@ def test_the_table_gives_means_intervals_and_agreement():
     assert "4 seeds (1..4)" in text
     assert "| 0.5 [" in text and "| 0 |" not in text
     assert "| 2/4 |" in text
+
+
+@pytest.mark.slow
+def test_nfds_rule_engine_publishes_the_pool_the_double_pool_runs_model(upstream_runnable):
+    # The served double-pool runs take Kata's pool from teesim's NFD model; NFD's own code agrees on that node.
+    keys = {"tdx.intel.com/keys": str(CAPACITY)}
+    assert kv.nfd_pool("serve-double-pool-tdx") == {"nfd": keys, "model": keys}
