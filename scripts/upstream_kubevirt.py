@@ -98,7 +98,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def serve_once(binary: Path, scenario: str, model: str, seed: int, keep: Path | None = None) -> dict[str, Any]:
+def serve_once(binary: Path, scenario: str, model: str, seed: int) -> dict[str, Any]:
     """One served run of ``scenario`` at ``seed``: the report.json, KubeVirt's plugin log included."""
     root = Path(tempfile.mkdtemp(prefix="kv-", dir="/tmp"))  # short: the socket path has a length limit
     report = Path(tempfile.mkdtemp(prefix="kv-report-"))
@@ -117,8 +117,6 @@ def serve_once(binary: Path, scenario: str, model: str, seed: int, keep: Path | 
             )
         result = json.loads((report / "report.json").read_text(encoding="utf-8"))
         result["plugin_log"] = log
-        if keep is not None:
-            shutil.copytree(report, keep / f"{Path(scenario).stem}-{seed}", dirs_exist_ok=True)
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -233,7 +233,8 @@ def collection_rule_and_claim(tree: Path, vendor: str) -> tuple[dict, dict[str, 
     entry = plan["nfd"][info["tee"]]
     kvm = facts["kvm"]["intel" if vendor == "intel" else "amd"]
     enabled = kvm.get("tdx") if vendor == "intel" else kvm.get("sev_snp")
-    labels = {entry["label"]: "true"} if _truthy(enabled) else {}
+    # The collection's reading of the kvm module parameter NFD's rule matches on (True, False, or None: unread).
+    labels = {entry["label"]: "true"} if enabled is True else {}
     resources: dict[str, str] = {}
     static = entry["static_values"].get(NODE)
     capacity = _capacity(facts, info["misc"])
@@ -243,12 +244,6 @@ def collection_rule_and_claim(tree: Path, vendor: str) -> tuple[dict, dict[str, 
         elif capacity:  # the kernel prints no line for a capacity of 0 (misc.c, misc_cg_capacity_show)
             resources[entry["resource"]] = str(capacity)
     return rule, {"labels": labels, "extended_resources": resources}
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, dict):
-        value = value.get("enabled", value.get("value"))
-    return value is True or value in ("Y", "y", "1")
 
 
 def _capacity(facts: dict, misc: str) -> int | None:

@@ -53,7 +53,7 @@ build() {
     mkdir -p "$cache"
     tmp="$(mktemp -d "$cache/.$name-XXXXXX")"
     # shellcheck disable=SC2046  # the package list is meant to split
-    if ! (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags "$(ldflags_of "$name")" \
+    if ! (cd "$src" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -ldflags "$(ldflags_of "$name")" \
       -o "$tmp/" $(packages_of "$name")); then
       rm -rf "$tmp"
       echo "upstream/build.sh: building $name failed (see above)" >&2
