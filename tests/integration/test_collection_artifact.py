@@ -21,9 +21,12 @@ from teesim.fixtures.fleet import build_fleet
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 EE_FILES = ("meta/execution-environment.yml", "requirements.txt", "bindep.txt")
-# What only the checkout needs: the simulator, its docs, benchmarks, scripts and the pytest suites.
+# What only the checkout needs: the simulator, its docs, benchmarks, scripts, the upstream checks and the pytest suites.
 # tests/sanity stays: ansible-test's ignore files belong to the collection.
-DEVELOPMENT_ONLY = ("simulator/", "benchmarks/", "scripts/", "docs/simulator", "pyproject.toml", "Makefile")
+DEVELOPMENT_ONLY = (
+    *("simulator/", "benchmarks/", "scripts/", "upstream/"),
+    *("docs/simulator", "pyproject.toml", "Makefile"),
+)
 
 
 def consumer_env(collections: Path, config: Path) -> dict[str, str]:

@@ -26,6 +26,25 @@ def test_nfd_advertises_capacity_not_usage_and_honours_reservation() -> None:
     assert discover(node.read) == {}
 
 
+@pytest.mark.parametrize("kvm_tdx", ["N", "absent"])
+def test_nfd_publishes_no_tdx_keys_where_kvm_tdx_is_off(kvm_tdx) -> None:
+    # NFD v0.19.0 fills tdx.total_keys only under tdx.enabled (kvm_intel tdx = "Y"), and Kata's rule matches on
+    # it: a tdx misc line alone publishes nothing (found by scripts/upstream_nfd.py, profile tdx-kvm-off).
+    node = SimNode(NodeSpec("n", vendor="intel", capacity={"tdx": 15}, kvm_tdx=kvm_tdx))
+    assert "tdx 15" in node.read("sys/fs/cgroup/misc.capacity")
+    assert discover(node.read) == {}
+
+
+def test_nfd_publishes_no_snp_esids_where_kvm_amd_sev_snp_or_sev_es_is_off() -> None:
+    node = SimNode(NodeSpec("a", vendor="amd"))
+    files = {"sys/module/kvm_amd/parameters/sev_snp": "N\n"}
+    assert discover(lambda rel: files[rel] if rel in files else node.read(rel)) == {}
+    files = {"sys/module/kvm_amd/parameters/sev_es": "0\n"}
+    assert discover(lambda rel: files[rel] if rel in files else node.read(rel)) == {}
+    files = {"sys/module/kvm_amd/parameters/sev_snp": "1\n"}  # NFD takes a first byte of 1 or Y
+    assert discover(lambda rel: files[rel] if rel in files else node.read(rel)) == {"sev-snp.amd.com/esids": 99}
+
+
 def test_reads_render_kernel_text_and_faults_raise() -> None:
     node = SimNode(NodeSpec("n", profile=OLD, vendor="intel", capacity={"tdx": 3}))
     node.charge(Consumer.KATA, "kubepods.slice/pod-x", "tdx")
