@@ -93,8 +93,6 @@ def plugin_command(binary: Path, node: str = "tdx-node") -> str:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "simulator"), env.get("PYTHONPATH")]))
-    # Until `teesim serve` under the compiled build calls the plugin's Allocate, serve runs from source.
-    env["TEESIM_NATIVE"] = "0"
     return env
 
 
