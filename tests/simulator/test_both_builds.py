@@ -38,8 +38,10 @@ def test_every_test_of_serve_grpc_plugins_and_the_cli_runs_on_both_builds():
     ]
     uncovered = [str(p.relative_to(REPO)) for p in drivers if not any(p == c or c in p.parents for c in listed)]
     # Run once, on purpose: the native build's own tests set the build they compare, the docs example
-    # (45 s) is the first run's; this file and test_layers read sources only.
+    # (45 s) is the first run's; the docs' 30-seed sweep (2,700 runs) too, whose every scenario and strategy
+    # test_native compares between the builds run by run; this file and test_layers read sources only.
     once = {
+        "tests/simulator/report/test_sweep_docs.py",
         "tests/simulator/test_native.py",
         "tests/simulator/test_docs_serve.py",
         "tests/simulator/test_both_builds.py",
