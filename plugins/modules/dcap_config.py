@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: dcap_config
 short_description: Write Intel DCAP configuration (QGS, QCNL, PCCS, MPA) meaning what was asked on that release
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - confidential.tee maintainers (@confidential-tee)
 description:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: host_files
 short_description: Write a role's files on a host, under host_root, all or nothing
-version_added: 0.3.0
+version_added: 0.1.0
 author:
   - confidential.tee maintainers (@confidential-tee)
 description:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tdx_attestation_check
 short_description: Check the TDX attestation chain on a host link by link (QGS, socket, vsock, QCNL, PCCS, registration)
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - confidential.tee maintainers (@confidential-tee)
 description:
