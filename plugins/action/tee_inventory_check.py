@@ -19,6 +19,24 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.known_vari
 )
 
 
+def _set_at_runtime(hostvars):
+    """``host -> names`` registered or set as facts during the run (by any play, the user's own included): those are
+    not inventory variables. Read from the variable manager's caches, when this ansible-core exposes them."""
+    manager = getattr(hostvars, "_variable_manager", None)
+    caches = [getattr(manager, name, None) for name in ("_nonpersistent_fact_cache", "_fact_cache")]
+
+    def names(host: str) -> set[str]:
+        found: set[str] = set()
+        for cache in caches:
+            try:
+                found.update((cache or {}).get(host) or {})
+            except (KeyError, TypeError, AttributeError):
+                continue
+        return found
+
+    return names
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -31,7 +49,8 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         hostvars = task_vars.get("hostvars", {})
         names = list(dict.fromkeys([*task_vars.get("groups", {}).get("all", []), task_vars.get("inventory_hostname")]))
-        seen = {host: list(hostvars[host]) for host in names if host}
+        runtime = _set_at_runtime(hostvars)
+        seen = {host: [name for name in hostvars[host] if name not in runtime(host)] for host in names if host}
         known, owned = known_variables()
         found = unknown_variables(seen, known, owned)
         lines = [describe(entry, len(seen)) for entry in found]

@@ -87,12 +87,14 @@ attributes:
 """
 
 EXAMPLES = r"""
+# example: needs-hardware: a TDX host with Intel's QGS and a PCCS (the chain it checks)
 - name: Check the chain for KubeVirt and Kata sharing one socket
   confidential.tee.tdx_attestation_check:
     transport: unix
     consumers: [kubevirt, kata]
     expect_pccs_url: https://pccs.example.com:8081/sgx/certification/v4/
 
+# example: needs-hardware: a TDX host with Intel's QGS and a PCCS (the chain it checks)
 - name: Check a host that runs its own PCCS, comparing token hashes
   confidential.tee.tdx_attestation_check:
     pccs_local: true

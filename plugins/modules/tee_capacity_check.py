@@ -75,6 +75,7 @@ EXAMPLES = r"""
   confidential.tee.tee_capacity_check:
     resource: tdx
 
+# example: skip: an AMD SEV-SNP host; the simulated node of the example run is a TDX node
 - name: Keep headroom for four more SNP guests
   confidential.tee.tee_capacity_check:
     resource: snp

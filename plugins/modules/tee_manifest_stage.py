@@ -51,12 +51,14 @@ seealso:
 """
 
 EXAMPLES = r"""
+# example: skip: writes /srv/gitops/cluster, a GitOps checkout of yours (tests/roles/test_cluster_all_or_nothing.py stages real directories)
 - name: Stage the manifest directory
   confidential.tee.tee_manifest_stage:
     dest: /srv/gitops/cluster
   register: stage
   delegate_to: localhost
 
+# example: skip: uses the stage of the task above
 - name: Commit what every role rendered into the stage
   confidential.tee.tee_manifest_stage:
     dest: /srv/gitops/cluster

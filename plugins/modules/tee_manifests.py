@@ -68,6 +68,7 @@ seealso:
 """
 
 EXAMPLES = r"""
+# example: skip: classes are the objects a role rendered (kata_runtimeclasses)
 - name: Write the RuntimeClasses for GitOps
   confidential.tee.tee_manifests:
     dest: gitops/cluster

@@ -18,7 +18,6 @@ from installed_artifact import (
     bundled_collection,
     core_only_venv,
     galaxy_dependencies,
-    pack_as_galaxy_artifact,
 )
 
 
@@ -46,7 +45,7 @@ def installed(tmp_path_factory) -> Installed:
         timeout=300,
     )
     (tarball,) = dist.glob("confidential-tee-*.tar.gz")
-    dependencies = [pack_as_galaxy_artifact(bundled_collection(fqcn), dist) for fqcn in galaxy_dependencies()]
+    dependencies = [bundled_collection(fqcn) for fqcn in galaxy_dependencies()]
     # No --no-deps: ansible-galaxy resolves galaxy.yml's dependencies against the artifacts given.
     completed = subprocess.run(
         [galaxy, "collection", "install", "--offline", "-p", str(collections), str(tarball), *map(str, dependencies)],

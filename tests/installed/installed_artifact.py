@@ -2,8 +2,8 @@
 
 * the artifact ``ansible-galaxy collection build`` makes from this checkout;
 * installed with its declared dependencies (``galaxy.yml`` ``dependencies``, resolved by ``ansible-galaxy`` itself,
-  offline: Galaxy is unreachable, so each dependency is the ``ansible`` PyPI package's copy packed as the artifact
-  Galaxy would serve, MANIFEST.json and FILES.json included) into an empty collections path;
+  offline: Galaxy is unreachable, so each dependency is given as the ``ansible`` PyPI package's copy of it, a
+  collection directory with its MANIFEST.json) into an empty collections path;
 * run by a virtualenv that holds ``ansible-core`` and nothing else (cached under ``~/.cache/confidential-tee/``),
   from a working directory outside the checkout, with no trace of the checkout in the environment.
 """
@@ -11,12 +11,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -74,17 +72,6 @@ def bundled_collection(fqcn: str) -> Path:
         if (found / "MANIFEST.json").is_file():
             return found
     pytest.fail(f"{fqcn} is a declared dependency but the ansible package of this venv has no copy of it")
-
-
-def pack_as_galaxy_artifact(collection: Path, out: Path) -> Path:
-    """The artifact Galaxy serves for an installed collection: its files, MANIFEST.json and FILES.json at the top."""
-    info = json.loads((collection / "MANIFEST.json").read_text())["collection_info"]
-    tarball = out / f"{info['namespace']}-{info['name']}-{info['version']}.tar.gz"
-    listed = {entry["name"] for entry in json.loads((collection / "FILES.json").read_text())["files"]}
-    with tarfile.open(tarball, "w:gz") as archive:
-        for name in ["MANIFEST.json", "FILES.json", *sorted(n for n in listed if n != ".")]:
-            archive.add(collection / name, arcname=name, recursive=False)
-    return tarball
 
 
 def tree_fingerprint(root: Path) -> dict[str, tuple[int, str]]:

@@ -116,7 +116,8 @@ def module_examples(module_dir: Path, root: Path) -> list[Example]:
             else:
                 kept.append(chunk.strip("\n"))
         source = str(path.relative_to(root))
-        found.append(Example(source, "\n".join(kept) + "\n", "tasks", skipped_tasks=skipped))
+        whole = "; ".join(skipped) if not kept else None  # every task marked: the example is marked
+        found.append(Example(source, "\n".join(kept) + "\n", "tasks", skipped=whole, skipped_tasks=skipped))
     return found
 
 

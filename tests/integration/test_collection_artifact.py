@@ -21,9 +21,10 @@ from teesim.fixtures.fleet import build_fleet
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 EE_FILES = ("meta/execution-environment.yml", "requirements.txt", "bindep.txt")
-# What only the checkout needs: the simulator, its docs, benchmarks, scripts and the pytest suites.
-# tests/sanity stays: ansible-test's ignore files belong to the collection.
-DEVELOPMENT_ONLY = ("simulator/", "benchmarks/", "scripts/", "docs/simulator", "pyproject.toml", "Makefile")
+# What only the checkout needs: the simulator, benchmarks, scripts and the pytest suites (the docs ship, the
+# simulator's included: the README links to them). tests/sanity stays: ansible-test's ignore files belong to the
+# collection.
+DEVELOPMENT_ONLY = ("simulator/", "benchmarks/", "scripts/", "pyproject.toml", "Makefile")
 
 
 def consumer_env(collections: Path, config: Path) -> dict[str, str]:
