@@ -133,7 +133,8 @@ def test_declared_dependencies_are_the_collections_the_roles_call(installed: Ins
     listed = installed.run(
         [str(installed.bin / "ansible-galaxy"), "collection", "list", "--format", "json"], REPO.parent
     )
-    found = {name for path in json.loads(listed.stdout).values() for name in path}
+    # ansible-core lists its own internal collections (ansible._protomatter) too.
+    found = {name for path in json.loads(listed.stdout).values() for name in path if not name.startswith("ansible.")}
     assert found == {"confidential.tee", *galaxy_dependencies()}
 
 
