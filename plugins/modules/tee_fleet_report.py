@@ -117,7 +117,7 @@ EXAMPLES = r"""
     preflight: true
   register: tee_node
 
-# example: skip: /srv/cluster-dump is kubectl's output of a real cluster (tests/integration/test_fleet_report.py runs this form on simulated objects)
+# example: skip: /srv/cluster-dump is kubectl output of a real cluster (test_fleet_report.py runs this form)
 - name: Write the report from offline Kubernetes objects (kubectl get ... -o json)
   confidential.tee.tee_fleet_report:
     dest: /var/www/tee

@@ -51,7 +51,7 @@ seealso:
 """
 
 EXAMPLES = r"""
-# example: skip: writes /srv/gitops/cluster, a GitOps checkout of yours (tests/roles/test_cluster_all_or_nothing.py stages real directories)
+# example: skip: writes /srv/gitops/cluster, a GitOps checkout of yours (test_cluster_all_or_nothing.py stages)
 - name: Stage the manifest directory
   confidential.tee.tee_manifest_stage:
     dest: /srv/gitops/cluster
