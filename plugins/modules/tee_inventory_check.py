@@ -21,6 +21,9 @@ description:
   - Runs on the controller only (an action plugin); the hosts are not contacted.
 author:
   - confidential.tee maintainers (@confidential-tee)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - confidential.tee.computes_only
 options:
   strict:
     description:
@@ -28,11 +31,6 @@ options:
         C(tee_strict_variables).
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 notes:
   - Private variables (C(__...)) are never reported.
 """
