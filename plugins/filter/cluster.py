@@ -128,9 +128,9 @@ def cluster_input_errors(hosts, hostvars, cluster=None):
     return inputs.input_problems(wide, nodes)
 
 
-def manifest_dir(value=None):
-    """The absolute manifest directory: relative to where ansible-playbook was started (this process's cwd)."""
-    return inputs.resolve_manifest_dir(value, os.getcwd())
+def output_dir(value=None, default="manifests", name="tee_manifest_dir"):
+    """The absolute output directory: relative to where ansible-playbook was started (this process's cwd)."""
+    return inputs.resolve_output_dir(value, os.getcwd(), default, name)
 
 
 class FilterModule:
@@ -148,6 +148,6 @@ class FilterModule:
             gpu_cc_mode_plan,
             manifest_files,
             cluster_input_errors,
-            manifest_dir,
+            output_dir,
         )
         return {f.__name__: refusing(f.__name__, f, _ERRORS) for f in funcs}

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: dcap_config
 short_description: Write Intel DCAP configuration (QGS, QCNL, PCCS, MPA) meaning what was asked on that release
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - confidential.tee maintainers (@confidential-tee)
 description:
@@ -89,12 +89,14 @@ attributes:
 """
 
 EXAMPLES = r"""
+# example: needs-hardware: needs Intel's DCAP packages (tdx-qgs, sgx-dcap-pccs) installed on a TDX host
 - name: QGS for KubeVirt and Kata on one host, on whatever DCAP release is installed
   confidential.tee.dcap_config:
     component: qgs
     transport: both
     consumers: [kubevirt, kata]
 
+# example: needs-hardware: needs Intel's DCAP packages (tdx-qgs, sgx-dcap-pccs) installed on a TDX host
 - name: Point QCNL at the site PCCS
   confidential.tee.dcap_config:
     component: qcnl
@@ -102,6 +104,7 @@ EXAMPLES = r"""
       pccs_url: https://pccs.example.com:8081/sgx/certification/v4/
       use_secure_cert: true
 
+# example: needs-hardware: needs Intel's DCAP packages (tdx-qgs, sgx-dcap-pccs) installed on a TDX host
 - name: PCCS production.json with hashed tokens
   confidential.tee.dcap_config:
     component: pccs

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: host_files
 short_description: Write a role's files on a host, under host_root, all or nothing
-version_added: 0.3.0
+version_added: 0.1.0
 author:
   - confidential.tee maintainers (@confidential-tee)
 description:
@@ -83,6 +83,7 @@ EXAMPLES = r"""
         content: "vfio\nvfio_pci\n"
         mode: "0644"
 
+# example: skip: the pccs user and group come with Intel's sgx-dcap-pccs package
 - name: Install the PCCS TLS key
   confidential.tee.host_files:
     files:
@@ -93,6 +94,7 @@ EXAMPLES = r"""
         secret: true
   no_log: true
 
+# example: skip: ca.crt is what the tdx_attestation role generates on a PCCS host
 - name: Trust the PCCS CA that the PCCS role generated (both paths inside host_root)
   confidential.tee.host_files:
     host_root: /host

@@ -79,6 +79,7 @@ seealso:
 """
 
 EXAMPLES = r"""
+# example: skip: kbs.crt is your Trustee KBS's certificate
 - name: Build initdata for a Trustee KBS
   confidential.tee.kata_initdata:
     kbs_url: https://kbs.example.com:8080
@@ -86,10 +87,12 @@ EXAMPLES = r"""
     image_security_policy_uri: kbs:///default/security-policy/test
   register: initdata
 
+# example: skip: uses the result of the task above
 - name: Use it in a pod template
   ansible.builtin.set_fact:
     pod_annotations: "{{ {initdata.annotation_name: initdata.annotation} }}"
 
+# example: skip: uses the result of the task above
 - name: Record the reference values for Trustee's RVPS
   ansible.builtin.debug:
     msg: "digest {{ initdata.digest }}, PCR8 {{ initdata.pcr8 }}, MRCONFIGID {{ initdata.tdx_mrconfigid }}"

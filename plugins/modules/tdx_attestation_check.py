@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tdx_attestation_check
 short_description: Check the TDX attestation chain on a host link by link (QGS, socket, vsock, QCNL, PCCS, registration)
-version_added: 0.2.0
+version_added: 0.1.0
 author:
   - confidential.tee maintainers (@confidential-tee)
 description:
@@ -87,12 +87,14 @@ attributes:
 """
 
 EXAMPLES = r"""
+# example: needs-hardware: a TDX host with Intel's QGS and a PCCS (the chain it checks)
 - name: Check the chain for KubeVirt and Kata sharing one socket
   confidential.tee.tdx_attestation_check:
     transport: unix
     consumers: [kubevirt, kata]
     expect_pccs_url: https://pccs.example.com:8081/sgx/certification/v4/
 
+# example: needs-hardware: a TDX host with Intel's QGS and a PCCS (the chain it checks)
 - name: Check a host that runs its own PCCS, comparing token hashes
   confidential.tee.tdx_attestation_check:
     pccs_local: true

@@ -12,12 +12,20 @@ description:
   - Validates one misc cgroup resource (C(tdx), C(sev), C(sev_es); C(snp) means C(sev_es)) against the
     requirements given, and fails with a message that says what is wrong, where, why, and how to fix it.
   - Every requested check is evaluated and returned in RV(checks), passing or not.
+  - Given O(capacity), the registered result of M(confidential.tee.tee_capacity_info), it validates that result
+    instead of reading the host again, so both tasks see the same files and the same moment; what else it needs
+    (the SNP range of AMD ciphertext hiding) it reads under that result's C(host_root).
 author:
   - confidential.tee maintainers (@confidential-tee)
 extends_documentation_fragment:
   - confidential.tee.host_root
   - confidential.tee.read_only
 options:
+  capacity:
+    description:
+      - The registered result of M(confidential.tee.tee_capacity_info) to validate. The result's C(host_root)
+        replaces O(host_root); a different O(host_root) other than C(/) (also from C(module_defaults)) is refused.
+    type: dict
   resource:
     description:
       - The misc resource to validate. C(snp) is validated as C(sev_es), which SEV-SNP guests charge.
@@ -52,10 +60,22 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Read capacity from a node root mounted at /host (a DaemonSet)
+  confidential.tee.tee_capacity_info:
+    host_root: /host
+  register: tee
+
+- name: Validate what was read, without reading again
+  confidential.tee.tee_capacity_check:
+    capacity: "{{ tee }}"
+    resource: tdx
+    min_free: 4
+
 - name: Refuse to schedule TDs on a host without TDX keys
   confidential.tee.tee_capacity_check:
     resource: tdx
 
+# example: skip: an AMD SEV-SNP host; the simulated node of the example run is a TDX node
 - name: Keep headroom for four more SNP guests
   confidential.tee.tee_capacity_check:
     resource: snp
@@ -117,6 +137,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import MISC_REPORT_ORDER
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
+from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import state_from_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import read_misc_state
 from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import read_ciphertext_hiding
 
@@ -125,6 +146,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "host_root": {"type": "path", "default": "/"},
+            "capacity": {"type": "dict"},
             # The vocabulary's misc resources in report order, and snp (SEV-SNP guests charge sev_es).
             "resource": {"type": "str", "required": True, "choices": [*MISC_REPORT_ORDER, "snp"]},
             "min_capacity": {"type": "int", "default": 1},
@@ -135,6 +157,19 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    state = None
+    if params["capacity"] is not None:
+        try:
+            state = state_from_facts(params["capacity"])
+        except ValueError as error:
+            module.fail_json(msg=f"capacity {error}: register the result of confidential.tee.tee_capacity_info")
+        read_at = state.layout.host_root
+        if params["host_root"] not in ("/", read_at):
+            module.fail_json(
+                msg=f"host_root {params['host_root']} but the capacity given was read under {read_at}: "
+                "give one of them, or register tee_capacity_info with the same host_root"
+            )
+        params["host_root"] = read_at
     for name in ("min_capacity", "min_free", "expected_capacity"):
         if params[name] is not None and params[name] < 0:
             module.fail_json(msg=f"{name} must be 0 or more, got {params[name]}")
@@ -151,7 +186,7 @@ def main() -> None:
             module.warn("%s: %s" % (problem.path, problem.problem))
         snp_asids = hiding["asids"] or None
     report = evaluate(
-        read_misc_state(reader.host_root),
+        state if state is not None else read_misc_state(reader.host_root),
         params["resource"],
         snp_asids=snp_asids,
         min_capacity=params["min_capacity"],

@@ -68,6 +68,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+host_root:
+  description:
+    - The host root the files were read under. M(confidential.tee.tee_capacity_check) given this result as
+      O(confidential.tee.tee_capacity_check#module:capacity) reads anything more it needs from the same root.
+  returned: always
+  type: str
+  sample: /host
 misc_controller:
   description: Where the misc controller was found, or why it was not.
   returned: always

@@ -117,6 +117,7 @@ EXAMPLES = r"""
     preflight: true
   register: tee_node
 
+# example: skip: /srv/cluster-dump is kubectl output of a real cluster (test_fleet_report.py runs this form)
 - name: Write the report from offline Kubernetes objects (kubectl get ... -o json)
   confidential.tee.tee_fleet_report:
     dest: /var/www/tee
@@ -125,6 +126,7 @@ EXAMPLES = r"""
   delegate_to: localhost
   run_once: true
 
+# example: needs-hardware: the k8s_* results come from kubernetes.core.k8s_info against a real API server
 - name: Write the report from objects read with kubernetes.core.k8s_info
   confidential.tee.tee_fleet_report:
     dest: reports/fleet

@@ -132,6 +132,7 @@ EXAMPLES = r"""
     nvidia_smi_path: /usr/bin/nvidia-smi
     gpu_timeout: 30
 
+# example: skip: /tmp/nodes/tdx-node-1 is a tree teesim node build --out wrote (the example run reads its own)
 - name: Read a simulated node tree without touching any GPU
   confidential.tee.tee_host_info:
     host_root: /tmp/nodes/tdx-node-1

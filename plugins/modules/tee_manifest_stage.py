@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tee_manifest_stage
 short_description: Stage a GitOps directory so that several roles write it all or nothing
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - "C(state=present): copies the manifests of O(dest) (its C(*.yaml) files and its C(nodes/) tree) into a new
     private staging directory next to it (C(.<name>.tee-staging-*)) and returns its path. The roles then write
@@ -51,12 +51,14 @@ seealso:
 """
 
 EXAMPLES = r"""
+# example: skip: writes /srv/gitops/cluster, a GitOps checkout of yours (test_cluster_all_or_nothing.py stages)
 - name: Stage the manifest directory
   confidential.tee.tee_manifest_stage:
     dest: /srv/gitops/cluster
   register: stage
   delegate_to: localhost
 
+# example: skip: uses the stage of the task above
 - name: Commit what every role rendered into the stage
   confidential.tee.tee_manifest_stage:
     dest: /srv/gitops/cluster

@@ -61,13 +61,14 @@ options:
       - The stage is private scratch space, so it is written also in check mode (the commit then shows the
         diff and writes nothing); messages name this directory instead of the stage.
     type: path
-    version_added: 0.3.0
+    version_added: 0.1.0
 seealso:
   - module: confidential.tee.tee_manifest_stage
   - module: confidential.tee.tee_key_pools
 """
 
 EXAMPLES = r"""
+# example: skip: classes are the objects a role rendered (kata_runtimeclasses)
 - name: Write the RuntimeClasses for GitOps
   confidential.tee.tee_manifests:
     dest: gitops/cluster

@@ -180,21 +180,23 @@ def input_problems(cluster: dict, nodes: dict) -> list[str]:
     return [problem for problem in out if problem]
 
 
-def manifest_dir_problem(value) -> str | None:
+def manifest_dir_problem(value, name: str = "tee_manifest_dir") -> str | None:
     if not isinstance(value, str) or not value.strip() or "\0" in value:
-        return "tee_manifest_dir must be a non-empty path string, got %s" % _shown(value)
+        return "%s must be a non-empty path string, got %s" % (name, _shown(value))
     return None
 
 
-def resolve_manifest_dir(value, cwd: str) -> str:
-    """The absolute manifest directory: a relative one is read against ``cwd``, where ansible-playbook was started.
+def resolve_output_dir(value, cwd: str, default: str = "manifests", name: str = "tee_manifest_dir") -> str:
+    """The collection's one rule for every output path: a relative one is read against ``cwd``, the directory
+    ansible-playbook was started from; unset (``None``) means ``default`` there.
 
-    Unset means ``manifests`` there (never inside the collection's ``playbooks/``, where a role default
-    ``playbook_dir`` would put it).
+    Never the playbook's directory: a role default of ``playbook_dir``, or a relative path handed to a module on
+    ``ansible.builtin.local`` (which runs modules in the playbook's directory), would write into the installed
+    collection's ``playbooks/``.
     """
     if value is None:
-        value = "manifests"
-    problem = manifest_dir_problem(value)
+        value = default
+    problem = manifest_dir_problem(value, name)
     if problem:
         raise ValueError(problem)
     return os.path.normpath(os.path.join(cwd, os.path.expanduser(value)))

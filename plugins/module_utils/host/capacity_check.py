@@ -123,7 +123,9 @@ def evaluate(
         kernel_fix = (
             ""
             if layout.not_root
-            else " Boot a kernel with CONFIG_CGROUP_MISC (5.13+ for sev/sev_es, 6.16+ or a vendor backport for tdx)."
+            else " Boot a kernel with CONFIG_CGROUP_MISC (5.13+ for sev/sev_es, 6.16+ or a vendor backport for tdx)"
+            f"; or, when this runs in a container, {layout.host_root} is not the host's root: set host_root to the"
+            " host's mount (for example /host) or pass capacity, the registered tee_capacity_info result."
         )
         report.add("misc_controller", False, f"cannot count {label} keys: {layout.reason}.{kernel_fix}")
         return report

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import Problem
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import (
     KNOWN_RESOURCES,
     RESOURCE_ALIASES,
+    MiscLayout,
     MiscState,
     ResourceState,
     canonical_resource,
@@ -49,6 +51,8 @@ def capacity_facts(
                 entry.as_dict(), consumers=CONSUMERS.get(name, []), unknown=unknown_reasons(state, entry)
             )
     result = {
+        # Where the files were read, so that tee_capacity_check given this result reads the same host.
+        "host_root": host_root,
         "misc_controller": {
             "present": layout.present,
             "cgroup_version": layout.cgroup_version,
@@ -66,3 +70,40 @@ def capacity_facts(
     if cgroups:
         result["cgroups"] = [cgroup.as_dict() for cgroup in state.cgroups]
     return result
+
+
+def state_from_facts(facts: dict) -> MiscState:
+    """The :class:`MiscState` a ``tee_capacity_info`` result describes, so a check can use a registered result.
+
+    Raises ``ValueError`` naming what is missing when ``facts`` is not such a result. A resource the result did
+    not read (its ``resources`` option) is unknown here, never 0.
+    """
+    if not isinstance(facts, dict) or not isinstance(facts.get("misc_controller"), dict):
+        raise ValueError("is not a registered tee_capacity_info result (it has no misc_controller)")
+    controller = facts["misc_controller"]
+    layout = MiscLayout(
+        str(facts.get("host_root") or "/"),
+        controller.get("cgroup_version"),
+        controller.get("path") if controller.get("present") else None,
+        reason=controller.get("reason"),
+        not_root=bool(controller.get("not_root_cgroup")),
+    )
+    resources = {}
+    for name, entry in (facts.get("resources") or {}).items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"has no mapping for the resource {name!r}")
+        resources[name] = ResourceState(
+            name,
+            entry.get("capacity"),
+            entry.get("current"),
+            str(entry.get("current_source") or "unknown"),
+            peak=entry.get("peak"),
+            known=bool(entry.get("known", True)),
+        )
+    issues = [
+        Problem(str(issue.get("path", "")), str(issue.get("problem", "")), issue.get("line_number"), issue.get("line"))
+        for issue in facts.get("issues") or []
+        if isinstance(issue, dict)
+    ]
+    # Only the resources the result carries are known; a missing one was not read, so it stays unknown.
+    return MiscState(layout=layout, resources=resources, issues=issues, capacity_complete=False)

@@ -7,6 +7,9 @@ Models what the collection's modules and the device plugins read on a real node:
 * ``sys/module/kvm_intel/parameters/tdx`` or ``sys/module/kvm_amd/parameters/{sev,sev_es,sev_snp}``,
 * ``proc/cpuinfo`` (one processor per CPU, with the TEE flags), ``proc/cmdline``,
   ``proc/sys/kernel/osrelease``, ``etc/hostname``,
+* what the host roles and ``dcap_config`` read of a Debian 12 system: ``etc/os-release``, ``etc/default/grub``
+  (the kernel command line above, as Debian's GRUB would give it), ``etc/passwd`` and ``etc/group`` (with the
+  ``kvm`` group and QEMU's uid/gid 107 that KubeVirt's virt-launcher uses),
 * device nodes ``dev/kvm``, ``dev/vhost-vsock`` and, on AMD, ``dev/sev`` as plain (empty) files,
 * ``sys/kernel/iommu_groups/<n>/type`` (translated ``DMA-FQ`` domains, as with the IOMMU on and no
   ``iommu=pt``), ``sys/power/state`` (``disk`` only where the command line leaves hibernation available)
@@ -64,6 +67,29 @@ _CMDLINE: dict[str, str] = {
     "intel": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet kvm_intel.tdx=1 nohibernate",
     "amd": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet mem_encrypt=on kvm_amd.sev=1",
 }
+# A Debian 12 host's files the host roles read (os-release from base-files 12, passwd/group from base-passwd, plus
+# the kvm group and uid/gid 107, the QEMU user of KubeVirt's virt-launcher).
+_OS_FILES: dict[str, str] = {
+    "etc/os-release": (
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nVERSION_ID="12"\n'
+        'VERSION="12 (bookworm)"\nVERSION_CODENAME=bookworm\nID=debian\n'
+    ),
+    "etc/passwd": (
+        "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+        "qemu:x:107:107:qemu:/nonexistent:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    ),
+    "etc/group": "root:x:0:\ndaemon:x:1:\nkvm:x:993:qemu\nqemu:x:107:\nnogroup:x:65534:\n",
+}
+
+
+def _default_grub(cmdline: str) -> str:
+    """Debian's /etc/default/grub whose GRUB_CMDLINE_LINUX_DEFAULT gives ``cmdline``'s arguments after ``ro``."""
+    arguments = cmdline.split(" ro ", 1)[-1]
+    return (
+        "# If you change this file, run 'update-grub' afterwards to update\n# /boot/grub/grub.cfg.\n"
+        "GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_DISTRIBUTOR=Debian\n"
+        f'GRUB_CMDLINE_LINUX_DEFAULT="{arguments}"\nGRUB_CMDLINE_LINUX=""\n'
+    )
 
 
 def parse_assignments(items: list[str] | None, what: str) -> dict[str, int]:
@@ -167,6 +193,8 @@ class Node:
             "proc/cmdline": _CMDLINE[spec.vendor] + "\n",
             "proc/sys/kernel/osrelease": spec.profile.release + "\n",
             "etc/hostname": spec.name + "\n",
+            **_OS_FILES,
+            "etc/default/grub": _default_grub(_CMDLINE[spec.vendor]),
             f"{CGROUP_ROOT}/cgroup.controllers": " ".join(spec.profile.controllers) + "\n",
             "dev/kvm": "",
             "dev/vhost-vsock": "",

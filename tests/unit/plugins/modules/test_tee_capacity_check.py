@@ -124,3 +124,35 @@ def test_documentation_parses_and_returns_every_key(tdx_host, run_module):
     returned = set(yaml.safe_load(tee_capacity_check.RETURN))
     result = run_module(tee_capacity_check, {"resource": "tdx"})
     assert returned == set(result) - {"changed", "failed", "msg", "invocation", "warnings"}
+
+
+def test_validates_the_registered_info_result_of_another_root(tmp_path, run_module):
+    """The README's DaemonSet form: tee_capacity_info read /host, the check is given that result and reads nothing
+    under its own default host_root (/ here has no TDX keys)."""
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
+    (tmp_path / "sys/fs/cgroup/misc.current").write_text("tdx 12\n")
+    registered = capacity_facts(str(tmp_path))
+    result = run_module(tee_capacity_check, {"capacity": registered, "resource": "tdx", "min_free": 4})
+    assert not result["failed"], result["msg"]
+    assert (result["capacity"], result["current"], result["free"]) == (63, 12, 51)
+
+    other = run_module(tee_capacity_check, {"capacity": registered, "host_root": "/elsewhere", "resource": "tdx"})
+    assert other["failed"] and f"read under {tmp_path}" in other["msg"]
+
+
+def test_a_capacity_that_is_not_an_info_result_is_refused(run_module):
+    result = run_module(tee_capacity_check, {"capacity": {"rc": 0}, "resource": "tdx"})
+    assert result["failed"] and "register the result of confidential.tee.tee_capacity_info" in result["msg"]
+
+
+def test_an_unread_resource_is_unknown_not_zero(tmp_path, run_module):
+    from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
+    (tmp_path / "sys/fs/cgroup/misc.current").write_text("tdx 12\n")
+    result = run_module(tee_capacity_check, {"capacity": capacity_facts(str(tmp_path), ["tdx"]), "resource": "sev"})
+    assert result["failed"] and result["capacity"] is None and "unknown" in result["msg"]

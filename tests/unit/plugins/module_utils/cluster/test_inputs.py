@@ -51,12 +51,12 @@ def test_a_manifest_dir_that_is_no_path_is_refused(value):
 
 
 def test_a_relative_manifest_dir_resolves_against_the_given_cwd():
-    assert inputs.resolve_manifest_dir("out/../gitops", "/srv/ops") == "/srv/ops/gitops"
-    assert inputs.resolve_manifest_dir("/srv/x/", "/srv/ops") == "/srv/x"
-    assert inputs.resolve_manifest_dir(None, "/srv/ops") == "/srv/ops/manifests"
-    assert inputs.resolve_manifest_dir("~/m", "/w") == os.path.expanduser("~/m")
+    assert inputs.resolve_output_dir("out/../gitops", "/srv/ops") == "/srv/ops/gitops"
+    assert inputs.resolve_output_dir("/srv/x/", "/srv/ops") == "/srv/x"
+    assert inputs.resolve_output_dir(None, "/srv/ops") == "/srv/ops/manifests"
+    assert inputs.resolve_output_dir("~/m", "/w") == os.path.expanduser("~/m")
     with pytest.raises(ValueError, match="tee_manifest_dir must be a non-empty path string"):
-        inputs.resolve_manifest_dir("", "/w")
+        inputs.resolve_output_dir("", "/w")
 
 
 @pytest.mark.parametrize("value", ["var/run/tdx-qgs/qgs.socket", "", ["/a"], 7, "/a\0b"])
