@@ -132,6 +132,9 @@ def c2(sizes: list[int], large: int, forks: int) -> None:
     (n0, p0, c0), (n1, p1, c1_) = measured[0], measured[-1]
     ping_each = (p1.wall_s - p0.wall_s) / (n1 - n0)
     cluster_each = (c1_.wall_s - c0.wall_s) / (n1 - n0)
+    if ping_each <= 0 or cluster_each <= 0:
+        print(f"  per host: the {n0}- and {n1}-host runs are too noisy to part fixed and per-host costs (wall fell)")
+        return
     ping_fixed, cluster_fixed = p0.wall_s - ping_each * n0, c0.wall_s - cluster_each * n0
     predicted = (cluster_fixed + cluster_each * large) / (ping_fixed + ping_each * large)
     print(
