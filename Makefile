@@ -122,6 +122,8 @@ benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
 	$(BIN)/python benchmarks/profile_host_info.py
 	$(BIN)/python benchmarks/bench_fleet.py
+	$(BIN)/python benchmarks/bench_fleet.py --hosts 1000 --scale-hosts 100 --repeat 1 --no-mitogen --no-per-host
+	$(BIN)/python benchmarks/bench_cluster.py
 	$(BIN)/python benchmarks/bench_simulator.py
 	$(BIN)/python benchmarks/bench_sweep.py
 	$(BIN)/python benchmarks/bench_grpc_latency.py

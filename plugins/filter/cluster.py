@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import yaml
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
@@ -128,6 +129,20 @@ def cluster_input_errors(hosts, hostvars, cluster=None):
     return inputs.input_problems(wide, nodes)
 
 
+def cluster_nodes(hosts, hostvars):
+    """The node group as data, in one pass: ``nodes`` for the key-pool plan and ``gpu_hosts`` for the GPU plays.
+
+    One controller-side task instead of a task (a worker) per node: 5,000 nodes cost about what 10 do.
+    """
+    nodes, gpu_hosts = [], []
+    for host in hosts or []:
+        seen = hostvars[host]
+        nodes.append(inputs.cluster_node(host, seen))
+        if boolean(seen.get("tee_node_gpu", False), strict=False):
+            gpu_hosts.append(host)
+    return {"nodes": nodes, "gpu_hosts": gpu_hosts}
+
+
 def output_dir(value=None, default="manifests", name="tee_manifest_dir"):
     """The absolute output directory: relative to where ansible-playbook was started (this process's cwd)."""
     return inputs.resolve_output_dir(value, os.getcwd(), default, name)
@@ -149,5 +164,6 @@ class FilterModule:
             manifest_files,
             cluster_input_errors,
             output_dir,
+            cluster_nodes,
         )
         return {f.__name__: refusing(f.__name__, f, _ERRORS) for f in funcs}

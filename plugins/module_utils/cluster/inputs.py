@@ -180,6 +180,28 @@ def input_problems(cluster: dict, nodes: dict) -> list[str]:
     return [problem for problem in out if problem]
 
 
+def cluster_node(host: str, hv: Mapping) -> dict:
+    """One node as the key-pool plan reads it, from an inventory host's variables and its ``tee_host`` facts.
+
+    The vendor is ``tee_cpu_vendor`` unless that is ``auto`` (or unset), then what tee_host_info read, else
+    ``unknown`` (the playbook refuses those by name). ``qgs`` and ``sev_asids`` are null without facts.
+    """
+    facts = hv.get("tee_host")
+    facts = facts if isinstance(facts, Mapping) else {}
+    vendor = hv.get("tee_cpu_vendor", "auto")
+    if vendor == "auto":
+        vendor = facts.get("tee_vendor") or "unknown"
+    return {
+        "name": hv.get("tee_k8s_node_name", host),
+        "vendor": vendor,
+        "consumers": hv.get("tee_node_consumers", [tee.KATA]),
+        "mode": hv.get("tee_key_pool_mode", "auto"),
+        "qgs": facts.get("qgs"),
+        # AMD ciphertext hiding: the SNP range NFD must advertise instead of the joint sev_es count.
+        "sev_asids": facts.get("sev_asids"),
+    }
+
+
 def manifest_dir_problem(value, name: str = "tee_manifest_dir") -> str | None:
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         return "%s must be a non-empty path string, got %s" % (name, _shown(value))

@@ -65,3 +65,37 @@ def test_a_qgs_socket_path_that_is_not_absolute_is_named_cluster_wide_and_per_no
     assert wide.startswith("kubevirt_cc_qgs_socket_path must be an absolute path on the nodes, such as /var/run/")
     (per_node,) = inputs.input_problems({}, {"n1": {"kubevirt_cc_qgs_socket_path": value}})
     assert per_node.startswith("kubevirt_cc_qgs_socket_path must be an absolute path") and "for node n1" in per_node
+
+
+@pytest.mark.parametrize(
+    ("host_vars", "expected"),
+    [
+        # The inventory's vendor wins; the facts still give qgs and sev_asids.
+        (
+            {"tee_cpu_vendor": "amd", "tee_host": {"tee_vendor": "intel", "qgs": {"present": True}, "sev_asids": 9}},
+            {"vendor": "amd", "qgs": {"present": True}, "sev_asids": 9},
+        ),
+        ({"tee_cpu_vendor": "auto", "tee_host": {"tee_vendor": "intel"}}, {"vendor": "intel"}),
+        ({"tee_host": {"tee_vendor": "amd"}}, {"vendor": "amd"}),
+        # Facts off, or tee_host_info found no TEE vendor: unknown, refused by name by the playbook.
+        ({}, {"vendor": "unknown", "qgs": None, "sev_asids": None}),
+        ({"tee_host": {"tee_vendor": None}}, {"vendor": "unknown"}),
+        ({"tee_host": "not a mapping"}, {"vendor": "unknown", "qgs": None}),
+    ],
+)
+def test_cluster_node_reads_the_vendor_from_the_inventory_then_the_facts(host_vars, expected):
+    node = inputs.cluster_node("n1", host_vars)
+    assert {key: node[key] for key in expected} == expected
+
+
+def test_cluster_node_defaults_and_the_kubernetes_name():
+    assert inputs.cluster_node("n1", {"tee_cpu_vendor": "intel"}) == {
+        "name": "n1",
+        "vendor": "intel",
+        "consumers": ["kata"],
+        "mode": "auto",
+        "qgs": None,
+        "sev_asids": None,
+    }
+    node = inputs.cluster_node("n1", {"tee_k8s_node_name": "worker-1", "tee_node_consumers": ["kubevirt"]})
+    assert (node["name"], node["consumers"]) == ("worker-1", ["kubevirt"])
