@@ -76,6 +76,7 @@ def hostile_report():
     node = {
         "name": "<script>alert(1)</script>*x*",
         "verdict": "FAIL",
+        "preflight_verdict": "FAIL",
         "ready": False,
         "technology": None,
         "kernel": "6.16",
