@@ -14,6 +14,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import kube_target as target
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
@@ -143,6 +144,11 @@ def manifest_dir(value=None):
     return inputs.resolve_manifest_dir(value, os.getcwd())
 
 
+def kube_target(kubeconfig=None, context=None, host=None):
+    """Where an apply would go (kubeconfig, context, server), read before any API call; ``error`` says why not."""
+    return target.kube_target(kubeconfig, context, host, os.environ)
+
+
 class FilterModule:
     def filters(self):
         funcs = (
@@ -159,5 +165,6 @@ class FilterModule:
             manifest_files,
             cluster_input_errors,
             manifest_dir,
+            kube_target,
         )
         return {f.__name__: _wrap(f.__name__, f) for f in funcs}
