@@ -324,6 +324,8 @@ class ControlPlane:
                 f"--service-account-signing-key-file={sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 "--service-cluster-ip-range=10.96.0.0/16",
+                # The kubernetes Service may not point at loopback: no endpoint reconciler (nothing here reaches it).
+                "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--v=0",
             ],
