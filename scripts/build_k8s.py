@@ -51,7 +51,9 @@ def required_version(go_mod: Path, module: str) -> str:
 
 def go_version() -> str:
     if shutil.which("go") is None:
-        raise SystemExit("make k8s: no `go` on PATH; the control plane is built from Go modules: install Go 1.26 or later")
+        raise SystemExit(
+            "make k8s: no `go` on PATH; the control plane is built from Go modules: install Go 1.26 or later"
+        )
     return subprocess.run(["go", "version"], check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -122,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         seconds = build(target, toolchain)
     except subprocess.CalledProcessError as failed:
-        print(f"make k8s: `{' '.join(failed.cmd[:2])}` failed (exit {failed.returncode}); see go's error above", file=sys.stderr)
+        print(
+            f"make k8s: `{' '.join(failed.cmd[:2])}` failed (exit {failed.returncode}); see go's error above",
+            file=sys.stderr,
+        )
         return 1
     except OSError:
         if not (target / "build.json").is_file():  # lost a race with another build only if that one landed

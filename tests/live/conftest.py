@@ -89,16 +89,6 @@ class LiveCluster:
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
         )
 
-
-# The cluster-scoped kinds the cluster playbook applies (names vary with the plan).
-COLLECTION_KINDS = ("nodefeaturerules.nfd.k8s-sigs.io", "runtimeclasses.node.k8s.io")
-FIELD_MANAGER = "confidential-tee"
-
-
-def _names(cluster: LiveCluster, resource: str) -> set[str]:
-    listing = cluster.get(resource) or {"items": []}
-    return {item["metadata"]["name"] for item in listing["items"]}
-
     def wait_until_refused(self, obj: dict, timeout: float = 60) -> str:
         """Dry-run ``obj`` until the server refuses it (an admission policy takes a moment to load); the refusal."""
         deadline = time.monotonic() + timeout
@@ -133,6 +123,16 @@ def _names(cluster: LiveCluster, resource: str) -> set[str]:
                 if any(m.get("manager") == FIELD_MANAGER for m in item["metadata"].get("managedFields", [])):
                     found[f"{item['kind']}/{item['metadata']['name']}"] = item
         return found
+
+
+# The cluster-scoped kinds the cluster playbook applies (names vary with the plan).
+COLLECTION_KINDS = ("nodefeaturerules.nfd.k8s-sigs.io", "runtimeclasses.node.k8s.io")
+FIELD_MANAGER = "confidential-tee"
+
+
+def _names(cluster: LiveCluster, resource: str) -> set[str]:
+    listing = cluster.get(resource) or {"items": []}
+    return {item["metadata"]["name"] for item in listing["items"]}
 
 
 def _private_cluster(crd_files: dict[str, Path]):
