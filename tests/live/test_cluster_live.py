@@ -91,3 +91,15 @@ def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster
             "delete", "kubevirts.kubevirt.io", "--all", "-n", "kubevirt", "--wait=true", "--timeout=60s", check=False
         )
         live.kubectl("delete", "crd", crd["metadata"]["name"], "--wait=true", "--timeout=60s", check=False)
+
+
+def test_kubevirt_not_installed_says_install_it_or_render_manifests(live, cluster_run):
+    live.require_private("needs a cluster without KubeVirt")
+    live.register_simulated_nodes()
+    run = cluster_run(live, consumers=["kata", "kubevirt"])
+    assert run.returncode != 0
+    assert "The cluster does not serve kubevirt.io/v1 KubeVirt" in run.flat and "tee_output: manifests" in run.flat, (
+        run.stdout[-4000:]
+    )
+    assert "Traceback" not in run.stdout + run.stderr
+    assert live.collection_objects() == {}

@@ -130,15 +130,3 @@ def test_nfd_not_installed_says_install_it_or_render_manifests(live, cluster_run
         and "tee_output: manifests" in run.flat
     ), run.stdout[-4000:]
     assert "Traceback" not in run.stdout + run.stderr
-
-
-def test_kubevirt_not_installed_says_install_it_or_render_manifests(live, cluster_run):
-    live.require_private("needs a cluster without KubeVirt")
-    live.register_simulated_nodes()
-    run = cluster_run(live, consumers=["kata", "kubevirt"])
-    assert run.returncode != 0
-    assert "The cluster does not serve kubevirt.io/v1 KubeVirt" in run.flat and "tee_output: manifests" in run.flat, (
-        run.stdout[-4000:]
-    )
-    assert "Traceback" not in run.stdout + run.stderr
-    assert live.collection_objects() == {}
