@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv native collection demo fleet-report test lint sanity pytest molecule sysdeps benchmark clean upstream upstream-report
+.PHONY: help venv native collection demo fleet-report test lint sanity pytest molecule sysdeps benchmark clean upstream upstream-report k8s kube-up
 
 help:
 	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
@@ -24,6 +24,8 @@ help:
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
 	@echo "make upstream-report - NFD's and KubeVirt's own code against teesim's models (docs/simulator.md; needs Go)"
 	@echo "make native - compile teesim's hot modules with mypyc (part of every target above but demo; TEESIM_NATIVE=0 skips it)"
+	@echo "make k8s    - build etcd, kube-apiserver, kube-scheduler and kubectl from Go modules (cached; part of make test)"
+	@echo "make kube-up - run that control plane on loopback until Ctrl-C (docs/DEVELOPMENT.md)"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -112,11 +114,20 @@ endif
 sysdeps:
 	scripts/sysdeps.sh
 
+# The live tests' control plane (tests/live), built from the Go modules pinned in tools/k8s into
+# ~/.cache/confidential-tee/k8s/ (minutes the first time, seconds after). The tests build it too when missing.
+k8s:
+	$(PYTHON) scripts/build_k8s.py
+
+kube-up: collection k8s
+	$(BIN)/python scripts/kube_control_plane.py up --scheduler --crds ../shared/reference/crds
+
 molecule: collection sysdeps
 	scripts/molecule.sh
 
-# sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium.
-test: sysdeps lint sanity upstream pytest molecule
+# sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium; k8s and upstream before
+# pytest: the live tests need the control plane, the upstream tests NFD's and KubeVirt's builds.
+test: sysdeps lint sanity k8s upstream pytest molecule
 
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py

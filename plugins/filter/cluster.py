@@ -14,6 +14,7 @@ import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import kube_target as target
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
@@ -148,6 +149,11 @@ def output_dir(value=None, default="manifests", name="tee_manifest_dir"):
     return inputs.resolve_output_dir(value, os.getcwd(), default, name)
 
 
+def kube_target(kubeconfig=None, context=None, host=None):
+    """Where an apply would go (kubeconfig, context, server), read before any API call; ``error`` says why not."""
+    return target.kube_target(kubeconfig, context, host, os.environ)
+
+
 class FilterModule:
     def filters(self):
         funcs = (
@@ -165,5 +171,6 @@ class FilterModule:
             cluster_input_errors,
             output_dir,
             cluster_nodes,
+            kube_target,
         )
         return {f.__name__: refusing(f.__name__, f, _ERRORS) for f in funcs}
