@@ -4,7 +4,8 @@
 # fleet report's headless-browser test (best effort: without it that one test skips and says why).
 # Idempotent; needs root or sudo.
 set -euo pipefail
-needed=(podman runc conmon fuse-overlayfs slirp4netns uidmap debootstrap rsync grub2-common gcc)
+needed=(podman runc conmon fuse-overlayfs slirp4netns uidmap debootstrap rsync grub2-common gcc
+  qemu-system-x86 qemu-utils fdisk e2fsprogs openssh-client)
 optional=(chromium)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
