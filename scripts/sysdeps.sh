@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages `make test` needs (podman with runc for Molecule, debootstrap for the
-# base image, rsync for the ansible-test build path, gcc for teesim's native build) when any is missing, and Debian's chromium for the
+# base image, rsync for the ansible-test build path, gcc for teesim's native build, QEMU, qemu-img, sfdisk,
+# mke2fs and ssh for the real-kernel VM of tests/vm) when any is missing, and Debian's chromium for the
 # fleet report's headless-browser test (best effort: without it that one test skips and says why).
 # Idempotent; needs root or sudo.
 set -euo pipefail
