@@ -21,7 +21,9 @@ image_dir="$cache_dir/debian-12-$key"
 # dbus: systemctl reboot/shutdown with a wall message (what ansible.builtin.reboot runs) needs logind over D-Bus.
 packages=linux-image-amd64,grub-pc,openssh-server,python3,sudo,systemd-sysv,udev,kmod,iproute2,e2fsprogs,dbus
 # Arguments the tests expect to survive every role run byte for byte (none of them is a TEE argument).
-base_cmdline="console=ttyS0,115200n8 net.ifnames=0 mitigations=off tee_vm.marker=keep-me"
+# tsc=reliable: on a loaded host the guest's clocksource watchdog marks the emulated TSC unstable and falls back
+# to the HPET, whose every read is an emulated MMIO access: the guest then runs many times slower.
+base_cmdline="console=ttyS0,115200n8 net.ifnames=0 mitigations=off tsc=reliable tee_vm.marker=keep-me"
 
 log() { printf 'vm-image: %s\n' "$*" >&2; }
 
