@@ -86,8 +86,10 @@ vm-image: sysdeps
 vm-test: collection vm-image
 	$(BIN)/python -m pytest tests/vm -v --durations=0
 
-# sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium, tests/vm QEMU.
-test: sysdeps lint sanity pytest molecule vm-test
+# sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium.
+# vm-test is not part of test yet: it has not been seen green end to end, and on a loaded 2-core machine one
+# TCG boot took 5-10 minutes (docs/host-truth.md, "On a real kernel").
+test: sysdeps lint sanity pytest molecule
 
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
