@@ -24,30 +24,10 @@ if [ "${FORCE_REBUILD:-0}" != 1 ] && podman image exists "$image"; then
   exit 0
 fi
 
-# The first Debian archive URI apt is configured with (deb822 first, then the one-line format); security
-# and updates suites are skipped because debootstrap needs the main suite.
-mirror_from_apt() {
-  local f uri
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -r "$f" ] || continue
-    uri="$(awk '
-      /^[[:space:]]*$/ { if (u != "" && s ~ /(^| )bookworm( |$)/) { print u; exit } u = ""; s = ""; next }
-      tolower($1) == "uris:" { u = $2 }
-      tolower($1) == "suites:" { $1 = ""; s = $0 " " }
-      END { if (u != "" && s ~ /(^| )bookworm( |$)/) print u }' "$f" | head -n1)"
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  done
-  if [ -r /etc/apt/sources.list ]; then
-    uri="$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list)"
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  fi
-  echo "http://deb.debian.org/debian"
-}
-
 if [ ! -s "$tarball" ] || [ "${FORCE_REBUILD:-0}" = 1 ]; then
   command -v debootstrap >/dev/null || { log "debootstrap is missing: run scripts/sysdeps.sh"; exit 1; }
   [ "$(id -u)" -eq 0 ] || { log "debootstrap needs root (it creates device nodes and chroots)"; exit 1; }
-  mirror="${DEBIAN_MIRROR:-$(mirror_from_apt)}"
+  mirror="${DEBIAN_MIRROR:-$("$(dirname "$0")/apt-mirror.sh")}"
   mkdir -p "$cache_dir"
   rootfs="$(mktemp -d "$cache_dir/rootfs.XXXXXX")"
   trap 'rm -rf "$rootfs" "$rootfs.log" "$tarball.partial"' EXIT

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Builds the Debian 12 VM image that tests/vm boots under QEMU (TCG, no KVM): a raw disk with an MBR, one
+# ext4 partition and GRUB (grub-pc) installed into it, built only from Debian's packages:
+#   1. debootstrap minbase + linux-image-amd64, grub-pc, openssh-server, python3, sudo (about 3-5 min);
+#   2. trim it: static network (QEMU user networking is always 10.0.2.15/24), no timers, no getty on tty1,
+#      an initramfs with only the virtio and ext4 modules, GRUB_TIMEOUT=0 on the serial console;
+#   3. mke2fs -d (no loop device, no mount) and sfdisk assemble the disk;
+#   4. one boot of that disk with -kernel runs grub-install /dev/vda and update-grub *inside* the guest, so
+#      GRUB is installed by the guest's own tools onto the guest's own disk, then powers off.
+# The result is cached under ~/.cache/confidential-tee/vm/ (keyed by this script's content), built in a
+# temporary directory and renamed into place, so a half-built image is never used; older builds are removed.
+# Prints the image directory (disk.raw, id_ed25519, cmdline) on stdout.
+#
+# Environment: DEBIAN_MIRROR (default: the mirror apt uses), TEE_CACHE_DIR, FORCE_REBUILD=1.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cache_dir="${TEE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/confidential-tee}/vm"
+key="$(sha256sum "$0" | cut -c1-12)"
+image_dir="$cache_dir/debian-12-$key"
+# dbus: systemctl reboot/shutdown with a wall message (what ansible.builtin.reboot runs) needs logind over D-Bus.
+packages=linux-image-amd64,grub-pc,openssh-server,python3,sudo,systemd-sysv,udev,kmod,iproute2,e2fsprogs,dbus
+# Arguments the tests expect to survive every role run byte for byte (none of them is a TEE argument).
+# tsc=reliable: on a loaded host the guest's clocksource watchdog marks the emulated TSC unstable and falls back
+# to the HPET, whose every read is an emulated MMIO access: the guest then runs many times slower.
+base_cmdline="console=ttyS0,115200n8 net.ifnames=0 mitigations=off tsc=reliable tee_vm.marker=keep-me"
+
+log() { printf 'vm-image: %s\n' "$*" >&2; }
+
+if [ "${FORCE_REBUILD:-0}" != 1 ] && [ -s "$image_dir/disk.raw" ]; then
+  echo "$image_dir"
+  exit 0
+fi
+for tool in debootstrap qemu-system-x86_64 mke2fs sfdisk ssh-keygen; do
+  command -v "$tool" >/dev/null || { log "$tool is missing: run scripts/sysdeps.sh"; exit 1; }
+done
+[ "$(id -u)" -eq 0 ] || { log "debootstrap needs root (it creates device nodes and chroots)"; exit 1; }
+
+mirror="${DEBIAN_MIRROR:-$("$repo/scripts/apt-mirror.sh")}"
+mkdir -p "$cache_dir"
+work="$(mktemp -d "$cache_dir/build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+root="$work/rootfs"
+start=$SECONDS
+
+log "debootstrap bookworm from $mirror with $packages (a few minutes)"
+# DEBIAN_FRONTEND: grub-pc's postinst asks for install devices; there are none in a chroot (stage 4 installs).
+DEBIAN_FRONTEND=noninteractive debootstrap --variant=minbase --include="$packages" bookworm "$root" "$mirror" \
+  >"$work/debootstrap.log" 2>&1 || { log "debootstrap failed:"; tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
+
+ssh-keygen -q -t ed25519 -N '' -C confidential-tee-vm -f "$work/id_ed25519"
+install -d -m 0700 "$root/root/.ssh"
+install -m 0600 "$work/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
+
+echo tee-vm >"$root/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 tee-vm\n' >"$root/etc/hosts"
+printf '/dev/vda1 / ext4 defaults,errors=remount-ro 0 1\n' >"$root/etc/fstab"
+: >"$root/etc/machine-id"
+printf '[Match]\nName=eth0\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n' \
+  >"$root/etc/systemd/network/10-eth0.network"
+printf 'PermitRootLogin prohibit-password\nUseDNS no\n' >"$root/etc/ssh/sshd_config.d/tee-vm.conf"
+# The boot path stays short under TCG: only what the tests need starts.
+chroot "$root" systemctl enable systemd-networkd.service ssh.service >/dev/null 2>&1
+for unit in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
+  getty@tty1.service getty-static.service getty.target serial-getty@ttyS0.service \
+  systemd-networkd-wait-online.service logrotate.timer dpkg-db-backup.timer; do
+  chroot "$root" systemctl mask "$unit" >/dev/null 2>&1 || true
+done
+# Only the modules the boot needs in the initramfs: it is unpacked by an emulated CPU at every boot.
+sed -i 's/^MODULES=.*/MODULES=list/' "$root/etc/initramfs-tools/initramfs.conf"
+printf 'virtio_pci\nvirtio_blk\next4\n' >>"$root/etc/initramfs-tools/modules"
+chroot "$root" update-initramfs -u -k all >"$work/initramfs.log" 2>&1 \
+  || { log "update-initramfs failed:"; tail -n 20 "$work/initramfs.log" >&2; exit 1; }
+cat >"$root/etc/default/grub" <<GRUB
+# Written by scripts/vm-image.sh (confidential.tee's test VM).
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=0
+GRUB_TIMEOUT_STYLE=hidden
+GRUB_DISTRIBUTOR=Debian
+GRUB_CMDLINE_LINUX_DEFAULT=""
+GRUB_CMDLINE_LINUX="$base_cmdline"
+GRUB_TERMINAL=serial
+GRUB_SERIAL_COMMAND="serial --speed=115200"
+GRUB_DISABLE_OS_PROBER=true
+GRUB
+# Stage 4 runs this as init: grub-install and update-grub on the guest's own disk, then power off.
+cat >"$root/usr/local/sbin/tee-vm-install-grub" <<'STAGE'
+#!/bin/sh
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
+mount -o remount,rw /
+if grub-install --target=i386-pc /dev/vda && update-grub; then echo TEE-VM-GRUB-OK; else echo TEE-VM-GRUB-FAILED; fi
+sync; mount -o remount,ro /; echo o >/proc/sysrq-trigger; sleep 30
+STAGE
+chmod 0755 "$root/usr/local/sbin/tee-vm-install-grub"
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+
+kernel="$(cd "$root/boot" && ls vmlinuz-* | sort -V | tail -n1)"
+cp "$root/boot/$kernel" "$work/vmlinuz"
+cp "$root/boot/initrd.img-${kernel#vmlinuz-}" "$work/initrd.img"
+
+log "assembling disk.raw (mke2fs -d, sfdisk)"
+part_start_mib=1
+part_size_mib=3071
+mke2fs -q -t ext4 -L tee-vm-root -d "$root" "$work/root.ext4" "${part_size_mib}M" >&2
+truncate -s "$((part_start_mib + part_size_mib))M" "$work/disk.raw"
+printf 'label: dos\nstart=%sMiB, type=83, bootable\n' "$part_start_mib" | sfdisk -q "$work/disk.raw"
+dd if="$work/root.ext4" of="$work/disk.raw" bs=1M seek="$part_start_mib" conv=notrunc,sparse status=none
+rm -rf "$root" "$work/root.ext4"
+
+log "installing GRUB from inside the guest (one TCG boot)"
+timeout 900 qemu-system-x86_64 -machine q35 -accel tcg -m 1024 -smp 2 -nographic -no-reboot \
+  -drive "file=$work/disk.raw,format=raw,if=virtio" -kernel "$work/vmlinuz" -initrd "$work/initrd.img" \
+  -append "root=/dev/vda1 rw console=ttyS0 init=/usr/local/sbin/tee-vm-install-grub" \
+  -nic none </dev/null >"$work/stage.log" 2>&1 || true
+grep -q TEE-VM-GRUB-OK "$work/stage.log" \
+  || { log "GRUB installation in the guest failed:"; tail -n 40 "$work/stage.log" >&2; exit 1; }
+rm -f "$work/stage.log" "$work/debootstrap.log" "$work/initramfs.log"
+echo "$base_cmdline" >"$work/cmdline"
+
+# Atomic publication, then trim: only this build stays.
+rm -rf "$image_dir"
+mv "$work" "$image_dir"
+trap - EXIT
+find "$cache_dir" -mindepth 1 -maxdepth 1 -type d ! -path "$image_dir" -name 'debian-12-*' -exec rm -rf {} +
+log "image ready in $image_dir ($((SECONDS - start)) s, $(du -sh "$image_dir" | cut -f1) on disk)"
+echo "$image_dir"

@@ -1,0 +1,99 @@
+"""Fixtures for the real-kernel scenarios: the cached VM image, VMs booted from it, and playbook runs over SSH.
+
+These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` (part of
+``make test``) runs them; the default ``pytest`` run skips this folder (``norecursedirs`` in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .qemu_vm import Machine, Vm
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = REPO_ROOT / "playbooks"
+FACTS_PLAYBOOK = Path(__file__).with_name("read_facts.yml")
+RECAP = re.compile(r"^tee-vm\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
+
+
+@pytest.fixture(scope="session")
+def vm_image() -> Path:
+    """The cached image directory (built by scripts/vm-image.sh on first use: minutes)."""
+    for tool in ("qemu-system-x86_64", "qemu-img", "ssh"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: run scripts/sysdeps.sh (make test does)")
+    built = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "vm-image.sh")], capture_output=True, text=True, timeout=3600, check=False
+    )
+    assert built.returncode == 0, built.stderr
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+def boot_vm(image: Path, workdir: Path, machine: Machine) -> Iterator[Vm]:
+    vm = Vm(image_dir=image, workdir=workdir, machine=machine)
+    try:
+        vm.start()
+        yield vm
+    finally:
+        vm.stop()
+        print(f"\n{workdir.name}: boots took {[round(s) for s in vm.boots]} s until SSH answered")
+
+
+def recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """The PLAY RECAP counters of the last play (``ok``, ``changed``, ``unreachable``, ``failed``)."""
+    found = RECAP.findall(result.stdout)
+    assert found, f"no PLAY RECAP in the output:\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
+    ok, changed, unreachable, failed = (int(value) for value in found[-1])
+    return {"ok": ok, "changed": changed, "unreachable": unreachable, "failed": failed}
+
+
+def explain(result: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={result.returncode}\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
+
+
+@pytest.fixture(scope="session")
+def run_playbook(
+    ansible_playbook_cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run(vm, playbook, *args, host_vars=None, extra=None)``: a real ansible-playbook against the VM.
+
+    ``host_vars`` go into the inventory (where a role's own variables belong); ``extra`` is passed as one JSON
+    ``-e`` (extra variables win over everything, so only play-level switches go there).
+    """
+
+    def run(
+        vm: Vm,
+        playbook: str | Path,
+        *args: str,
+        host_vars: dict[str, object] | None = None,
+        extra: dict[str, object] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        inventory = vm.inventory(**(host_vars or {}))
+        path = playbook if isinstance(playbook, Path) else PLAYBOOKS / playbook
+        options = ["-i", str(inventory), *args]
+        if extra:
+            options += ["-e", json.dumps(extra)]
+        return ansible_playbook_cli(path, *options, env={"ANSIBLE_PIPELINING": "true"}, timeout=2400)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def read_facts(run_playbook: Callable[..., subprocess.CompletedProcess[str]]) -> Callable[[Vm], dict]:
+    """``read(vm)``: tee_host_info (capacity on), tee_capacity_info and kernel_cmdline's configured facts."""
+
+    def read(vm: Vm) -> dict:
+        out = vm.workdir / "facts.json"
+        out.unlink(missing_ok=True)
+        result = run_playbook(vm, FACTS_PLAYBOOK, extra={"tee_vm_facts_out": str(out)})
+        assert result.returncode == 0, explain(result)
+        return json.loads(out.read_text())
+
+    return read
