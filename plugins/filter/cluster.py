@@ -14,7 +14,6 @@ import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
-from ansible_collections.confidential.tee.plugins.module_utils.cluster import kube_target as target
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
@@ -25,6 +24,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools
 )
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.kubevirt_cc import KubeVirtConfigError
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifests
+from ansible_collections.confidential.tee.plugins.plugin_utils import kube_target as target
 from ansible_collections.confidential.tee.plugins.plugin_utils.filter_refusal import refusing
 
 _ERRORS = (

@@ -111,7 +111,7 @@ class LiveCluster:
             return
         nodes = [
             k8s_objects.node(name, address, labels, {}, "6.16.0", "Debian GNU/Linux 13 (trixie)")
-            for name, (_, address, labels) in NODES.items()
+            for name, (_vendor, address, labels) in NODES.items()
         ]
         self.plane.load_objects(nodes)
 
@@ -210,7 +210,10 @@ def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
     ``live`` may be ``None`` when ``kubeconfig`` is given. ``KUBECONFIG`` is pointed nowhere: the inventory alone
     chooses the cluster, as the collection's messages say.
     """
-    roots = {name: teesim_node(tmp_path / "nodes" / name, "--vendor", vendor) for name, (vendor, _, _) in NODES.items()}
+    roots = {
+        name: teesim_node(tmp_path / "nodes" / name, "--vendor", vendor)
+        for name, (vendor, _address, _labels) in NODES.items()
+    }
 
     def run(live, *args: str, kubeconfig=None, consumers=("kata",), **cluster_vars):
         hosts = {

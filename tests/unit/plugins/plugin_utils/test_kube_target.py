@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from ansible_collections.confidential.tee.plugins.module_utils.cluster.kube_target import kube_target
+from ansible_collections.confidential.tee.plugins.plugin_utils.kube_target import kube_target
 
 
 def kubeconfig(path, current="dev", contexts=("dev", "prod")):

@@ -2,6 +2,9 @@
 # Apache License 2.0 (see LICENSE)
 """Which cluster an apply would write to, read the way the Kubernetes client reads it, before any API call.
 
+Controller side only (the filter ``kube_target``): it reads kubeconfig YAML, so it lives here and not in
+module_utils, which stays standard-library-only for the modules that run on the hosts.
+
 The client (kubernetes.config.load_kube_config, which kubernetes.core uses) takes ``kubeconfig`` if given,
 else the files in ``KUBECONFIG`` (colon-separated, merged: the first file to define a name wins, as kubectl
 does), else ``~/.kube/config``; the context is the one named, else the merged ``current-context``. Without any
