@@ -104,7 +104,7 @@ class LiveCluster:
     def install_crd(self, crd: dict) -> None:
         """Install a CRD (private clusters only) and wait until the server serves it."""
         self.apply([crd], manager="tee-live-setup")
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", crd["metadata"]["name"])
+        self.plane.wait_established(crd["metadata"]["name"])
 
     def register_simulated_nodes(self) -> None:
         """The simulated nodes' Node objects as their kubelets would have registered them, status included."""

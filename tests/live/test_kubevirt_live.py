@@ -18,7 +18,6 @@ def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster
     live.register_simulated_nodes()
     swagger = json.loads((reference / "kubevirt-openapi-swagger.json").read_text())
     crd = openapi_crd.crd(swagger, "v1.KubeVirt", "kubevirt.io", "v1", "KubeVirt", "kubevirts")
-    live.install_crd(crd)
     kubevirt = {
         "apiVersion": "kubevirt.io/v1",
         "kind": "KubeVirt",
@@ -26,7 +25,8 @@ def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster
         "spec": {"configuration": {"developerConfiguration": {"featureGates": ["Snapshot"]}}},
         "status": {"phase": "Deployed", "observedKubeVirtVersion": "v1.9.0"},
     }
-    try:
+    try:  # the CRD is removed again even when its install fails half-way: the next test needs a cluster without it
+        live.install_crd(crd)
         live.plane.load_objects([kubevirt])
         first = cluster_run(live, consumers=CONSUMERS)
         assert first.returncode == 0, first.stdout[-4000:]
