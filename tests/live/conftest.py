@@ -90,6 +90,29 @@ class LiveCluster:
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
         )
 
+    def deny(self, name: str, rule: dict, validation: dict) -> None:
+        """An admission policy (ValidatingAdmissionPolicy and its Deny binding) refusing CREATE and UPDATE of the
+        resources in ``rule`` (apiGroups, resources) unless ``validation`` (expression, message) holds."""
+        policy = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [{"apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], **rule}]
+                },
+                "validations": [validation],
+            },
+        }
+        binding = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        }
+        self.apply([policy, binding])
+
     def wait_until_refused(self, obj: dict, timeout: float = 60) -> str:
         """Dry-run ``obj`` until the server refuses it (an admission policy takes a moment to load); the refusal."""
         deadline = time.monotonic() + timeout

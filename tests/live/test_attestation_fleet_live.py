@@ -75,37 +75,14 @@ def test_attestation_cluster_form_applies_and_never_shows_a_secret(live, ansible
 def test_a_refused_secret_is_named_and_the_answer_quoting_it_never_shown(live, ansible_playbook_cli, tmp_path):
     """An admission policy refuses pccs-config with a message that quotes its production.json (the PCS API key)."""
     live.require_private("creates the tdx-attestation namespace and an admission policy")
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "no-pccs-config"},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["secrets"],
-                    }
-                ]
-            },
-            "validations": [
-                {
-                    "expression": "object.metadata.name != 'pccs-config'",
-                    "messageExpression": "'refused: ' + string(object.data['production.json'])",
-                }
-            ],
+    live.deny(
+        "no-pccs-config",
+        {"apiGroups": [""], "resources": ["secrets"]},
+        {
+            "expression": "object.metadata.name != 'pccs-config'",
+            "messageExpression": "'refused: ' + string(object.data['production.json'])",
         },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "no-pccs-config"},
-        "spec": {"policyName": "no-pccs-config", "validationActions": ["Deny"]},
-    }
-    live.apply([policy, binding])
+    )
     probe = {
         "apiVersion": "v1",
         "kind": "Secret",
