@@ -48,6 +48,8 @@ def resolve(schema: Any, definitions: dict[str, Any], seen: tuple[str, ...] = ()
             out[key] = {name: resolve(sub, definitions, seen) for name, sub in value.items()}
         elif key in {"items", "additionalProperties"} and isinstance(value, dict):
             out[key] = resolve(value, definitions, seen)
+        elif key == "type":
+            out.update(structural_type(value))
         else:
             out[key] = value
     if "type" not in out and not out.get("x-kubernetes-int-or-string"):
@@ -55,6 +57,20 @@ def resolve(schema: Any, definitions: dict[str, Any], seen: tuple[str, ...] = ()
     if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
+
+
+def structural_type(value: str | list[str]) -> dict[str, Any]:
+    """A CRD schema's one ``type`` for an OpenAPI ``type``, which may be a list (KubeVirt's swagger writes a nullable
+    ``metav1.Time`` as ``["string", "null"]``; a CRD takes one type, with ``nullable``)."""
+    if isinstance(value, str):
+        return {"type": value}
+    kinds = sorted(kind for kind in value if kind != "null")
+    nullable = {"nullable": True} if "null" in value else {}
+    if len(kinds) == 1:
+        return {"type": kinds[0], **nullable}
+    if kinds == ["integer", "string"]:
+        return {**SPECIAL["k8s.io.apimachinery.pkg.util.intstr.IntOrString"], **nullable}
+    raise ValueError(f"no structural CRD schema has the OpenAPI type {value!r}")
 
 
 def crd(

@@ -6,21 +6,13 @@ status a kubelet writes); the API server, etcd, TLS, RBAC and admission are real
 
 from __future__ import annotations
 
-import json
-import re
-
-import openapi_crd
 import pytest
 
 pytestmark = pytest.mark.slow
 RULE = "confidential-tee-keys"
 
 
-def recap_changed(stdout: str) -> int:
-    return sum(int(n) for n in re.findall(r"changed=(\d+)", stdout.split("PLAY RECAP", 1)[1]))
-
-
-def test_check_then_apply_then_nothing_changes_and_foreign_fields_stay(live, cluster_run):
+def test_check_then_apply_then_nothing_changes_and_foreign_fields_stay(live, cluster_run, recap_changed):
     live.register_simulated_nodes()
     dry = cluster_run(live, "--check", "--diff")
     assert dry.returncode == 0, dry.stdout[-4000:]
@@ -60,46 +52,3 @@ def test_check_then_apply_then_nothing_changes_and_foreign_fields_stay(live, clu
     assert "conflict" in conflicted.flat.lower() and "someone-else" in conflicted.flat, conflicted.stdout[-4000:]
     assert live.get("runtimeclasses.node.k8s.io", name)["overhead"]["podFixed"]["memory"] == "777Mi"
     assert "Traceback" not in conflicted.stdout + conflicted.stderr
-
-
-def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster_run, reference):
-    """KubeVirt (its CRD from KubeVirt's published OpenAPI, see scripts/openapi_crd.py) with a gate someone set."""
-    live.require_private("installs KubeVirt's CRD and a KubeVirt CR")
-    live.register_simulated_nodes()
-    swagger = json.loads((reference / "kubevirt-openapi-swagger.json").read_text())
-    crd = openapi_crd.crd(swagger, "v1.KubeVirt", "kubevirt.io", "v1", "KubeVirt", "kubevirts")
-    live.install_crd(crd)
-    kubevirt = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "KubeVirt",
-        "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
-        "spec": {"configuration": {"developerConfiguration": {"featureGates": ["Snapshot"]}}},
-        "status": {"phase": "Deployed", "observedKubeVirtVersion": "v1.9.0"},
-    }
-    try:
-        live.plane.load_objects([kubevirt])
-        first = cluster_run(live, consumers=["kata", "kubevirt"])
-        assert first.returncode == 0, first.stdout[-4000:]
-        spec = live.get("kubevirts.kubevirt.io", "kubevirt", namespace="kubevirt")["spec"]
-        gates = spec["configuration"]["developerConfiguration"]["featureGates"]
-        assert gates[0] == "Snapshot" and "WorkloadEncryptionTDX" in gates, gates
-        again = cluster_run(live, consumers=["kata", "kubevirt"])
-        assert again.returncode == 0, again.stdout[-4000:]
-        assert recap_changed(again.stdout) == 0, again.stdout[-4000:]
-    finally:
-        live.kubectl(
-            "delete", "kubevirts.kubevirt.io", "--all", "-n", "kubevirt", "--wait=true", "--timeout=60s", check=False
-        )
-        live.kubectl("delete", "crd", crd["metadata"]["name"], "--wait=true", "--timeout=60s", check=False)
-
-
-def test_kubevirt_not_installed_says_install_it_or_render_manifests(live, cluster_run):
-    live.require_private("needs a cluster without KubeVirt")
-    live.register_simulated_nodes()
-    run = cluster_run(live, consumers=["kata", "kubevirt"])
-    assert run.returncode != 0
-    assert "The cluster does not serve kubevirt.io/v1 KubeVirt" in run.flat and "tee_output: manifests" in run.flat, (
-        run.stdout[-4000:]
-    )
-    assert "Traceback" not in run.stdout + run.stderr
-    assert live.collection_objects() == {}

@@ -44,34 +44,11 @@ def test_rbac_forbidden_names_verb_and_resource_and_changes_nothing(live, cluste
 def test_a_rejected_object_leaves_the_cluster_as_it_was(live, cluster_run):
     """An admission policy refuses the SNP RuntimeClass, which is applied after the NodeFeatureRule: nothing lands."""
     live.register_simulated_nodes()
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "no-snp-runtimeclass"},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["node.k8s.io"],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["runtimeclasses"],
-                    }
-                ]
-            },
-            "validations": [
-                {"expression": "!object.handler.contains('snp')", "message": "SNP runtimes are not allowed here"}
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "no-snp-runtimeclass"},
-        "spec": {"policyName": "no-snp-runtimeclass", "validationActions": ["Deny"]},
-    }
-    live.apply([policy, binding])
+    live.deny(
+        "no-snp-runtimeclass",
+        {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"]},
+        {"expression": "!object.handler.contains('snp')", "message": "SNP runtimes are not allowed here"},
+    )
     probe = {
         "apiVersion": "node.k8s.io/v1",
         "kind": "RuntimeClass",

@@ -129,6 +129,38 @@ def test_no_kubernetes_task_chooses_the_api_server_itself():
                         assert not given, f"{path} {task.get('name')}: {sorted(given)} belong in module_defaults"
 
 
+def test_no_kubernetes_write_can_show_a_secret():
+    """A task that sends objects which may hold a Secret is no_log, and loops over nothing it would skip item by item.
+
+    kubernetes.core.k8s returns the object (a Secret's data is only base64) and -v prints it, diff included; a loop
+    item that ``when`` skips is printed whole at -v, no_log or not on a sibling task. Tasks that show their output
+    loop over the objects without the Secrets (``rejectattr('kind', 'equalto', 'Secret')``).
+    """
+    writes = 0
+    for role in _roles():
+        for path, tasks in _task_files(role):
+            # Variables (block or task vars) that hold the objects with the Secrets taken out.
+            shown = {
+                name
+                for task in _tasks(tasks)
+                for name, value in (task.get("vars") or {}).items()
+                if "rejectattr('kind', 'equalto', 'Secret')" in str(value)
+            }
+            for task in _tasks(tasks):
+                if "kubernetes.core.k8s" not in task:
+                    continue
+                writes += 1
+                loop = str(task.get("loop", ""))
+                without_secrets = "rejectattr('kind', 'equalto', 'Secret')" in loop or any(n in loop for n in shown)
+                where = f"{path.relative_to(REPO)}: {task.get('name')}"
+                assert without_secrets or task.get("no_log") is True, f"{where}: may send a Secret, so must be no_log"
+                assert "when" not in task, (
+                    f"{where}: a `when` skips item by item and prints each skipped object whole at -v; "
+                    "choose the items in `loop` instead"
+                )
+    assert writes >= 4, "the apply tasks of roles/cluster_objects were not found"
+
+
 def _set_by(task: dict) -> list[tuple[str, str]]:
     """(how, name) for every variable a task or block sets for its own role."""
     found = []

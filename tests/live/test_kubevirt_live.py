@@ -1,0 +1,55 @@
+"""confidential.tee.cluster with KubeVirt on the nodes, against a real kube-apiserver (tests/live/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+
+import openapi_crd
+import pytest
+
+pytestmark = pytest.mark.slow
+# Kata and KubeVirt share the TDX node's one key pool; on the SNP node they would be two pools (refused), so Kata alone.
+CONSUMERS = {"tdx-1": ["kata", "kubevirt"], "snp-1": ["kata"]}
+
+
+def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster_run, reference, recap_changed):
+    """KubeVirt (its CRD from KubeVirt's published OpenAPI, see scripts/openapi_crd.py) with a gate someone set."""
+    live.require_private("installs KubeVirt's CRD and a KubeVirt CR")
+    live.register_simulated_nodes()
+    swagger = json.loads((reference / "kubevirt-openapi-swagger.json").read_text())
+    crd = openapi_crd.crd(swagger, "v1.KubeVirt", "kubevirt.io", "v1", "KubeVirt", "kubevirts")
+    kubevirt = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+        "spec": {"configuration": {"developerConfiguration": {"featureGates": ["Snapshot"]}}},
+        "status": {"phase": "Deployed", "observedKubeVirtVersion": "v1.9.0"},
+    }
+    try:  # the CRD is removed again even when its install fails half-way: the next test needs a cluster without it
+        live.install_crd(crd)
+        live.plane.load_objects([kubevirt])
+        first = cluster_run(live, consumers=CONSUMERS)
+        assert first.returncode == 0, first.stdout[-4000:]
+        spec = live.get("kubevirts.kubevirt.io", "kubevirt", namespace="kubevirt")["spec"]
+        gates = spec["configuration"]["developerConfiguration"]["featureGates"]
+        assert gates[0] == "Snapshot" and "WorkloadEncryptionTDX" in gates, gates
+        again = cluster_run(live, consumers=CONSUMERS)
+        assert again.returncode == 0, again.stdout[-4000:]
+        assert recap_changed(again.stdout) == 0, again.stdout[-4000:]
+    finally:
+        live.kubectl(
+            "delete", "kubevirts.kubevirt.io", "--all", "-n", "kubevirt", "--wait=true", "--timeout=60s", check=False
+        )
+        live.kubectl("delete", "crd", crd["metadata"]["name"], "--wait=true", "--timeout=60s", check=False)
+
+
+def test_kubevirt_not_installed_says_install_it_or_render_manifests(live, cluster_run):
+    live.require_private("needs a cluster without KubeVirt")
+    live.register_simulated_nodes()
+    run = cluster_run(live, consumers=["kubevirt"])
+    assert run.returncode != 0
+    assert "The cluster does not serve kubevirt.io/v1 KubeVirt" in run.flat and "tee_output: manifests" in run.flat, (
+        run.stdout[-4000:]
+    )
+    assert "Traceback" not in run.stdout + run.stderr
+    assert live.collection_objects() == {}
