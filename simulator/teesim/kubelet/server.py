@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 # applied in devicemanager/endpoint.go, v1.34); Allocate and GetPreferredAllocation run on the caller's
 # context, which ManagerImpl.Allocate makes with context.TODO(): no deadline.
 PRE_START_CONTAINER_TIMEOUT = 30.0
+# How long a wait of the main thread may go without returning to Python code (see Kubelet.wait_for).
+SIGNAL_CHECK_S = 0.5
 ALLOCATE_TIMEOUT: float | None = None
 PREFERRED_ALLOCATION_TIMEOUT: float | None = None
 
@@ -576,5 +578,7 @@ class Kubelet:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._changed.wait(left)
+                # In slices: the kernel may deliver SIGTERM to a gRPC thread, which wakes no wait of this one;
+                # Python runs the handler (serve's stop) only when the main thread next returns to Python code.
+                self._changed.wait(min(left, SIGNAL_CHECK_S))
             return True
