@@ -26,6 +26,12 @@ Callback = Callable[[], Any]
 
 # Compiled (teesim._native), and so is its subclass teesim serve's PacedClock: compiled code does not see an
 # interpreted subclass's overrides (tests/simulator/test_native_subclasses.py).
+
+# How long a wait of the main thread may go without returning to Python code: the kernel may deliver SIGTERM to
+# any thread, and Python runs its handler only in the main thread, when that thread next runs Python code.
+SIGNAL_CHECK_S: float = 0.5
+
+
 class VirtualClock:
     """Run callbacks in time order; ``now`` is the time of the event being run."""
 

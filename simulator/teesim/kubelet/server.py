@@ -42,6 +42,7 @@ from typing import Any
 
 import grpc
 
+from teesim.engine.clock import SIGNAL_CHECK_S
 from teesim.kubelet import sockets
 from teesim.kubelet.devicemanager import AllocationError, Device, DeviceManager, Endpoint, PodRef
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
@@ -59,8 +60,6 @@ log = logging.getLogger(__name__)
 # applied in devicemanager/endpoint.go, v1.34); Allocate and GetPreferredAllocation run on the caller's
 # context, which ManagerImpl.Allocate makes with context.TODO(): no deadline.
 PRE_START_CONTAINER_TIMEOUT = 30.0
-# How long a wait of the main thread may go without returning to Python code (see Kubelet.wait_for).
-SIGNAL_CHECK_S = 0.5
 ALLOCATE_TIMEOUT: float | None = None
 PREFERRED_ALLOCATION_TIMEOUT: float | None = None
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
-from teesim.engine.clock import VirtualClock
+from teesim.engine.clock import SIGNAL_CHECK_S, VirtualClock
 
 AfterEach = Callable[[float], None]
 
@@ -89,7 +89,8 @@ class PacedClock(VirtualClock):
             left = target - self.elapsed()
             if left <= 0:
                 return
-            self.cond.wait(left)
+            # In slices, as Kubelet.wait_for: a SIGTERM the kernel gave a gRPC thread wakes no wait of this one.
+            self.cond.wait(min(left, SIGNAL_CHECK_S))
 
     def _after_event(self, after_each: AfterEach | None, now: float) -> None:
         if after_each is not None:
