@@ -27,6 +27,12 @@ from these facts:
 
 ``incremental=False`` keeps the naive pass (fresh views of every node, every pod against every
 node): the reference the tests and the benchmark compare the incremental pass with.
+
+A ``placer`` hands each decision to a scheduler outside the model (``teesim.sim.kube_scheduler``: the real
+kube-scheduler binding the pod on an API server). The pass is then the naive one in creation order, asking
+the placer for each pod that is new or that a changed node might take now (a pod left pending stays
+pending while no view changed, as above); the placer answers the node its scheduler bound the pod to, or
+``None``.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from teesim.cluster.scheduler import NodeView, choose_node, fits, score
 
 Bind = Callable[[SimNode, Pod, dict[str, int]], None]
 NeedOf = Callable[[Pod], dict[str, int]]
+# (pod, what the model counts for it, the nodes' views in name order) -> the node it was bound to, or None.
+Placer = Callable[[Pod, dict[str, int], list[NodeView]], str | None]
 
 
 class LeastAllocatedIndex:
@@ -97,10 +105,13 @@ class _NeedGroup:
 class SchedulingQueue:
     """Pending pods of one cluster. New pods enter at the end of :attr:`pending`."""
 
-    def __init__(self, nodes: Mapping[str, SimNode], need_of: NeedOf, incremental: bool = True):
+    def __init__(
+        self, nodes: Mapping[str, SimNode], need_of: NeedOf, incremental: bool = True, placer: Placer | None = None
+    ):
         self.nodes = nodes
         self.need_of = need_of
         self.incremental = incremental
+        self.placer = placer
         self.pending: list[Pod] = []
         # Views in node-name order, refreshed for the nodes in _stale before a pass uses them.
         self._views: dict[str, NodeView] = {name: nodes[name].view() for name in sorted(nodes)}
@@ -118,6 +129,9 @@ class SchedulingQueue:
 
     def add(self, pod: Pod) -> None:
         self.pending.append(pod)
+        if self.placer is not None:
+            self._added += 1
+            return
         if not self.incremental:
             return
         need = self.need_of(pod)
@@ -143,6 +157,9 @@ class SchedulingQueue:
         """
         pending = self.pending
         if not pending:
+            return
+        if self.placer is not None:
+            self._placed_pass(bind, self.placer)
             return
         if not self.incremental:
             self._full_pass(bind)
@@ -236,6 +253,31 @@ class SchedulingQueue:
             views[choice] = node.view()
         self.passes += 1
         # The list object stays the same so that callers holding it see the new contents.
+        self.pending[:] = still
+
+    def _placed_pass(self, bind: Bind, place: Placer) -> None:
+        """Every pending pod in creation order, each new one and, when a node's view changed, each old one
+        asked of ``place``; the view of the node it was bound to is refreshed before the next pod."""
+        changed = bool(self._refresh_stale())
+        if not changed and not self._added:
+            return
+        first_new = len(self.pending) - self._added
+        still: list[Pod] = []
+        for at, pod in enumerate(self.pending):
+            if at < first_new and not changed:
+                still.append(pod)
+                continue
+            need = self.need_of(pod)
+            choice = place(pod, need, list(self._views.values()))
+            if choice is None:
+                still.append(pod)
+                continue
+            node = self.nodes[choice]
+            bind(node, pod, need)
+            self._built_at[choice] = node.view_revision
+            self._set_view(node.view())
+        self.passes += 1
+        self._added = 0
         self.pending[:] = still
 
     def _finish(self, bound: set[int]) -> None:

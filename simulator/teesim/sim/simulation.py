@@ -37,7 +37,7 @@ from teesim.cluster import virthandler
 from teesim.cluster.nfd import DEFAULT_SLEEP_INTERVAL, discover
 from teesim.cluster.node import DEFAULT_COMPUTE, EXTERNAL_CGROUP, SimNode
 from teesim.cluster.pods import CONSUMER_VALUE, Consumer, Phase, Pod, kata_pod, vmi_pod
-from teesim.cluster.queue import SchedulingQueue
+from teesim.cluster.queue import Placer, SchedulingQueue
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.engine.clock import HeapClock, VirtualClock
 from teesim.kernel.misc import ChargeError
@@ -142,7 +142,8 @@ class Simulation:
 
     ``node_kubelet`` builds each node's kubelet (teesim serve passes one that admits through the real
     gRPC kubelet): a collaborator passed in, since compiled code ignores an interpreted subclass's
-    class attributes.
+    class attributes. ``placer`` likewise hands the scheduler's decisions to a scheduler outside the model
+    (:class:`teesim.sim.kube_scheduler.KubeScheduler`: the real kube-scheduler; see :mod:`teesim.cluster.queue`).
     """
 
     def __init__(
@@ -152,6 +153,7 @@ class Simulation:
         *,
         incremental: bool = True,
         node_kubelet: NodeKubeletFactory = NodeKubelet,
+        placer: Placer | None = None,
     ):
         self.world = world
         self.node_kubelet = node_kubelet
@@ -184,7 +186,7 @@ class Simulation:
             node.usage_published_at.on_publish = partial(self._usage_published, spec.name)
             node.pod_resources = TokenBucket(background_qps=self.settings.pod_resources_background_qps)
             self.nodes[spec.name] = node
-        self.queue = SchedulingQueue(self.nodes, self.scheduler_need, incremental)
+        self.queue = SchedulingQueue(self.nodes, self.scheduler_need, incremental, placer)
         # Every node counts as changed by the first event, so the observer starts from a full picture.
         for node in self.nodes.values():
             node.changed = True
