@@ -23,7 +23,7 @@ help:
 	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule"
 	@echo "make vm-test - host roles on a real kernel: Debian 12 under QEMU (TCG), reboots through GRUB (tests/vm)"
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
-	@echo "make upstream-report - NFD's and KubeVirt's own code against teesim's models (docs/simulator.md; needs Go)"
+	@echo "make upstream-report - NFD's, KubeVirt's and kube-scheduler's own code against teesim's models (docs/simulator.md; needs Go)"
 	@echo "make native - compile teesim's hot modules with mypyc (part of every target above but demo; TEESIM_NATIVE=0 skips it)"
 	@echo "make k8s    - build etcd, kube-apiserver, kube-scheduler and kubectl from Go modules (cached; part of make test)"
 	@echo "make kube-up - run that control plane on loopback until Ctrl-C (docs/DEVELOPMENT.md)"
@@ -90,10 +90,12 @@ sanity: collection
 upstream:
 	@if command -v go > /dev/null; then upstream/build.sh; else echo "make upstream: no go on PATH, the upstream tests skip"; fi
 
-# The tables of docs/simulator.md, "Upstream code in the loop" (about 10 min: 60 served runs of 40 s, 6 at once).
-upstream-report: collection upstream
+# The tables of docs/simulator.md, "Upstream code in the loop" (about 10 min: 60 served runs of 40 s, 6 at once;
+# then kube-scheduler placing 90 runs' pods on make k8s's control plane, a few minutes).
+upstream-report: collection upstream k8s
 	$(BIN)/python scripts/upstream_nfd.py
 	$(BIN)/python scripts/upstream_kubevirt.py
+	$(BIN)/python scripts/upstream_scheduler.py
 
 # Two workers, whole files per worker (a file's real sockets and playbooks stay in one process): about 1,240 tests in 5 to 7 min on 2 cores.
 # Every test runs on the native build, the one make demo installs: TEESIM_NATIVE=1 makes a missing or stale build an
@@ -103,7 +105,7 @@ BOTH_BUILDS_TESTS := tests/simulator/serve tests/simulator/kubelet tests/simulat
 	tests/simulator/external_plugins tests/simulator/test_grpc_run.py tests/simulator/test_cli_help.py \
 	tests/simulator/test_cli_numbers.py tests/simulator/test_native_subclasses.py tests/simulator/report/test_cli_run.py \
 	tests/simulator/kernel/test_cli.py tests/simulator/fixtures/test_fleet.py tests/simulator/report/test_engines.py \
-	tests/simulator/report/test_sweep.py
+	tests/simulator/report/test_sweep.py tests/simulator/sim/test_placer.py
 pytest: collection upstream
 ifeq ($(TEESIM_NATIVE),0)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
