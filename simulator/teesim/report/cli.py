@@ -24,7 +24,12 @@ from teesim.strategies.base import STRATEGIES
 def _cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, seed=args.seed)
     progress = None if args.quiet else progress_bar(sys.stderr)
-    report = run_scenario(scenario, args.strategy or None, progress)
+    placers = None
+    if args.kube_scheduler:
+        from teesim.sim.kube_scheduler import placers_for
+
+        placers = placers_for(Path(args.kube_scheduler), scenario.name, scenario.seed)
+    report = run_scenario(scenario, args.strategy or None, progress, placers=placers)
     if args.json:
         sys.stdout.write(deterministic_json(report))
     else:
@@ -72,6 +77,12 @@ def register(subparsers: Any) -> None:
     run.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     run.add_argument("--no-png", action="store_true", help="with --out, skip the PNG timelines")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--kube-scheduler",
+        metavar="KUBECONFIG",
+        help="let the kube-scheduler of this cluster bind the pods (a private control plane: the scenario's nodes "
+        "become its Nodes; docs/simulator.md)",
+    )
     run.set_defaults(func=_cmd_run)
     _register_sweep(subparsers)
     scenarios = subparsers.add_parser("scenarios", help="list the bundled scenarios")

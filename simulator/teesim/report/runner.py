@@ -42,12 +42,28 @@ def progress_bar(stream: TextIO = sys.stderr, width: int = 30) -> Progress:
 
 
 def simulate(
-    world: World, strategy: str, progress: Callable[[float], None] | None = None, *, incremental: bool = True
+    world: World,
+    strategy: str,
+    progress: Callable[[float], None] | None = None,
+    *,
+    incremental: bool = True,
+    placer: Any = None,
 ) -> tuple[Simulation, MetricsRecorder]:
-    """One run of ``world`` under one strategy, recorded: what ``teesim run`` and a sweep task both do."""
-    sim = Simulation(world, get_strategy(strategy), incremental=incremental)
+    """One run of ``world`` under one strategy, recorded: what ``teesim run`` and a sweep task both do.
+    ``placer``: a scheduler outside the model (``teesim.sim.kube_scheduler.KubeScheduler``), attached to the run
+    and closed after it."""
+    sim = Simulation(
+        world, get_strategy(strategy), incremental=incremental, placer=None if placer is None else placer.place
+    )
     recorder = MetricsRecorder()
-    sim.run(recorder, progress)
+    if placer is None:
+        sim.run(recorder, progress)
+        return sim, recorder
+    placer.attach(sim)
+    try:
+        sim.run(recorder, progress)
+    finally:
+        placer.close()
     return sim, recorder
 
 
@@ -57,19 +73,22 @@ def run_scenario(
     progress: Progress | None = None,
     *,
     incremental: bool = True,
+    placers: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """Simulate ``scenario`` under each strategy; returns the report.
 
     ``incremental=False`` runs the reference engine (see :class:`Simulation`): same report, slower.
+    ``placers(strategy)`` gives each run a scheduler outside the model (``teesim run --kube-scheduler``); its
+    ``summary()`` goes into the strategy's report as ``placements``.
     """
     names = list(strategies or STRATEGIES)
     results: dict[str, Any] = {}
     total_events = 0
     started = time.perf_counter()
     for name in names:
-        sim, recorder = simulate(
-            scenario.world, name, None if progress is None else partial(progress, name), incremental=incremental
-        )
+        placer = None if placers is None else placers(name)
+        bar = None if progress is None else partial(progress, name)
+        sim, recorder = simulate(scenario.world, name, bar, incremental=incremental, placer=placer)
         summary = recorder.summary(sim)
         total_events += summary["events"]
         results[name] = {
@@ -78,6 +97,8 @@ def run_scenario(
             "failures": recorder.failure_data(),
             "timeline": recorder.timeline_data(),
         }
+        if placer is not None:
+            results[name]["placements"] = placer.summary()
     elapsed = time.perf_counter() - started
     return {
         **scenario_header(scenario),

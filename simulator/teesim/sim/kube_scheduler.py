@@ -31,13 +31,14 @@ views, and :attr:`KubeScheduler.decisions` keeps both answers.
 from __future__ import annotations
 
 import base64
+import binascii
 import http.client
 import json
 import ssl
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,12 +52,15 @@ from teesim.sim.simulation import Simulation
 
 SYNC_LABEL = "teesim.dev/status-generation"
 RUN_LABEL = "teesim.dev/run"
+SIMULATED_LABEL = "teesim.dev/simulated"  # on the Nodes teesim made (the only ones it replaces)
 MAX_PODS = 110  # the kubelet's maxPods default
 IMAGE = "teesim.invalid/guest:none"  # never pulled: no kubelet runs these pods
 STALE = "node affinity/selector"  # the NodeAffinity filter's reason: the scheduler's node object was older
 
 
-class ApiError(RuntimeError):
+class ApiError(OSError):
+    """A refusal by the API server (an I/O failure to the command line, which reports those without a traceback)."""
+
     def __init__(self, status: int, message: str):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
@@ -74,6 +78,13 @@ class ApiClient:
 
     @classmethod
     def from_kubeconfig(cls, path: Path, context_name: str | None = None) -> ApiClient:
+        try:
+            return cls._from_kubeconfig(path, context_name)
+        except (yaml.YAMLError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
+            raise ValueError(f"{path}: not a usable kubeconfig ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def _from_kubeconfig(cls, path: Path, context_name: str | None) -> ApiClient:
         config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         name = context_name or config.get("current-context")
         context = _named(config, "contexts", name, path)["context"]
@@ -201,6 +212,7 @@ class KubeScheduler:
     _sim: Simulation | None = None
     _status: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
     _generation: int = 0
+    _calls_before: int = 0
     _bound: dict[str, tuple[str, str]] = field(default_factory=dict)  # teesim uid -> (API name, node)
     _runtime_classes: dict[str, str] = field(default_factory=dict)  # teesim name -> cluster name
 
@@ -214,6 +226,7 @@ class KubeScheduler:
                 f"strategy {sim.strategy.name}: the kube-scheduler mode writes no ResourceSlices or DeviceClasses"
             )
         self._sim = sim
+        self._calls_before = self.api.calls
         started = time.perf_counter()
         self._delete_run_pods(all_namespaces=True)
         self._ensure({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
@@ -231,13 +244,21 @@ class KubeScheduler:
                 raise
 
     def _recreate_node(self, name: str) -> None:
+        """The node afresh; refuses to replace a Node teesim did not make (a real cluster's)."""
         try:
-            self.api.call("DELETE", f"/api/v1/nodes/{name}")
+            found = self.api.call("GET", f"/api/v1/nodes/{name}")
         except ApiError as exc:
             if exc.status != 404:
                 raise
+        else:
+            if SIMULATED_LABEL not in (found["metadata"].get("labels") or {}):
+                raise ValueError(
+                    f"Node {name} exists and teesim did not make it: the kube-scheduler mode replaces the scenario's "
+                    "nodes, so run it on a private control plane (scripts/kube_control_plane.py up --scheduler)"
+                )
+            self.api.call("DELETE", f"/api/v1/nodes/{name}")
         node = k8s_objects.node(name, "10.0.0.10", {}, {}, "6.16.0", "Debian GNU/Linux 13 (trixie)")
-        metadata = {"name": name, "labels": node["metadata"]["labels"]}
+        metadata = {"name": name, "labels": {**node["metadata"]["labels"], SIMULATED_LABEL: "true"}}
         self.api.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": metadata})
         status = {k: v for k, v in node["status"].items() if k not in ("capacity", "allocatable")}
         self.api.call("PATCH", f"/api/v1/nodes/{name}/status", {"status": status}, "application/merge-patch+json")
@@ -429,9 +450,19 @@ class KubeScheduler:
             "refused": [[d.pod, d.message] for d in self.decisions if d.scheduler is None],
             "overhead_mismatches": list(self.overhead_mismatches),
             "stale_retries": self.stale_retries,
-            "api_calls": self.api.calls,
+            "api_calls": self.api.calls - self._calls_before,
             "wall_s": round(self.wall_s, 3),
         }
+
+
+def placers_for(kubeconfig: Path, scenario: str, seed: int) -> Callable[[str], KubeScheduler]:
+    """``teesim run --kube-scheduler``: a placer per strategy, each in its own namespace, on one connection."""
+    api = ApiClient.from_kubeconfig(kubeconfig)
+
+    def make(strategy: str) -> KubeScheduler:
+        return KubeScheduler(api, scratch_namespace("teesim", scenario, f"s{seed}", strategy))
+
+    return make
 
 
 def _unschedulable(pod: dict) -> str | None:
@@ -448,4 +479,13 @@ def scratch_namespace(*parts: object) -> str:
     return cleaned[:63].rstrip("-") or "teesim"
 
 
-__all__ = ["ApiClient", "ApiError", "Decision", "KubeScheduler", "amounts", "quantities", "scratch_namespace"]
+__all__ = [
+    "ApiClient",
+    "ApiError",
+    "Decision",
+    "KubeScheduler",
+    "amounts",
+    "placers_for",
+    "quantities",
+    "scratch_namespace",
+]
