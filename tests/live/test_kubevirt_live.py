@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import json
-
-import openapi_crd
 import pytest
+import yaml
+from kube_control_plane import kubevirt_crds
 
 pytestmark = pytest.mark.slow
 # Kata and KubeVirt share the TDX node's one key pool; on the SNP node they would be two pools (refused), so Kata alone.
 CONSUMERS = {"tdx-1": ["kata", "kubevirt"], "snp-1": ["kata"]}
 
 
-def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster_run, reference, recap_changed):
-    """KubeVirt (its CRD from KubeVirt's published OpenAPI, see scripts/openapi_crd.py) with a gate someone set."""
+def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster_run, recap_changed):
+    """KubeVirt (its CRD as KubeVirt's operator generates it) with a gate someone set."""
     live.require_private("installs KubeVirt's CRD and a KubeVirt CR")
     live.register_simulated_nodes()
-    swagger = json.loads((reference / "kubevirt-openapi-swagger.json").read_text())
-    crd = openapi_crd.crd(swagger, "v1.KubeVirt", "kubevirt.io", "v1", "KubeVirt", "kubevirts")
+    (crd,) = [yaml.safe_load(path.read_text()) for path in kubevirt_crds() if path.name == "kubevirts.kubevirt.io.yaml"]
     kubevirt = {
         "apiVersion": "kubevirt.io/v1",
         "kind": "KubeVirt",
