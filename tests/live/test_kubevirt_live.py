@@ -51,3 +51,21 @@ def test_kubevirt_not_installed_says_install_it_or_render_manifests(live, cluste
     )
     assert "Traceback" not in run.stdout + run.stderr
     assert live.collection_objects() == {}
+
+
+def test_hco_manager_without_hyperconverged_says_install_it_or_change_manager(live, cluster_run):
+    """kubevirt_cc_manager: hco on a cluster without HCO's CRD (none is installed here: HCO's Go modules are not
+    served, docs/live-cluster.md) names the CRD, the variable and the ways out, and applies nothing."""
+    live.require_private("needs a cluster without HCO")
+    live.register_simulated_nodes()
+    run = cluster_run(live, consumers=["kubevirt"], kubevirt_cc_manager="hco")
+    assert run.returncode != 0
+    for text in (
+        "The cluster does not serve hco.kubevirt.io/v1beta1 HyperConverged",
+        "hyperconvergeds.hco.kubevirt.io is not installed",
+        "kubevirt_cc_manager: kubevirt",
+        "tee_output: manifests",
+    ):
+        assert text in run.flat, run.stdout[-4000:]
+    assert "Traceback" not in run.stdout + run.stderr
+    assert live.collection_objects() == {}
