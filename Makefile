@@ -122,8 +122,8 @@ sysdeps:
 k8s:
 	$(PYTHON) scripts/build_k8s.py
 
-kube-up: collection k8s
-	$(BIN)/python scripts/kube_control_plane.py up --scheduler --crds ../shared/reference/crds
+kube-up: collection k8s upstream
+	$(BIN)/python scripts/kube_control_plane.py up --scheduler --crds ../shared/reference/crds --kubevirt
 
 molecule: collection sysdeps
 	scripts/molecule.sh

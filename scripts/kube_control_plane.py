@@ -11,7 +11,7 @@ the directory, also after a failed start.
 
 By hand (docs/DEVELOPMENT.md)::
 
-    .venv/bin/python scripts/kube_control_plane.py up --crds ../shared/reference/crds
+    .venv/bin/python scripts/kube_control_plane.py up --crds ../shared/reference/crds --kubevirt
     export KUBECONFIG=<the admin.kubeconfig it prints>; kubectl get --raw /version
 
 Issue 30's scheduler tests and tests/live use ``ControlPlane`` directly.
@@ -172,6 +172,17 @@ def k8s_bin_dir() -> Path:
     if built.returncode != 0:
         raise RuntimeError(f"make k8s failed:\n{built.stderr[-4000:]}")
     return Path(built.stdout.strip().splitlines()[-1]) / "bin"
+
+
+def kubevirt_crds() -> list[Path]:
+    """KubeVirt's CRDs as its virt-operator generates them (``upstream/build.sh kubevirt-plugins``: KubeVirt
+    v1.9.0's own generators, run by upstream/kubevirt-plugins/crdgen; cached, built now if missing)."""
+    built = subprocess.run(
+        [str(REPO_ROOT / "upstream" / "build.sh"), "kubevirt-plugins"], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"upstream/build.sh kubevirt-plugins failed:\n{built.stderr[-4000:]}")
+    return sorted((Path(built.stdout.strip().rpartition("=")[2]) / "crds").glob("*.yaml"))
 
 
 class ControlPlane:
@@ -491,11 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start etcd and kube-apiserver, print how to reach them, stop on Ctrl-C")
     up.add_argument("--scheduler", action="store_true", help="also run kube-scheduler")
     up.add_argument("--crds", type=Path, action="append", default=[], help="CRD file or directory to install")
+    up.add_argument("--kubevirt", action="store_true", help="install KubeVirt's CRDs as its operator generates them")
     args = parser.parse_args(argv)
     started = time.monotonic()
     with ControlPlane(scheduler=args.scheduler) as plane:
         for crds in args.crds:
             plane.install_crds(*(sorted(crds.glob("*.yaml")) if crds.is_dir() else [crds]))
+        if args.kubevirt:
+            plane.install_crds(*kubevirt_crds())
         print(f"control plane up in {time.monotonic() - started:.1f} s at {plane.server}")
         print(f"export KUBECONFIG={plane.admin_kubeconfig}   # admin (system:masters)")
         print(f"# least privilege ({LIMITED_USER}): {plane.limited_kubeconfig}")

@@ -9,7 +9,9 @@
 #
 #   nfd               NFD v0.19.0's nfd and kubectl-nfd, linked as NFD's container image links them
 #                     (hostpath.pathPrefix=/host-: it reads the host under /host-sys, /host-boot, ...)
-#   kubevirt-plugins  KubeVirt v1.9.0's virt-handler device plugins (upstream/kubevirt-plugins/main.go)
+#   kubevirt-plugins  KubeVirt v1.9.0's virt-handler device plugins (upstream/kubevirt-plugins/main.go), and
+#                     crds/: KubeVirt's CRDs as its virt-operator generates them (upstream/kubevirt-plugins/crdgen,
+#                     run once here; the live tests install them)
 #
 # Usage: upstream/build.sh [NAME...]   (default: both). Prints NAME=DIR per program; exit 3 without Go.
 set -euo pipefail
@@ -26,7 +28,7 @@ nfd_ldflags="-X sigs.k8s.io/node-feature-discovery/pkg/utils/hostpath.pathPrefix
 packages_of() {
   case "$1" in
     nfd) echo "sigs.k8s.io/node-feature-discovery/cmd/nfd sigs.k8s.io/node-feature-discovery/cmd/kubectl-nfd" ;;
-    kubevirt-plugins) echo "." ;;
+    kubevirt-plugins) echo ". ./crdgen" ;;
     *)
       echo "upstream/build.sh: unknown program $1 (nfd, kubevirt-plugins)" >&2
       exit 2
@@ -57,6 +59,11 @@ build() {
       -o "$tmp/" $(packages_of "$name")); then
       rm -rf "$tmp"
       echo "upstream/build.sh: building $name failed (see above)" >&2
+      exit 1
+    fi
+    if [[ "$name" == kubevirt-plugins ]] && ! (mkdir "$tmp/crds" && "$tmp/crdgen" "$tmp/crds"); then
+      rm -rf "$tmp"
+      echo "upstream/build.sh: generating KubeVirt's CRDs failed (see above)" >&2
       exit 1
     fi
     touch "$tmp/.complete"

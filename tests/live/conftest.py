@@ -181,7 +181,18 @@ def live_cluster(optional_reference):
             from kube_control_plane import k8s_bin_dir
 
             kubectl = str(k8s_bin_dir() / "kubectl")
-        yield LiveCluster(Path(external), kubectl, private=False, context=os.environ.get("TEE_LIVE_CONTEXT") or None)
+        cluster = LiveCluster(
+            Path(external), kubectl, private=False, context=os.environ.get("TEE_LIVE_CONTEXT") or None
+        )
+        present = sorted(cluster.collection_objects())
+        if present:  # the tests would change them, and their clean-up could not tell them from their own
+            pytest.fail(
+                f"TEE_LIVE_KUBECONFIG={external}: the cluster already holds objects of confidential.tee "
+                f"({', '.join(present)}); the live tests never change or delete what they did not create. "
+                "Use a cluster without them.",
+                pytrace=False,
+            )
+        yield cluster
         return
     reference = optional_reference
     if reference is None:

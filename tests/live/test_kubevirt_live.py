@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import json
-
-import openapi_crd
 import pytest
+import yaml
+from kube_control_plane import kubevirt_crds
 
 pytestmark = pytest.mark.slow
 # Kata and KubeVirt share the TDX node's one key pool; on the SNP node they would be two pools (refused), so Kata alone.
 CONSUMERS = {"tdx-1": ["kata", "kubevirt"], "snp-1": ["kata"]}
 
 
-def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster_run, reference, recap_changed):
-    """KubeVirt (its CRD from KubeVirt's published OpenAPI, see scripts/openapi_crd.py) with a gate someone set."""
+def test_kubevirt_is_merge_patched_with_the_tdx_gate_and_converges(live, cluster_run, recap_changed):
+    """KubeVirt (its CRD as KubeVirt's operator generates it) with a gate someone set."""
     live.require_private("installs KubeVirt's CRD and a KubeVirt CR")
     live.register_simulated_nodes()
-    swagger = json.loads((reference / "kubevirt-openapi-swagger.json").read_text())
-    crd = openapi_crd.crd(swagger, "v1.KubeVirt", "kubevirt.io", "v1", "KubeVirt", "kubevirts")
+    (crd,) = [yaml.safe_load(path.read_text()) for path in kubevirt_crds() if path.name == "kubevirts.kubevirt.io.yaml"]
     kubevirt = {
         "apiVersion": "kubevirt.io/v1",
         "kind": "KubeVirt",
@@ -51,5 +49,23 @@ def test_kubevirt_not_installed_says_install_it_or_render_manifests(live, cluste
     assert "The cluster does not serve kubevirt.io/v1 KubeVirt" in run.flat and "tee_output: manifests" in run.flat, (
         run.stdout[-4000:]
     )
+    assert "Traceback" not in run.stdout + run.stderr
+    assert live.collection_objects() == {}
+
+
+def test_hco_manager_without_hyperconverged_says_install_it_or_change_manager(live, cluster_run):
+    """kubevirt_cc_manager: hco on a cluster without HCO's CRD (none is installed here: HCO's Go modules are not
+    served, docs/live-cluster.md) names the CRD, the variable and the ways out, and applies nothing."""
+    live.require_private("needs a cluster without HCO")
+    live.register_simulated_nodes()
+    run = cluster_run(live, consumers=["kubevirt"], kubevirt_cc_manager="hco")
+    assert run.returncode != 0
+    for text in (
+        "The cluster does not serve hco.kubevirt.io/v1beta1 HyperConverged",
+        "hyperconvergeds.hco.kubevirt.io is not installed",
+        "kubevirt_cc_manager: kubevirt",
+        "tee_output: manifests",
+    ):
+        assert text in run.flat, run.stdout[-4000:]
     assert "Traceback" not in run.stdout + run.stderr
     assert live.collection_objects() == {}

@@ -1,5 +1,6 @@
 // KubeVirt's own virt-handler device plugins (TDX keys, SEV), started as virt-handler starts them, for
-// the upstream checks against `teesim serve` (docs/simulator.md, "Upstream code in the loop").
+// the upstream checks against `teesim serve` (docs/simulator.md, "Upstream code in the loop"), and crdgen:
+// KubeVirt's CRDs as its virt-operator generates them, for the live tests (docs/live-cluster.md).
 // KubeVirt's go.mod replaces its staging modules (kubevirt.io/api, kubevirt.io/client-go) with
 // ./staging/... and pins k8s.io and openshift modules: this wrapper repeats those replaces with the
 // published modules of the same release.
