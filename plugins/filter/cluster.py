@@ -148,10 +148,12 @@ def cluster_nodes(hosts, hostvars):
     return {"nodes": nodes, "gpu_hosts": gpu_hosts, "unknown_vendor": unknown, "qgs_nodes": qgs}
 
 
-def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False):
+def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False, per_node=True):
     """The key-pool plan of the tee_key_pools module, computed where the nodes already are (the controller): the cluster
-    playbook's 5,000 nodes then travel to no module and back (issue 31)."""
-    return plan_key_pools(nodes, rule_name, boolean(openshift, strict=True))
+    playbook's 5,000 nodes then travel to no module and back (issue 31). ``per_node`` false leaves out the per-node
+    map ``nodes``, which no role reads (every role validates, and so copies, the plan it is given)."""
+    found = plan_key_pools(nodes, rule_name, boolean(openshift, strict=True))
+    return found if boolean(per_node, strict=True) else {k: v for k, v in found.items() if k != "nodes"}
 
 
 def cluster_failed_nodes(fact_hosts, hostvars, gpu_hosts=()):
