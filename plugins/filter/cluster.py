@@ -9,6 +9,7 @@ that names the filter, the node and the inventory variable (``plugin_utils.filte
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -22,6 +23,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools
     foreign_key_rules,
     stale_rules,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import plan as plan_key_pools
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.kubevirt_cc import KubeVirtConfigError
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifests
 from ansible_collections.confidential.tee.plugins.plugin_utils import kube_target as target
@@ -141,7 +143,28 @@ def cluster_nodes(hosts, hostvars):
         nodes.append(inputs.cluster_node(host, seen))
         if boolean(seen.get("tee_node_gpu", False), strict=False):
             gpu_hosts.append(host)
-    return {"nodes": nodes, "gpu_hosts": gpu_hosts}
+    unknown = [node["name"] for node in nodes if node["vendor"] not in inputs.PLANNED_VENDORS]
+    qgs = [{"name": node["name"], "qgs": node["qgs"]} for node in nodes if node["qgs"] is not None]
+    return {"nodes": nodes, "gpu_hosts": gpu_hosts, "unknown_vendor": unknown, "qgs_nodes": qgs}
+
+
+def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False, per_node=True):
+    """The key-pool plan of the tee_key_pools module, computed where the nodes already are (the controller): the cluster
+    playbook's 5,000 nodes then travel to no module and back (issue 31). ``per_node`` false leaves out the per-node
+    map ``nodes``, which no role reads (every role validates, and so copies, the plan it is given)."""
+    found = plan_key_pools(nodes, rule_name, boolean(openshift, strict=True))
+    return found if boolean(per_node, strict=True) else {k: v for k, v in found.items() if k != "nodes"}
+
+
+def cluster_failed_nodes(fact_hosts, hostvars, gpu_hosts=()):
+    """The nodes whose host facts or GPU role failed, from their stored variables (``hostvars.raw_get``): one flag
+    per node, where templating each node's whole ``tee_host_info`` result cost a copy of it (issue 31, C2)."""
+
+    def variables(host):
+        found = hostvars.raw_get(host) if hasattr(hostvars, "raw_get") else hostvars.get(host)
+        return found if isinstance(found, Mapping) else {}
+
+    return inputs.unfinished_nodes(gpu_hosts, fact_hosts, variables)
 
 
 def output_dir(value=None, default="manifests", name="tee_manifest_dir"):
@@ -171,6 +194,8 @@ class FilterModule:
             cluster_input_errors,
             output_dir,
             cluster_nodes,
+            cluster_failed_nodes,
+            key_pools_plan,
             kube_target,
         )
         return {f.__name__: refusing(f.__name__, f, _ERRORS) for f in funcs}

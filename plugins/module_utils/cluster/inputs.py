@@ -22,6 +22,8 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.validation
 OUTPUTS = ("apply", "manifests", "machineconfig")
 FLAVORS = ("kubernetes", "openshift")
 VENDORS = ("auto", tee.INTEL, tee.AMD)
+# The vendors a key pool can be planned for (``auto`` resolved from host facts, else ``unknown``).
+PLANNED_VENDORS = (tee.INTEL, tee.AMD)
 # The per-node inventory variables playbooks/cluster.yml reads; the cluster-wide ones it reads.
 NODE_VARS = (
     "tee_cpu_vendor",
@@ -191,15 +193,42 @@ def cluster_node(host: str, hv: Mapping) -> dict:
     vendor = hv.get("tee_cpu_vendor", "auto")
     if vendor == "auto":
         vendor = facts.get("tee_vendor") or "unknown"
+    consumers = hv.get("tee_node_consumers", [tee.KATA])
     return {
-        "name": hv.get("tee_k8s_node_name", host),
-        "vendor": vendor,
-        "consumers": hv.get("tee_node_consumers", [tee.KATA]),
-        "mode": hv.get("tee_key_pool_mode", "auto"),
+        # Plain strings: ansible-core 2.19 tags inventory strings with their origin, and every later task that carries
+        # the nodes or the plan copies each tagged string as an object (ten times the cost at 5,000 nodes, issue 31).
+        "name": _plain(hv.get("tee_k8s_node_name", host)),
+        "vendor": _plain(vendor),
+        "consumers": [_plain(c) for c in consumers] if isinstance(consumers, (list, tuple)) else consumers,
+        "mode": _plain(hv.get("tee_key_pool_mode", "auto")),
         "qgs": facts.get("qgs"),
         # AMD ciphertext hiding: the SNP range NFD must advertise instead of the joint sev_es count.
         "sev_asids": facts.get("sev_asids"),
     }
+
+
+def _plain(value):
+    """``value`` as a plain ``str`` when it is a string (of a subclass: a tagged one), else unchanged."""
+    return str(value) if isinstance(value, str) else value
+
+
+def unfinished_nodes(gpu_hosts, fact_hosts, variables) -> list:
+    """The nodes the cluster playbook must not commit without: a GPU node that never set ``tee_cluster_node_done``,
+    then a node whose ``tee_cluster_host_facts`` result failed or is missing, then one that was unreachable.
+
+    ``variables(host)`` is the host's variables as stored (registered results and set facts): only their flags are
+    read, never the facts themselves.
+    """
+    facts = {host: variables(host).get("tee_cluster_host_facts", {"failed": True}) for host in fact_hosts or []}
+    return (
+        [host for host in gpu_hosts or [] if not variables(host).get("tee_cluster_node_done", False)]
+        + [host for host, result in facts.items() if _flag(result, "failed")]
+        + [host for host, result in facts.items() if _flag(result, "unreachable")]
+    )
+
+
+def _flag(result, name: str) -> bool:
+    return bool(result.get(name)) if isinstance(result, Mapping) else False
 
 
 def manifest_dir_problem(value, name: str = "tee_manifest_dir") -> str | None:

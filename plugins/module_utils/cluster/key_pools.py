@@ -28,6 +28,8 @@ nothing.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
@@ -245,8 +247,8 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
     if isinstance(nodes, dict) or not isinstance(nodes, (list, tuple)):
         raise KeyPoolError("nodes must be a list of node mappings, got %s" % type(nodes).__name__)
     parsed = [_node_input(raw, i) for i, raw in enumerate(nodes)]
-    names = [n["name"] for n in parsed]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    # Counted once: names.count() per node was quadratic (25 M comparisons at 5,000 nodes).
+    duplicates = sorted(name for name, count in Counter(n["name"] for n in parsed).items() if count > 1)
     if duplicates:
         raise KeyPoolError("nodes listed twice: %s; each node has one plan" % ", ".join(duplicates))
     problems: list = []

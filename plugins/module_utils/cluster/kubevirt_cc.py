@@ -270,12 +270,12 @@ def tdx_version(tdx_nodes, version) -> list:
 
 
 def sev_nfd_nodes(plan: dict) -> list:
-    """SNP nodes whose keys Kata counts through NFD: virt-handler's SEV plugin must never run there."""
-    return sorted(
-        name
-        for name, node in (plan.get("nodes") or {}).items()
-        if node.get("tee") == "snp" and node.get("nfd_extended_resource")
-    )
+    """SNP nodes whose keys Kata counts through NFD: virt-handler's SEV plugin must never run there.
+
+    The plan's NFD section lists them (``nfd.snp.resource_nodes``), so the per-node map is not read: the cluster
+    playbook hands the roles the plan without it (issue 31).
+    """
+    return sorted((plan.get("nfd") or {}).get("snp", {}).get("resource_nodes") or [])
 
 
 def desired(plan: dict, attestation: dict, devices: list, vsock: bool = True) -> dict:

@@ -99,3 +99,26 @@ def test_cluster_node_defaults_and_the_kubernetes_name():
     }
     node = inputs.cluster_node("n1", {"tee_k8s_node_name": "worker-1", "tee_node_consumers": ["kubevirt"]})
     assert (node["name"], node["consumers"]) == ("worker-1", ["kubevirt"])
+
+
+def test_cluster_node_hands_on_plain_strings():
+    class Tagged(str):  # ansible-core 2.19 tags inventory strings with a str subclass
+        pass
+
+    node = inputs.cluster_node("n1", {"tee_cpu_vendor": Tagged("intel"), "tee_node_consumers": [Tagged("kata")]})
+    assert node["vendor"] == "intel" and type(node["vendor"]) is str
+    assert [type(c) for c in node["consumers"]] == [str] and type(node["name"]) is str
+
+
+def test_unfinished_nodes_reads_only_the_flags_in_the_playbooks_order():
+    stored = {
+        "gpu-ok": {"tee_cluster_node_done": True, "tee_cluster_host_facts": {"changed": False}},
+        "gpu-failed": {"tee_cluster_host_facts": {"changed": False}},
+        "facts-failed": {"tee_cluster_host_facts": {"failed": True, "msg": "no /sys"}},
+        "unreachable": {"tee_cluster_host_facts": {"unreachable": True}},
+        "never-ran": {},
+        "skipped": {"tee_cluster_host_facts": {"skipped": True}},
+    }
+    found = inputs.unfinished_nodes(["gpu-ok", "gpu-failed"], list(stored), lambda host: stored[host])
+    assert found == ["gpu-failed", "facts-failed", "never-ran", "unreachable"]
+    assert inputs.unfinished_nodes([], [], stored.get) == []
