@@ -16,7 +16,9 @@ description:
   - Detects the boot setup from the files present and edits the right place. Debian/Ubuntu GRUB gets a
     drop-in C(/etc/default/grub.d/<name>.cfg) extending C(GRUB_CMDLINE_LINUX), then C(update-grub).
     Fedora/RHEL BLS entries are changed with C(grubby --update-kernel=ALL --args/--remove-args).
-    kernel-install hosts get C(/etc/kernel/cmdline) edited. ostree hosts get C(rpm-ostree kargs).
+    kernel-install hosts get C(/etc/kernel/cmdline) edited, then C(kernel-install add) regenerates the running
+    kernel's entry from C(/usr/lib/modules/<release>/vmlinuz), or on Debian from C(/boot/vmlinuz-<release>) with
+    C(/boot/initrd.img-<release>). ostree hosts get C(rpm-ostree kargs).
   - Anything else fails with a message naming what was found.
   - Arguments are split and compared the way the kernel does (C(lib/cmdline.c) C(next_arg), C(parameq)).
     Quotes group words, C(-) and C(_) are the same in names (C(kvm-intel.tdx) is C(kvm_intel.tdx)).

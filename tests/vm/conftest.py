@@ -1,12 +1,15 @@
 """Fixtures for the real-kernel scenarios: the cached VM image, VMs booted from it, and playbook runs over SSH.
 
-These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` (part of
-``make test``) runs them; the default ``pytest`` run skips this folder (``norecursedirs`` in pyproject.toml).
+These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` (not part of
+``make test``) runs them, one file per xdist worker; the default ``pytest`` run skips this folder
+(``norecursedirs`` in pyproject.toml).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -29,9 +32,19 @@ def vm_image() -> Path:
     for tool in ("qemu-system-x86_64", "qemu-img", "ssh"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is missing: run scripts/sysdeps.sh (make test does)")
-    built = subprocess.run(
-        [str(REPO_ROOT / "scripts" / "vm-image.sh")], capture_output=True, text=True, timeout=3600, check=False
+    # One build at a time: two xdist workers on a cold cache would otherwise each build and publish an image,
+    # the second replacing the first (and its SSH key) under the first worker's running VM.
+    cache = (
+        os.environ.get("TEE_CACHE_DIR")
+        or f"{os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache'}/confidential-tee"
     )
+    lock_dir = Path(cache) / "vm"  # where scripts/vm-image.sh caches the image
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with (lock_dir / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = subprocess.run(
+            [str(REPO_ROOT / "scripts" / "vm-image.sh")], capture_output=True, text=True, timeout=3600, check=False
+        )
     assert built.returncode == 0, built.stderr
     return Path(built.stdout.strip().splitlines()[-1])
 

@@ -621,16 +621,9 @@ def plan_kernel_install(reader: HostReader, present: list[Arg], absent: list[Arg
 def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
     release = (reader.read_text("/proc/sys/kernel/osrelease", record=False) or "").strip()
     tool = find_tool(reader, "kernel-install")
-    image = next(
-        (
-            f"/{d}/{release}/vmlinuz"
-            for d in ("usr/lib/modules", "lib/modules")
-            if release and "/" not in release and reader.isfile(f"/{d}/{release}/vmlinuz")
-        ),
-        None,
-    )
-    if tool and image:
-        action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, "add", release, image])
+    argv = _kernel_install_add(reader, release) if tool else None
+    if tool and argv:
+        action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, *argv])
         # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure.
         entries = reader.listdir("/boot/loader/entries") or []
         action.backs_up = [f"/boot/loader/entries/{n}" for n in entries if n.endswith(".conf")]
@@ -641,6 +634,25 @@ def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
             f"kernel {release or '(unknown)'} was found, so run 'kernel-install add' or reinstall the "
             "kernel for the change to reach the boot entry"
         )
+
+
+def _kernel_install_add(reader: HostReader, release: str) -> list[str] | None:
+    """``kernel-install``'s arguments that regenerate the running kernel's entry, or None without its image.
+
+    The image is where the distribution keeps it: ``/usr/lib/modules/<release>/vmlinuz`` (Fedora, Arch, ...) or
+    Debian's ``/boot/vmlinuz-<release>``. Debian builds the initramfs outside kernel-install, so its own hook
+    passes it (systemd-boot 252.39-1~deb12u2, ``/etc/initramfs/post-update.d/systemd-boot``:
+    ``kernel-install add "$1" "/boot/vmlinuz-$1" "$2"``); an entry regenerated without it would not boot.
+    """
+    if not release or "/" in release:
+        return None
+    for directory in ("usr/lib/modules", "lib/modules"):
+        if reader.isfile(f"/{directory}/{release}/vmlinuz"):
+            return ["add", release, f"/{directory}/{release}/vmlinuz"]
+    if not reader.isfile(f"/boot/vmlinuz-{release}"):
+        return None
+    initrd = f"/boot/initrd.img-{release}"
+    return ["add", release, f"/boot/vmlinuz-{release}", *([initrd] if reader.isfile(initrd) else [])]
 
 
 # ------------------------------------------------------------------------------------------ ostree / bootc

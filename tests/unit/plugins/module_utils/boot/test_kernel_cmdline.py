@@ -386,6 +386,30 @@ def test_kernel_install_edits_file_and_regenerates_entry(tmp_path):
     assert not [n for n in os.listdir(tmp_path / "etc/kernel") if n.startswith(".tee-")]
 
 
+@pytest.mark.parametrize("with_initrd", [True, False])
+def test_kernel_install_on_debian_passes_the_boot_image_and_its_initramfs(tmp_path, with_initrd):
+    # Debian 12 keeps the image in /boot and builds the initramfs itself (initramfs-tools): its own hook runs
+    # kernel-install add <release> /boot/vmlinuz-<release> /boot/initrd.img-<release>.
+    files = {
+        "/etc/kernel/cmdline": "root=UUID=1 ro quiet\n",
+        "/proc/sys/kernel/osrelease": "6.1.0-50-amd64\n",
+        "/boot/vmlinuz-6.1.0-50-amd64": "",
+    }
+    if with_initrd:
+        files["/boot/initrd.img-6.1.0-50-amd64"] = ""
+    root = tree(tmp_path, files, executables=["/usr/bin/kernel-install"])
+    result = kc.plan(root, ["nohibernate"], [])
+    initrd = ["/boot/initrd.img-6.1.0-50-amd64"] if with_initrd else []
+    assert result.actions[1].argv == [
+        "/usr/bin/kernel-install",
+        "add",
+        "6.1.0-50-amd64",
+        "/boot/vmlinuz-6.1.0-50-amd64",
+        *initrd,
+    ]
+    assert result.warnings == []
+
+
 def test_kernel_install_without_tool_warns_and_empty_file_gets_newline(tmp_path):
     root = tree(tmp_path, {"/etc/kernel/cmdline": ""})
     result = kc.plan(root, ["nohibernate"], [])
