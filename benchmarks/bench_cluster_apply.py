@@ -111,6 +111,8 @@ def kubectl_apply(plane: ControlPlane, directory: Path) -> Run:
         "apply",
         "--server-side",
         "--field-manager=confidential-tee",
+        # The KubeVirt CR's feature gates have another manager (its installer); the playbook merge-patches them.
+        "--force-conflicts",
         "-R",
         "-f",
         str(directory),
@@ -182,6 +184,8 @@ def main() -> None:
                 results[f"cluster.yml, {attempt} run"] = _measured(
                     plane, lambda: run_playbook(inventory, PLAYBOOK, args.forks, cwd=directory)
                 )
+                run, delta = results[f"cluster.yml, {attempt} run"]
+                print(_row(f"cluster.yml, {attempt} run", run, delta), flush=True)
                 print(f"    (load average {os.getloadavg()[0]:.1f} after the playbook's {attempt} run)", flush=True)
         finally:
             plane.stop()
