@@ -150,6 +150,7 @@ benchmark: collection
 	$(BIN)/python benchmarks/bench_fleet.py
 	$(BIN)/python benchmarks/bench_fleet.py --hosts 1000 --scale-hosts 100 --repeat 1 --no-mitogen --no-per-host
 	$(BIN)/python benchmarks/bench_cluster.py
+	$(BIN)/python benchmarks/bench_cluster_apply.py
 	$(BIN)/python benchmarks/bench_simulator.py
 	$(BIN)/python benchmarks/bench_sweep.py
 	$(BIN)/python benchmarks/bench_grpc_latency.py
