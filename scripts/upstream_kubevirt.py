@@ -207,14 +207,19 @@ def table(runs: list[dict[str, Any]], pool: dict[str, Any] | None = None) -> str
     ]
     for scenario, model in ((Path(s).stem, m) for s, m in PAIRS):
         rows = [r for r in runs if r["scenario"] == scenario]
-        for key, label in METRICS:
-            upstream = summarise([r["upstream"][key] for r in rows])
-            modelled = summarise([r["modelled"][key] for r in rows])
-            same = sum(1 for r in rows if r["upstream"][key] == r["modelled"][key])
-            lines.append(
-                f"| {scenario} | {model} | {label} | {_cell(upstream)} | {_cell(modelled)} | {same}/{len(rows)} |"
-            )
+        lines += metric_lines(f"{scenario} | {model}", rows, METRICS)
     return "\n".join(lines) + "\n"
+
+
+def metric_lines(first_cells: str, rows: list[dict[str, Any]], metrics: tuple[tuple[str, str], ...]) -> list[str]:
+    """A table line per metric: upstream's and the model's summaries over ``rows``, and in how many seeds they agree."""
+    lines = []
+    for key, label in metrics:
+        upstream = summarise([r["upstream"][key] for r in rows])
+        modelled = summarise([r["modelled"][key] for r in rows])
+        same = sum(1 for r in rows if r["upstream"][key] == r["modelled"][key])
+        lines.append(f"| {first_cells} | {label} | {_cell(upstream)} | {_cell(modelled)} | {same}/{len(rows)} |")
+    return lines
 
 
 def _pairs(mapping: dict[str, str]) -> str:

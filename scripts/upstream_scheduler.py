@@ -32,12 +32,11 @@ sys.path.insert(0, str(REPO / "simulator"))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from teesim.report.metrics import MetricsRecorder  # noqa: E402
-from teesim.report.sweep import summarise  # noqa: E402
 from teesim.sim.kube_scheduler import ApiClient, KubeScheduler, scratch_namespace  # noqa: E402
 from teesim.sim.scenario import load_scenario  # noqa: E402
 from teesim.sim.simulation import Simulation  # noqa: E402
 from teesim.strategies.base import get_strategy  # noqa: E402
-from upstream_kubevirt import _cell, metrics_of  # noqa: E402
+from upstream_kubevirt import metric_lines, metrics_of  # noqa: E402
 
 K8S_VERSION = "v1.37.2"
 SCENARIO = "serve-double-pool-tdx"
@@ -117,13 +116,7 @@ def table(runs: list[dict[str, Any]], note: str = "") -> str:
         bound = sum(r["placements"]["bound"] for r in rows)
         tried = sum(r["placements"]["decisions"] for r in rows)
         lines.append(f"| {SCENARIO} | {strategy} | pods bound / decisions (sum) | {bound} / {tried} | same | - |")
-        for key, label in METRICS:
-            upstream = summarise([r["upstream"][key] for r in rows])
-            modelled = summarise([r["modelled"][key] for r in rows])
-            same = sum(1 for r in rows if r["upstream"][key] == r["modelled"][key])
-            lines.append(
-                f"| {SCENARIO} | {strategy} | {label} | {_cell(upstream)} | {_cell(modelled)} | {same}/{len(rows)} |"
-            )
+        lines += metric_lines(f"{SCENARIO} | {strategy}", rows, METRICS)
     return "\n".join(lines) + "\n"
 
 
