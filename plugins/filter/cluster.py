@@ -152,7 +152,12 @@ def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False, pe
     """The key-pool plan of the tee_key_pools module, computed where the nodes already are (the controller): the cluster
     playbook's 5,000 nodes then travel to no module and back (issue 31). ``per_node`` false leaves out the per-node
     map ``nodes``, which no role reads (every role validates, and so copies, the plan it is given)."""
-    found = plan_key_pools(nodes, rule_name, boolean(openshift, strict=True))
+    try:
+        found = plan_key_pools(nodes, rule_name, boolean(openshift, strict=True))
+    except KeyPoolError as exc:
+        # As data, for the playbook's next task to fail with: a filter's exception reaches the user wrapped in
+        # Ansible's templating error, where the tee_key_pools module's refusal read as the message alone.
+        return {"refused": str(exc)}
     return found if boolean(per_node, strict=True) else {k: v for k, v in found.items() if k != "nodes"}
 
 
