@@ -103,6 +103,10 @@ def gpu_cc_mode_plan(labels, node, desired, pods, drain=False):
     return gpu_cc.cc_mode_plan(node, labels, desired, gpu_cc.gpu_workloads(pods, node), drain)
 
 
+def gpu_cc_mode_plans(requests, nodes, pods=None, label=gpu_cc.CC_MODE_LABEL):
+    return gpu_cc.cc_mode_plans(requests, nodes, pods, label)
+
+
 def manifest_files(objects, owner="confidential.tee"):
     """``[{file, content}]``: YAML is rendered here, on the controller, so the writing module stays stdlib-only."""
     head = manifests.marker(owner)
@@ -195,6 +199,7 @@ class FilterModule:
             gpu_cc_containerd_dropin,
             gpu_cc_containerd_ready,
             gpu_cc_mode_plan,
+            gpu_cc_mode_plans,
             manifest_files,
             cluster_input_errors,
             output_dir,

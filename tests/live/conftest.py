@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ NODES = {
     "tdx-1": ("intel", "10.0.0.11", {"intel.feature.node.kubernetes.io/tdx": "true"}),
     "snp-1": ("amd", "10.0.0.12", {"amd.feature.node.kubernetes.io/snp": "true"}),
 }
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE")
 CRD_FILES = {"nfd": "nfd-api-crds.yaml", "kataconfig": "kataconfigs.yaml", "machineconfig": "machineconfigs.yaml"}
 
 
@@ -123,6 +125,20 @@ class LiveCluster:
                 return done.stderr
             time.sleep(0.5)
         raise AssertionError(f"the server still accepts {obj['kind']}/{obj['metadata']['name']} after {timeout:.0f} s")
+
+    def write_requests(self) -> Counter:
+        """The write requests the API server has counted (``apiserver_request_total`` of its /metrics), dry runs
+        included, by ``verb resource``; the server's own lease renewals left out. Private clusters only."""
+        self.require_private("counts the API server's write requests (other clients write to someone's cluster)")
+        counts: Counter = Counter()
+        for line in self.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            if labels.get("verb") in WRITE_VERBS and labels.get("resource") != "leases":
+                dry = " (dry run)" if labels.get("dry_run") else ""
+                counts[f"{labels['verb']}{dry} {labels.get('resource')}"] += int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     def install_crd(self, crd: dict) -> None:
         """Install a CRD (private clusters only) and wait until the server serves it."""

@@ -232,3 +232,40 @@ def cc_mode_plan(node: str, labels, desired: str, workloads: list, drain: bool) 
         "gpu_cc_node_drain: true to drain the node first" % (change, ", ".join(workloads)),
         option="drain",
     )
+
+
+def cc_mode_plans(requests, nodes, pods=None, label: str = CC_MODE_LABEL) -> dict:
+    """:func:`cc_mode_plan` for many nodes at once, from one LIST of Nodes (and one of Pods): the cluster playbook's
+    API pass over every GPU node.
+
+    ``requests``: ``[{node, mode, drain, labels}]``. ``pods``: None before the pods are read (a changing node is
+    then planned as having no workload; the caller reads the pods when ``changing`` is not empty and plans again).
+    ``label``: the label read as the current mode (``nvidia.com/cc.mode.state``: whether the CC manager reports it).
+    Returns ``plans`` (each node's plan, with ``node``), ``changing`` (the nodes whose mode changes), ``missing``
+    (nodes the API server does not know), ``refused`` (each refusal's message: nothing is raised, so that one
+    message can name every node) and ``objects`` (each known node's labels as a partial Node, to merge-patch).
+    """
+    by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes or []}
+    pods_by_node: dict = {}
+    for pod in pods or []:
+        pods_by_node.setdefault((pod.get("spec") or {}).get("nodeName"), []).append(pod)
+    plans, missing, refused = [], [], []
+    for request in requests or []:
+        name = request["node"]
+        if name not in by_name:
+            missing.append(name)
+            continue
+        labels = (by_name[name].get("metadata") or {}).get("labels") or {}
+        labels = {CC_MODE_LABEL: labels[label]} if label in labels else {}
+        workloads = gpu_workloads(pods_by_node.get(name, []), name)
+        try:
+            plans.append({"node": name, **cc_mode_plan(name, labels, request["mode"], workloads, request["drain"])})
+        except GpuCcError as exc:
+            refused.append(str(exc))
+    changing = [p["node"] for p in plans if p["action"] != "none"]
+    objects = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": r["node"], "labels": r.get("labels") or {}}}
+        for r in requests or []
+        if r["node"] in by_name
+    ]
+    return {"plans": plans, "changing": changing, "missing": missing, "refused": refused, "objects": objects}

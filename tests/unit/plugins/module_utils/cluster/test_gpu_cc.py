@@ -161,3 +161,32 @@ def test_cc_mode_plans():
     assert gpu_cc.cc_mode_plan("n", {"nvidia.com/cc.mode": "off"}, "ppcie", ["ml/x"], True)["action"] == "drain"
     with pytest.raises(gpu_cc.GpuCcError, match="CC mode must be"):
         gpu_cc.cc_mode_plan("n", {}, "yes", [], False)
+
+
+def test_cc_mode_plans_many_nodes_from_one_list_naming_every_refusal():
+    def node(name, labels):
+        return {"metadata": {"name": name, "labels": labels}}
+
+    nodes = [node("a", {"nvidia.com/cc.mode": "on"}), node("b", {}), node("c", {"nvidia.com/cc.mode": "off"})]
+    pods = [
+        {
+            "metadata": {"namespace": "ml", "name": "train"},
+            "spec": {"nodeName": "c", "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+            "status": {"phase": "Running"},
+        }
+    ]
+    requests = [
+        {"node": n, "mode": "on", "drain": False, "labels": {"nvidia.com/cc.mode": "on"}} for n in ("a", "b", "c", "x")
+    ]
+    before_pods = gpu_cc.cc_mode_plans(requests, nodes)
+    assert before_pods["changing"] == ["b", "c"] and before_pods["missing"] == ["x"]
+    planned = gpu_cc.cc_mode_plans(requests, nodes, pods)
+    assert [p["action"] for p in planned["plans"]] == ["none", "label"]
+    assert planned["refused"] == [
+        "refusing c: nvidia.com/cc.mode off -> on: the GPU is reset on a mode change and these GPU workloads run "
+        "there: ml/train. Move them, or set gpu_cc_node_drain: true to drain the node first"
+    ]
+    assert [o["metadata"]["name"] for o in planned["objects"]] == ["a", "b", "c"]
+    # The CC manager's report: a node is still changing until nvidia.com/cc.mode.state says the mode.
+    reported = [node("a", {"nvidia.com/cc.mode": "on", "nvidia.com/cc.mode.state": "on"}), node("b", {})]
+    assert gpu_cc.cc_mode_plans(requests[:2], reported, label="nvidia.com/cc.mode.state")["changing"] == ["b"]
