@@ -11,7 +11,8 @@ playbook renders them in manifests mode (``tee_output: manifests``), twice.
 
 For each run: wall and CPU seconds (the process tree), and the write requests the apiserver counted
 (``apiserver_request_total`` from its /metrics, before and after: verbs POST, PUT, PATCH, DELETE, APPLY, with
-and without dry run; the apiserver's own lease renewals left out). Target: the playbook's first run at most 2x kubectl's, and its second run sends no write.
+and without dry run; the apiserver's own lease renewals left out). Target: the playbook's first run at most 2x
+kubectl's, and its second run sends no write.
 """
 
 from __future__ import annotations
