@@ -18,9 +18,9 @@ description:
   - "C(patched): a JSON merge patch (RFC 7396) of objects another owner created (KubeVirt, Node); unchanged when
     the patch would leave the live object as it is. An object that does not exist is refused."
   - "C(absent): delete; unchanged when the object does not exist."
-  - All or nothing: every object that differs is first sent as a server-side dry run; when the server refuses any
-    of them (validation, admission, RBAC, a conflict with another field manager) nothing is written and the
-    message names each refused object. After the writes every written object is read back and compared again.
+  - "All or nothing: every object that differs is first sent as a server-side dry run; when the server refuses
+    any of them (validation, admission, RBAC, a conflict with another field manager) nothing is written and the
+    message names each refused object. After the writes every written object is read back and compared again."
   - Check mode and C(--diff) come from the same plan: check mode sends the dry runs and writes nothing.
   - Secrets are refused (C(confidential.tee.cluster_objects) sends them with their contents hidden).
   - Meant to run on the controller (C(delegate_to) C(localhost)).
