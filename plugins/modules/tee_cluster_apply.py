@@ -21,7 +21,7 @@ description:
   - "All or nothing: every object that differs is first sent as a server-side dry run; when the server refuses
     any of them (validation, admission, RBAC, a conflict with another field manager) nothing is written and the
     message names each refused object. After the writes every written object is read back and compared again."
-  - Check mode and C(--diff) come from the same plan: check mode sends the dry runs and writes nothing.
+  - Check mode and C(--diff) come from the same plan; check mode sends the dry runs and writes nothing.
   - Secrets are refused (C(confidential.tee.cluster_objects) sends them with their contents hidden).
   - Meant to run on the controller (C(delegate_to) C(localhost)).
 author:
