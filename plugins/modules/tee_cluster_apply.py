@@ -217,7 +217,12 @@ class Cluster:
 
     def dry_run(self, steps: list[Step]) -> None:
         refused = []
+        # An object in a Namespace this same call creates cannot be dry-run before the Namespace exists (the server
+        # answers "namespace not found"): it is checked by its write, after the Namespace's.
+        new_namespaces = {s.obj["metadata"]["name"] for s in steps if s.obj["kind"] == "Namespace" and s.live is None}
         for step in steps:
+            if step.obj["metadata"].get("namespace") in new_namespaces:
+                continue
             try:
                 self.send(step, dry_run=True)
             except ApiException as exc:
