@@ -116,7 +116,16 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"strict": {"type": "bool", "default": False}}, supports_check_mode=True)
+    cluster = {
+        "hosts": {"type": "list", "elements": "str", "default": []},
+        "variables": {"type": "dict", "default": {}},
+        "openshift": {"type": "bool", "default": False},
+        "host_facts": {"type": "raw", "default": False},
+    }
+    module = AnsibleModule(
+        argument_spec={"strict": {"type": "bool", "default": False}, "cluster": {"type": "dict", "options": cluster}},
+        supports_check_mode=True,
+    )
     module.fail_json(msg="confidential.tee.tee_inventory_check runs on the controller through its action plugin only")
 
 
