@@ -34,7 +34,7 @@ options:
   cluster:
     description:
       - Also read the cluster playbook's node group in the same pass (each read of a host's variables is
-        ansible-core's whole variable merge for it, about 0.3 ms: 5,000 hosts cost seconds a pass), and return
+        ansible-core's whole variable merge for it, about 0.3 ms, so 5,000 hosts cost seconds a pass), and return
         RV(cluster). C(playbooks/cluster.yml) sets it; other callers leave it out.
     type: dict
     suboptions:
