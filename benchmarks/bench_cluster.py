@@ -152,7 +152,7 @@ def main() -> None:
         "--facts-hosts",
         type=int,
         nargs="*",
-        default=[100, 500],
+        default=[100, 1000],
         help="C2's simulated fleet sizes (multiples of 5); none: skip C2",
     )
     parser.add_argument(

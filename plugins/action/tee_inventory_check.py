@@ -17,6 +17,14 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.known_vari
     known_variables,
     unknown_variables,
 )
+from ansible_collections.confidential.tee.plugins.plugin_utils import cluster_inventory
+
+CLUSTER_SPEC = {
+    "hosts": {"type": "list", "elements": "str", "default": []},
+    "variables": {"type": "dict", "default": {}},
+    "openshift": {"type": "bool", "default": False},
+    "host_facts": {"type": "raw", "default": False},
+}
 
 
 def _set_at_runtime(hostvars):
@@ -37,6 +45,22 @@ def _set_at_runtime(hostvars):
     return names
 
 
+def _read(hostvars, hosts, node_hosts):
+    """One read of each host's variables (ansible-core merges them anew for every read: 0.3 ms a host): the names
+    of those of ``hosts`` as set in the inventory, and the cluster playbook's node variables of ``node_hosts``, in
+    their order (issue 31)."""
+    runtime = _set_at_runtime(hostvars)
+    wanted = dict.fromkeys(hosts)
+    seen, nodes = {}, dict.fromkeys(node_hosts)
+    for host in dict.fromkeys([*wanted, *nodes]):
+        stored = cluster_inventory.stored_variables(hostvars, host)
+        if host in wanted:
+            seen[host] = [name for name in stored if name not in runtime(host)]
+        if host in nodes:
+            nodes[host] = cluster_inventory.node_variables(hostvars, host, stored)
+    return seen, nodes
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -45,12 +69,21 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _validation, params = self.validate_argument_spec({"strict": {"type": "bool", "default": False}})
+        _validation, params = self.validate_argument_spec(
+            {
+                "strict": {"type": "bool", "default": False},
+                "cluster": {"type": "dict", "options": CLUSTER_SPEC},
+            }
+        )
         task_vars = task_vars or {}
         hostvars = task_vars.get("hostvars", {})
-        names = list(dict.fromkeys([*task_vars.get("groups", {}).get("all", []), task_vars.get("inventory_hostname")]))
-        runtime = _set_at_runtime(hostvars)
-        seen = {host: [name for name in hostvars[host] if name not in runtime(host)] for host in names if host}
+        names = dict.fromkeys([*task_vars.get("groups", {}).get("all", []), task_vars.get("inventory_hostname")])
+        cluster = params["cluster"]
+        seen, nodes = _read(hostvars, [h for h in names if h], cluster["hosts"] if cluster else [])
+        if cluster:
+            result["cluster"] = cluster_inventory.summary(
+                nodes, cluster["variables"], cluster["openshift"], cluster["host_facts"]
+            )
         known, owned = known_variables()
         found = unknown_variables(seen, known, owned)
         lines = [describe(entry, len(seen)) for entry in found]

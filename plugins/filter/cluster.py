@@ -23,9 +23,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools
     foreign_key_rules,
     stale_rules,
 )
-from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import plan as plan_key_pools
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.kubevirt_cc import KubeVirtConfigError
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifests
+from ansible_collections.confidential.tee.plugins.plugin_utils import cluster_inventory as inventory
 from ansible_collections.confidential.tee.plugins.plugin_utils import kube_target as target
 from ansible_collections.confidential.tee.plugins.plugin_utils.filter_refusal import refusing
 
@@ -122,7 +122,7 @@ def manifest_files(objects, owner="confidential.tee"):
     ]
 
 
-UNSET = "__confidential_tee_unset__"
+UNSET = inventory.UNSET
 
 
 def cluster_input_errors(hosts, hostvars, cluster=None):
@@ -152,17 +152,23 @@ def cluster_nodes(hosts, hostvars):
     return {"nodes": nodes, "gpu_hosts": gpu_hosts, "unknown_vendor": unknown, "qgs_nodes": qgs}
 
 
+def cluster_inventory(hosts, hostvars, cluster=None, openshift=False, host_facts=False):
+    """Everything the cluster playbook needs of its inventory, from one read of every node's variables
+    (``plugin_utils.cluster_inventory.summary``): the input problems, the GPU hosts, the nodes without a CPU vendor,
+    the QGS facts and the key-pool plan. The nodes themselves stay here: 5,000 of them in a fact cost a copy in every
+    task that templates it (issue 31)."""
+    seen = {
+        host: inventory.node_variables(hostvars, host, inventory.stored_variables(hostvars, host))
+        for host in dict.fromkeys(hosts or [])
+    }
+    return inventory.summary(seen, cluster, openshift, host_facts)
+
+
 def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False, per_node=True):
     """The key-pool plan of the tee_key_pools module, computed where the nodes already are (the controller): the cluster
     playbook's 5,000 nodes then travel to no module and back (issue 31). ``per_node`` false leaves out the per-node
     map ``nodes``, which no role reads (every role validates, and so copies, the plan it is given)."""
-    try:
-        found = plan_key_pools(nodes, rule_name, boolean(openshift, strict=True))
-    except KeyPoolError as exc:
-        # As data, for the playbook's next task to fail with: a filter's exception reaches the user wrapped in
-        # Ansible's templating error, where the tee_key_pools module's refusal read as the message alone.
-        return {"refused": str(exc)}
-    return found if boolean(per_node, strict=True) else {k: v for k, v in found.items() if k != "nodes"}
+    return inventory.key_pools_plan(nodes, rule_name, openshift, per_node)
 
 
 def cluster_failed_nodes(fact_hosts, hostvars, gpu_hosts=()):
@@ -204,6 +210,7 @@ class FilterModule:
             cluster_input_errors,
             output_dir,
             cluster_nodes,
+            cluster_inventory,
             cluster_failed_nodes,
             key_pools_plan,
             kube_target,

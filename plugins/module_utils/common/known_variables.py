@@ -65,8 +65,10 @@ SET_FACT = ("ansible.builtin.set_fact", "set_fact")
 def _yaml(path: Path) -> object:
     import yaml  # controller side only (the action plugin); no module imports this file
 
+    # libyaml's parser where PyYAML has it: the same documents, a tenth of the time (84 files before every playbook).
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except (OSError, yaml.YAMLError):
         return None
 
