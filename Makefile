@@ -129,7 +129,8 @@ molecule: collection sysdeps
 	scripts/molecule.sh
 
 # The VM image (Debian 12 from Debian's packages, GRUB installed by the guest) is built once and cached in
-# ~/.cache/confidential-tee/vm/; building it is not part of the scenario's time.
+# ~/.cache/confidential-tee/vm/ (6 min 46 s cold at a load average of 3-6); building it is not part of the
+# scenario's time. The Intel VM's first boot is kept there too, as a QEMU snapshot made by the first run.
 vm-image: sysdeps
 	scripts/vm-image.sh
 
@@ -141,7 +142,9 @@ vm-test: collection vm-image
 # sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium; k8s and upstream before
 # pytest: the live tests need the control plane, the upstream tests NFD's and KubeVirt's builds.
 # vm-test is not part of test: green end to end on 2026-11-27, but 21.5 minutes (two VMs at once) on a shared
-# 2-core machine (docs/host-truth.md, "On a real kernel").
+# 2-core machine (docs/host-truth.md, "On a real kernel"); the trims made since (Intel first boot from a snapshot,
+# a shorter boot and update-grub, one modprobe task per role) are not yet measured end to end. Cold, the image
+# build took 6 min 46 s at a load average of 3-6.
 test: sysdeps lint sanity k8s upstream pytest molecule
 
 benchmark: collection

@@ -1,6 +1,6 @@
 """Fixtures for the real-kernel scenarios: the cached VM image, VMs booted from it, and playbook runs over SSH.
 
-These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` (not part of
+These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` (the last step of
 ``make test``) runs them, one file per xdist worker; the default ``pytest`` run skips this folder
 (``norecursedirs`` in pyproject.toml).
 """

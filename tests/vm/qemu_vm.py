@@ -1,22 +1,34 @@
 """A Debian 12 VM under QEMU's software emulation (TCG), reachable over SSH on a loopback port.
 
 The disk is a copy-on-write overlay over the image ``scripts/vm-image.sh`` caches, so every VM starts from the
-same installed system and the cache is never written. It boots through SeaBIOS and the GRUB installed in the
+same installed system and the image is never written. It boots through SeaBIOS and the GRUB installed in the
 image: a reboot the roles ask for goes through the real ``grub.cfg`` that ``update-grub`` wrote, never through
 QEMU's ``-kernel``. Waits are generous and never asserted on: an emulated CPU on a busy machine is slow.
+
+The first boot of each machine kind is made once, through GRUB like every other, and kept as a QEMU snapshot
+(``savevm``) beside the image; later VMs of that kind resume it (``-loadvm``) in seconds instead of booting for a
+minute or more. No test measures that first boot: every reboot a test asserts on is a real one through GRUB.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shlex
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # Every wait is a deadline for a hang, not a speed requirement.
 BOOT_TIMEOUT_S = 1200
+SNAPSHOT = "booted"
+# GRUB prints this on the serial console before it loads each kernel (10_linux's message): one line per boot
+# through GRUB, whatever the kernel's log level (the image boots with quiet).
+GRUB_LOADING = "Loading Linux "
 SSH_OPTIONS = (
     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "
     "-o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=8 -o BatchMode=yes"
@@ -56,6 +68,12 @@ class Vm:
     def serial_log(self) -> Path:
         return self.workdir / "serial.log"
 
+    @property
+    def monitor_socket(self) -> Path:
+        # A UNIX socket path has at most 107 bytes: a short one under /tmp, unique per VM.
+        digest = hashlib.sha256(str(self.workdir).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"tee-vm-{digest}.monitor"
+
     def qemu_command(self) -> list[str]:
         overlay = self.workdir / "disk.qcow2"
         command = [
@@ -75,6 +93,8 @@ class Vm:
             "none",
             "-serial",
             f"file:{self.serial_log}",
+            "-monitor",
+            f"unix:{self.monitor_socket},server=on,wait=off",
         ]
         # Before any PCI device: QEMU attaches the devices that follow to this IOMMU. Without interrupt
         # remapping: under TCG on a loaded host the kernel's IO-APIC timer check through remapped interrupts
@@ -96,20 +116,88 @@ class Vm:
             command += ["-netdev", "user,id=spare,restrict=on", "-device", "e1000,netdev=spare"]
         return command
 
+    def snapshot_path(self) -> Path:
+        """Where the first boot of this machine kind is kept: beside the image, keyed by what QEMU emulates."""
+        varying = (str(self.workdir), str(self.monitor_socket), "hostfwd")
+        emulated = [arg for arg in self.qemu_command() if not any(part in arg for part in varying)]
+        key = hashlib.sha256("\0".join(emulated).encode()).hexdigest()[:12]
+        return self.image_dir / "snapshots" / f"{key}.qcow2"
+
     def start(self) -> None:
+        """Resume this machine kind's booted snapshot; without one, boot through GRUB and try to keep the boot."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         overlay = self.workdir / "disk.qcow2"
+        snapshot = self.snapshot_path()
+        if snapshot.is_file():
+            # A copy, not an overlay: QEMU loads only the snapshots of the image it writes to.
+            shutil.copyfile(snapshot, overlay)
+            self._launch("-loadvm", SNAPSHOT)
+            self.wait_for_ssh()
+            return
         backing = str(self.image_dir / "disk.raw")
         subprocess.run(
             ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", backing, str(overlay)],
             check=True,
             timeout=60,
         )
-        self.port = free_loopback_port()
-        self.process = subprocess.Popen(
-            self.qemu_command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        self._launch()
         self.wait_for_ssh()
+        if self._save_snapshot(snapshot):
+            self.stop()
+            self.serial_log.rename(self.workdir / "serial-first-boot.log")
+            shutil.copyfile(snapshot, overlay)
+            self._launch("-loadvm", SNAPSHOT)
+            self.wait_for_ssh()
+
+    def _save_snapshot(self, snapshot: Path) -> bool:
+        """Keep the running first boot as ``snapshot``; False where QEMU refuses (its AMD IOMMU cannot migrate)."""
+        self.ssh("sync")
+        self.monitor("stop")
+        saved = self.monitor(f"savevm {SNAPSHOT}", timeout=600)
+        if "Error" in saved:
+            self.monitor("cont")
+            return False
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        # Published by a rename, so a half-written snapshot is never resumed.
+        partial = snapshot.with_name(f".{snapshot.name}.{os.getpid()}")
+        self.monitor("quit")
+        assert self.process is not None
+        self.process.wait(timeout=120)
+        shutil.copyfile(self.workdir / "disk.qcow2", partial)
+        os.replace(partial, snapshot)
+        return True
+
+    def _launch(self, *extra: str) -> None:
+        self.port = free_loopback_port()
+        self.monitor_socket.unlink(missing_ok=True)
+        self.process = subprocess.Popen(
+            [*self.qemu_command(), *extra], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+
+    def monitor(self, command: str, *, timeout: float = 60) -> str:
+        """Run one QEMU monitor (HMP) command and return what it printed before the next prompt."""
+        deadline = time.monotonic() + timeout
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(str(self.monitor_socket))
+            received = b""
+            while b"(qemu) " not in received:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    raise RuntimeError(f"the QEMU monitor closed before its prompt: {received!r}")
+                received += chunk
+            conn.sendall(command.encode() + b"\n")
+            received = b""
+            while b"(qemu) " not in received and time.monotonic() < deadline:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                received += chunk
+        return received.decode(errors="replace")
+
+    def kernel_boots(self) -> int:
+        """How many times GRUB loaded a kernel on this VM since it started (or resumed)."""
+        return self.serial_log.read_text(errors="replace").count(GRUB_LOADING)
 
     def wait_for_ssh(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         started = time.monotonic()

@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import boot_vm, explain
 from .qemu_vm import Machine, Vm
-from .test_tee_node_reboots_real_kernel import FINGERPRINT, kernel_boots
+from .test_tee_node_reboots_real_kernel import FINGERPRINT
 
 pytestmark = pytest.mark.slow
 
@@ -74,12 +74,12 @@ def test_passthrough_is_refused_and_nothing_changes(vm: Vm, passthrough_cmdline:
 def test_repair_boots_without_passthrough_and_keeps_the_rest(
     vm: Vm, passthrough_cmdline: str, run_playbook, read_facts
 ) -> None:
-    boots = kernel_boots(vm)
+    boots = vm.kernel_boots()
 
     result = run_playbook(vm, "tee_node.yml", host_vars={"snp_host_remove_iommu_pt": "true", "tee_reboot_ok": "true"})
 
     assert result.returncode == 0, explain(result)
-    assert kernel_boots(vm) == boots + 1
+    assert vm.kernel_boots() == boots + 1
     booted = vm.read("cat /proc/cmdline").split()
     assert not set(SITE_ARGS) & set(booted), booted
     assert all(booted.count(arg) == 1 for arg in SNP_ARGS), booted

@@ -4,8 +4,8 @@ One Debian 12 VM (QEMU TCG, q35, emulated VT-d, a spare e1000 for vfio-pci, an I
 its own GRUB. The steps run in order on the same VM, as an operator would run them:
 check mode changes nothing; a real run reboots once and the kernel reports exactly the requested arguments
 with every other argument unchanged; the facts match what the kernel shows; a second run changes nothing; a
-failing update-grub fails the run before any reboot with the files restored; the revert boots the original
-command line again.
+failing update-grub and a full /boot each fail the run before any reboot with the files restored, and the next
+boot has the command line from before; the revert boots the original command line again.
 """
 
 from __future__ import annotations
@@ -43,11 +43,6 @@ def first_cmdline(vm: Vm) -> str:
     return vm.read("cat /proc/cmdline").strip()
 
 
-def kernel_boots(vm: Vm) -> int:
-    """How many times a kernel started on this VM (each boot prints its banner on the serial console)."""
-    return vm.serial_log.read_text(errors="replace").count("Linux version ")
-
-
 def without(tokens: list[str], removed: tuple[str, ...]) -> list[str]:
     return [token for token in tokens if token not in removed]
 
@@ -67,7 +62,7 @@ def test_check_mode_reports_the_change_and_writes_nothing(vm: Vm, first_cmdline:
 
 
 def test_real_run_reboots_once_into_the_requested_arguments(vm: Vm, first_cmdline: str, run_playbook) -> None:
-    boots, boot = kernel_boots(vm), vm.boot_id()
+    boots, boot = vm.kernel_boots(), vm.boot_id()
 
     # The roles' own switches, in the inventory: tee_node turns them into its one reboot for every role.
     result = run_playbook(
@@ -76,7 +71,7 @@ def test_real_run_reboots_once_into_the_requested_arguments(vm: Vm, first_cmdlin
 
     assert result.returncode == 0, explain(result)
     assert vm.boot_id() != boot
-    assert kernel_boots(vm) == boots + 1, "one reboot for every role"
+    assert vm.kernel_boots() == boots + 1, "one reboot for every role"
     booted = vm.read("cat /proc/cmdline").split()
     assert all(booted.count(arg) == 1 for arg in TEE_ARGS), booted
     # Every argument that was there before is still there, byte for byte and in order.
@@ -173,27 +168,69 @@ def test_second_run_changes_nothing_and_does_not_reboot(vm: Vm, run_playbook) ->
     assert vm.boot_id() == boot
 
 
-def test_failing_update_grub_fails_before_reboot_and_restores_the_files(vm: Vm, run_playbook) -> None:
-    applied = vm.read("cat /proc/cmdline").strip()
-    before, boot = vm.read(FINGERPRINT), vm.boot_id()
-    vm.ssh(
-        "mv /usr/sbin/update-grub /usr/sbin/update-grub.real && "
-        "printf '#!/bin/sh\\necho injected failure >&2\\nexit 1\\n' >/usr/sbin/update-grub && "
-        "chmod 0755 /usr/sbin/update-grub"
-    )
+@pytest.fixture(scope="module")
+def applied_cmdline(vm: Vm) -> str:
+    """The command line the real run booted, read before the bad boot updates (which must not change it)."""
+    return vm.read("cat /proc/cmdline").strip()
+
+
+def revert_must_fail(vm: Vm, run_playbook, breakage: str, repair: str) -> tuple[object, str, str]:
+    """Break the boot update in the VM, run the revert, and return its result and the boot files before/after."""
+    before = vm.read(FINGERPRINT)
+    vm.ssh(breakage)
     try:
         result = run_playbook(vm, "tee_node.yml", extra={"tee_state": "absent", "tee_reboot_ok": True})
-        files_after = vm.read(FINGERPRINT)
+        after = vm.read(FINGERPRINT)
     finally:
-        vm.ssh("mv /usr/sbin/update-grub.real /usr/sbin/update-grub")
+        vm.ssh(repair)
+    return result, before, after
+
+
+def test_failing_update_grub_fails_before_reboot_and_restores_the_files(
+    vm: Vm, applied_cmdline: str, run_playbook
+) -> None:
+    boot = vm.boot_id()
+
+    result, before, after = revert_must_fail(
+        vm,
+        run_playbook,
+        "mv /usr/sbin/update-grub /usr/sbin/update-grub.real && "
+        "printf '#!/bin/sh\\necho injected failure >&2\\nexit 1\\n' >/usr/sbin/update-grub && "
+        "chmod 0755 /usr/sbin/update-grub",
+        "mv /usr/sbin/update-grub.real /usr/sbin/update-grub",
+    )
 
     assert result.returncode != 0, explain(result)
     assert "update-grub" in result.stdout, explain(result)
     assert vm.boot_id() == boot, "no reboot after a failed boot update"
-    assert files_after == before
-    # And the host still boots the command line it had.
+    assert after == before
+
+
+# The filesystem that holds /boot (here also /) filled until root can write no more: fallocate takes the free
+# blocks without writing data, dd the last ones. The run's "No space left on device" shows it was full.
+FILL_BOOT = (
+    "fallocate -l $(( $(stat -f -c '%f * %S' /boot) )) /boot/tee-vm-fill 2>/dev/null || "
+    "fallocate -l $(( $(stat -f -c '%f * %S' /boot) - 1048576 )) /boot/tee-vm-fill; "
+    "dd if=/dev/zero of=/boot/tee-vm-fill-rest bs=4k 2>/dev/null; sync; true"
+)
+
+
+def test_full_boot_fails_before_reboot_and_restores_the_files(vm: Vm, applied_cmdline: str, run_playbook) -> None:
+    boot = vm.boot_id()
+
+    result, before, after = revert_must_fail(vm, run_playbook, FILL_BOOT, "rm -f /boot/tee-vm-fill*")
+
+    assert result.returncode != 0, explain(result)
+    assert "No space left on device" in result.stdout, explain(result)
+    assert vm.boot_id() == boot, "no reboot after a failed boot update"
+    assert after == before
+
+
+def test_after_failed_boot_updates_the_host_boots_the_line_it_had(vm: Vm, applied_cmdline: str) -> None:
+    # One reboot for both failures above: what they left on the disk is what GRUB boots.
     vm.reboot()
-    assert vm.read("cat /proc/cmdline").strip() == applied
+
+    assert vm.read("cat /proc/cmdline").strip() == applied_cmdline
 
 
 def test_revert_boots_the_original_command_line(vm: Vm, first_cmdline: str, run_playbook) -> None:
