@@ -3,12 +3,14 @@
 The disk is a copy-on-write overlay over the image ``scripts/vm-image.sh`` caches, so every VM starts from the
 same installed system and the cache is never written. It boots through SeaBIOS and the GRUB installed in the
 image: a reboot the roles ask for goes through the real ``grub.cfg`` that ``update-grub`` wrote, never through
-QEMU's ``-kernel``. Waits are generous and never asserted on: an emulated CPU on a busy machine is slow.
+QEMU's ``-kernel``. ``Machine(uefi=True)`` boots the systemd-boot image through OVMF and the loader entry
+``kernel-install`` wrote instead. Waits are generous and never asserted on: an emulated CPU on a busy machine is slow.
 """
 
 from __future__ import annotations
 
 import shlex
+import shutil
 import socket
 import subprocess
 import time
@@ -31,6 +33,14 @@ class Machine:
     iommu: str | None  # "intel-iommu", "amd-iommu" or None
     # A spare PCI function the guest's e1000 driver claims, for the roles to hand to vfio-pci.
     spare_nic: bool = True
+    # UEFI (Debian's OVMF) instead of SeaBIOS: for the systemd-boot image, which boots from its ESP.
+    uefi: bool = False
+
+
+# Debian's ovmf (2022.11): the firmware code, read-only, and a template of its variable store; each VM writes
+# its own copy of the store.
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 
 
 def free_loopback_port() -> int:
@@ -84,6 +94,13 @@ class Vm:
             command += ["-device", "intel-iommu,intremap=off"]
         elif self.machine.iommu == "amd-iommu":
             command += ["-device", "amd-iommu,intremap=off"]
+        if self.machine.uefi:
+            command += [
+                "-drive",
+                f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                "-drive",
+                f"if=pflash,format=raw,unit=1,file={self.workdir / 'OVMF_VARS.fd'}",
+            ]
         command += [
             "-drive",
             f"file={overlay},format=qcow2,if=virtio",
@@ -105,6 +122,8 @@ class Vm:
             check=True,
             timeout=60,
         )
+        if self.machine.uefi:
+            shutil.copyfile(OVMF_VARS, self.workdir / "OVMF_VARS.fd")
         self.port = free_loopback_port()
         self.process = subprocess.Popen(
             self.qemu_command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
