@@ -163,9 +163,11 @@ printf '127.0.0.1 localhost\n127.0.1.1 tee-vm\n' >"$root/etc/hosts"
 if [ "$variant" = grub ]; then
   printf '/dev/vda1 / ext4 defaults,errors=remount-ro 0 1\n' >"$root/etc/fstab"
 else
-  # No fsck of the ESP (pass 0): the image carries no fsck.vfat, and the boot stays short.
-  printf '/dev/vda2 / ext4 defaults,errors=remount-ro 0 1\n/dev/vda1 /boot/efi vfat umask=0077 0 0\n' \
-    >"$root/etc/fstab"
+  # No fsck of the ESP (pass 0): the image carries no fsck.vfat, and the boot stays short. The device wait is
+  # a deadline for a hang, not the default 90 s: on a loaded host udev announced /dev/vda1 later than that and
+  # the boot stopped in emergency mode ("Timed out waiting for device dev-vda1.device").
+  printf '/dev/vda2 / ext4 defaults,errors=remount-ro 0 1\n%s\n' \
+    '/dev/vda1 /boot/efi vfat umask=0077,x-systemd.device-timeout=20min 0 0' >"$root/etc/fstab"
 fi
 : >"$root/etc/machine-id"
 printf '[Match]\nName=eth0\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n' \
