@@ -135,8 +135,9 @@ vm-image: sysdeps
 	scripts/vm-image.sh
 	scripts/vm-image.sh systemd-boot
 
-# Host roles on a real kernel (tests/vm, kept out of the default pytest run): one Intel and one AMD VM at once
-# (one file per worker: each VM is one emulated CPU; 21.5 min against 45.5 min in turn, docs/host-truth.md).
+# Host roles on a real kernel (tests/vm, kept out of the default pytest run): two VMs at once, one file per worker
+# (each VM is one emulated CPU; Intel and AMD GRUB files: 21.5 min against 45.5 min in turn, docs/host-truth.md);
+# the systemd-boot file (UEFI, kernel-install) shares a worker with one of them.
 vm-test: collection vm-image
 	$(BIN)/python -m pytest tests/vm -v --durations=0 -n 2 --dist loadfile
 
