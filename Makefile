@@ -21,7 +21,7 @@ help:
 	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
 	@echo "make fleet-report - simulated mixed fleet: preflight, key drift against Kubernetes, HTML/Markdown/JSON/.prom"
 	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule"
-	@echo "make vm-test - host roles on a real kernel: Debian 12 under QEMU (TCG), reboots through GRUB (tests/vm)"
+	@echo "make vm-test - host roles on a real kernel: Debian 12 under QEMU (TCG), reboots through GRUB and systemd-boot (tests/vm)"
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
 	@echo "make upstream-report - NFD's, KubeVirt's and kube-scheduler's own code against teesim's models (docs/simulator.md; needs Go)"
 	@echo "make native - compile teesim's hot modules with mypyc (part of every target above but demo; TEESIM_NATIVE=0 skips it)"
@@ -130,12 +130,15 @@ molecule: collection sysdeps
 
 # The VM image (Debian 12 from Debian's packages, GRUB installed by the guest) is built once and cached in
 # ~/.cache/confidential-tee/vm/ (6 min 46 s cold at a load average of 3-6); building it is not part of the
-# scenario's time. The Intel VM's first boot is kept there too, as a QEMU snapshot made by the first run.
+# scenario's time. The Intel VM's first boot is kept there too, as a QEMU snapshot made by the first run. Its
+# systemd-boot variant (UEFI, an ESP, /etc/kernel/cmdline and kernel-install) is cached beside it.
 vm-image: sysdeps
 	scripts/vm-image.sh
+	scripts/vm-image.sh systemd-boot
 
-# Host roles on a real kernel (tests/vm, kept out of the default pytest run): one Intel and one AMD VM at once
-# (one file per worker: each VM is one emulated CPU; 21.5 min against 45.5 min in turn, docs/host-truth.md).
+# Host roles on a real kernel (tests/vm, kept out of the default pytest run): two VMs at once, one file per worker
+# (each VM is one emulated CPU; Intel and AMD GRUB files: 21.5 min against 45.5 min in turn, docs/host-truth.md);
+# the systemd-boot file (UEFI, kernel-install) shares a worker with one of them.
 vm-test: collection vm-image
 	$(BIN)/python -m pytest tests/vm -v --durations=0 -n 2 --dist loadfile
 

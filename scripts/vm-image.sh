@@ -11,15 +11,26 @@
 # temporary directory and renamed into place, so a half-built image is never used; older builds are removed.
 # Prints the image directory (disk.raw, id_ed25519, cmdline) on stdout.
 #
+# `vm-image.sh systemd-boot` builds the other variant, for the /etc/kernel/cmdline + kernel-install path: a GPT
+# disk with a FAT EFI system partition (made without a mount: mkfs.vfat -C, mcopy) mounted at /boot/efi and the
+# same ext4 root; systemd-boot instead of GRUB, installed in the chroot by the guest's own `bootctl install`,
+# and the kernel's loader entry written by the guest's own `kernel-install add` from /etc/kernel/cmdline (the
+# entry token is fixed, "debian", so the entry keeps its name whatever machine-id the first boot makes). It
+# boots under OVMF (UEFI) from the removable-media path EFI/BOOT/BOOTX64.EFI, so no EFI variable is needed.
+# Each variant is cached on its own (debian-12-<variant>-<key>) and trims only its own older builds.
+#
 # Environment: DEBIAN_MIRROR (default: the mirror apt uses), TEE_CACHE_DIR, FORCE_REBUILD=1.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+variant="${1:-grub}"
+case "$variant" in grub | systemd-boot) ;; *) echo "vm-image: unknown variant $variant (grub or systemd-boot)" >&2; exit 2 ;; esac
 cache_dir="${TEE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/confidential-tee}/vm"
 key="$(sha256sum "$0" | cut -c1-12)"
-image_dir="$cache_dir/debian-12-$key"
+image_dir="$cache_dir/debian-12-$variant-$key"
 # dbus: systemctl reboot/shutdown with a wall message (what ansible.builtin.reboot runs) needs logind over D-Bus.
-packages=linux-image-amd64,grub-pc,openssh-server,python3,sudo,systemd-sysv,udev,kmod,iproute2,e2fsprogs,dbus
+packages=linux-image-amd64,openssh-server,python3,sudo,systemd-sysv,udev,kmod,iproute2,e2fsprogs,dbus
+if [ "$variant" = grub ]; then packages="$packages,grub-pc"; else packages="$packages,systemd-boot"; fi
 # Arguments the tests expect to survive every role run byte for byte (none of them is a TEE argument).
 # tsc=reliable: on a loaded host the guest's clocksource watchdog marks the emulated TSC unstable and falls back
 # to the HPET, whose every read is an emulated MMIO access: the guest then runs many times slower.
@@ -31,7 +42,9 @@ if [ "${FORCE_REBUILD:-0}" != 1 ] && [ -s "$image_dir/disk.raw" ]; then
   echo "$image_dir"
   exit 0
 fi
-for tool in debootstrap qemu-system-x86_64 mke2fs sfdisk ssh-keygen; do
+tools=(debootstrap qemu-system-x86_64 mke2fs sfdisk ssh-keygen)
+[ "$variant" = grub ] || tools+=(mkfs.vfat mcopy)
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || { log "$tool is missing: run scripts/sysdeps.sh"; exit 1; }
 done
 [ "$(id -u)" -eq 0 ] || { log "debootstrap needs root (it creates device nodes and chroots)"; exit 1; }
@@ -39,9 +52,106 @@ done
 mirror="${DEBIAN_MIRROR:-$("$repo/scripts/apt-mirror.sh")}"
 mkdir -p "$cache_dir"
 work="$(mktemp -d "$cache_dir/build.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+# The systemd-boot variant mounts a tmpfs in the tree for a moment (below): never remove through a mount.
+trap 'umount -q "$work/rootfs/proc" "$work/rootfs/boot/efi" 2>/dev/null; rm -rf "$work"' EXIT
 root="$work/rootfs"
 start=$SECONDS
+
+# ---------------------------------------------------------------------------------------------- GRUB variant
+configure_grub() {
+  cat >"$root/etc/default/grub" <<GRUB
+# Written by scripts/vm-image.sh (confidential.tee's test VM).
+GRUB_DEFAULT=0
+GRUB_TIMEOUT=0
+GRUB_TIMEOUT_STYLE=hidden
+GRUB_DISTRIBUTOR=Debian
+GRUB_CMDLINE_LINUX_DEFAULT="quiet"
+GRUB_CMDLINE_LINUX="$base_cmdline"
+GRUB_TERMINAL=serial
+GRUB_SERIAL_COMMAND="serial --speed=115200"
+GRUB_DISABLE_OS_PROBER=true
+GRUB_DISABLE_RECOVERY=true
+GRUB
+  # update-grub runs only 00_header, 05_debian_theme, 10_linux and the custom files: the Xen, os-prober and
+  # UEFI-firmware scripts each probe the disk again (grub-probe under TCG costs seconds) and add nothing here.
+  chmod -x "$root/etc/grub.d/20_linux_xen" "$root/etc/grub.d/30_os-prober" "$root/etc/grub.d/30_uefi-firmware"
+  # Stage 4 runs this as init: grub-install and update-grub on the guest's own disk, then power off.
+  cat >"$root/usr/local/sbin/tee-vm-install-grub" <<'STAGE'
+#!/bin/sh
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
+mount -o remount,rw /
+if grub-install --target=i386-pc /dev/vda && update-grub; then echo TEE-VM-GRUB-OK; else echo TEE-VM-GRUB-FAILED; fi
+sync; mount -o remount,ro /; echo o >/proc/sysrq-trigger; sleep 30
+STAGE
+  chmod 0755 "$root/usr/local/sbin/tee-vm-install-grub"
+}
+
+assemble_grub_disk() {
+  local kernel part_start_mib=1 part_size_mib=3071
+  kernel="$(cd "$root/boot" && ls vmlinuz-* | sort -V | tail -n1)"
+  cp "$root/boot/$kernel" "$work/vmlinuz"
+  cp "$root/boot/initrd.img-${kernel#vmlinuz-}" "$work/initrd.img"
+  mke2fs -q -t ext4 -L tee-vm-root -d "$root" "$work/root.ext4" "${part_size_mib}M" >&2
+  truncate -s "$((part_start_mib + part_size_mib))M" "$work/disk.raw"
+  printf 'label: dos\nstart=%sMiB, type=83, bootable\n' "$part_start_mib" | sfdisk -q "$work/disk.raw"
+  dd if="$work/root.ext4" of="$work/disk.raw" bs=1M seek="$part_start_mib" conv=notrunc,sparse status=none
+  rm -rf "$root" "$work/root.ext4"
+
+  log "installing GRUB from inside the guest (one TCG boot)"
+  timeout 900 qemu-system-x86_64 -machine q35 -accel tcg -m 1024 -smp 2 -nographic -no-reboot \
+    -drive "file=$work/disk.raw,format=raw,if=virtio" -kernel "$work/vmlinuz" -initrd "$work/initrd.img" \
+    -append "root=/dev/vda1 rw console=ttyS0 init=/usr/local/sbin/tee-vm-install-grub" \
+    -nic none </dev/null >"$work/stage.log" 2>&1 || true
+  grep -q TEE-VM-GRUB-OK "$work/stage.log" \
+    || { log "GRUB installation in the guest failed:"; tail -n 40 "$work/stage.log" >&2; exit 1; }
+  rm -f "$work/stage.log"
+}
+
+# ---------------------------------------------------------------------------------------- systemd-boot variant
+configure_systemd_boot() {
+  local release
+  release="$(cd "$root/boot" && ls vmlinuz-* | sort -V | tail -n1)"
+  release="${release#vmlinuz-}"
+  echo debian >"$root/etc/kernel/entry-token"
+  echo "root=/dev/vda2 ro $base_cmdline" >"$root/etc/kernel/cmdline"
+  # bootctl wants the ESP to be the root of a mounted FAT file system: here a tmpfs is mounted where the ESP
+  # will be, and SYSTEMD_RELAX_ESP_CHECKS (systemd's switch for image builds) skips the FAT and partition checks;
+  # its content becomes the FAT image below. --no-variables: there are no EFI variables to write here; the
+  # firmware boots EFI/BOOT/BOOTX64.EFI, which bootctl installs too.
+  # bootctl writes its files atomically through /proc/self/fd: /proc is mounted for the two commands.
+  install -d -m 0700 "$root/boot/efi"
+  mount -t tmpfs -o mode=0700 tee-vm-esp "$root/boot/efi"
+  mount -t proc proc "$root/proc"
+  SYSTEMD_RELAX_ESP_CHECKS=1 chroot "$root" bootctl install --esp-path=/boot/efi --no-variables \
+    --entry-token=literal:debian --make-entry-directory=yes >"$work/bootctl.log" 2>&1 \
+    || { log "bootctl install failed:"; cat "$work/bootctl.log" >&2; exit 1; }
+  printf 'timeout 0\n' >"$root/boot/efi/loader/loader.conf"  # no menu: boot the one entry at once
+  # What Debian's own hook runs once systemd-boot is installed (/etc/initramfs/post-update.d/systemd-boot).
+  SYSTEMD_RELAX_ESP_CHECKS=1 chroot "$root" kernel-install add "$release" "/boot/vmlinuz-$release" \
+    "/boot/initrd.img-$release" >>"$work/bootctl.log" 2>&1 \
+    || { log "kernel-install add failed:"; cat "$work/bootctl.log" >&2; exit 1; }
+  [ -s "$root/boot/efi/loader/entries/debian-$release.conf" ] \
+    || { log "kernel-install wrote no loader entry:"; cat "$work/bootctl.log" >&2; exit 1; }
+  umount "$root/proc"
+  cp -a "$root/boot/efi" "$work/esp"
+  umount "$root/boot/efi"
+  rm -f "$work/bootctl.log"
+}
+
+assemble_systemd_boot_disk() {
+  local esp_start_mib=1 esp_size_mib=128 root_size_mib=3071
+  mkfs.vfat -n TEE-ESP -C "$work/esp.vfat" $((esp_size_mib * 1024)) >/dev/null
+  mcopy -s -i "$work/esp.vfat" "$work"/esp/* ::/
+  mke2fs -q -t ext4 -L tee-vm-root -d "$root" "$work/root.ext4" "${root_size_mib}M" >&2
+  # One MiB at the end for GPT's backup header.
+  truncate -s "$((esp_start_mib + esp_size_mib + root_size_mib + 1))M" "$work/disk.raw"
+  printf 'label: gpt\nstart=%sMiB, size=%sMiB, type=U\nstart=%sMiB, size=%sMiB, type=L\n' "$esp_start_mib" \
+    "$esp_size_mib" "$((esp_start_mib + esp_size_mib))" "$root_size_mib" | sfdisk -q "$work/disk.raw"
+  dd if="$work/esp.vfat" of="$work/disk.raw" bs=1M seek="$esp_start_mib" conv=notrunc,sparse status=none
+  dd if="$work/root.ext4" of="$work/disk.raw" bs=1M seek="$((esp_start_mib + esp_size_mib))" conv=notrunc,sparse \
+    status=none
+  rm -rf "$root" "$work/root.ext4" "$work/esp.vfat" "$work/esp"
+}
 
 log "debootstrap bookworm from $mirror with $packages (a few minutes)"
 # DEBIAN_FRONTEND: grub-pc's postinst asks for install devices; there are none in a chroot (stage 4 installs).
@@ -54,7 +164,15 @@ install -m 0600 "$work/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
 
 echo tee-vm >"$root/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 tee-vm\n' >"$root/etc/hosts"
-printf '/dev/vda1 / ext4 defaults,errors=remount-ro 0 1\n' >"$root/etc/fstab"
+if [ "$variant" = grub ]; then
+  printf '/dev/vda1 / ext4 defaults,errors=remount-ro 0 1\n' >"$root/etc/fstab"
+else
+  # No fsck of the ESP (pass 0): the image carries no fsck.vfat, and the boot stays short. The device wait is
+  # a deadline for a hang, not the default 90 s: on a loaded host udev announced /dev/vda1 later than that and
+  # the boot stopped in emergency mode ("Timed out waiting for device dev-vda1.device").
+  printf '/dev/vda2 / ext4 defaults,errors=remount-ro 0 1\n%s\n' \
+    '/dev/vda1 /boot/efi vfat umask=0077,x-systemd.device-timeout=20min 0 0' >"$root/etc/fstab"
+fi
 : >"$root/etc/machine-id"
 printf 'PermitRootLogin prohibit-password\nUseDNS no\n' >"$root/etc/ssh/sshd_config.d/tee-vm.conf"
 # The boot path stays short under TCG: only what the tests need starts.
@@ -83,60 +201,20 @@ sed -i 's/^MODULES=.*/MODULES=list/' "$root/etc/initramfs-tools/initramfs.conf"
 printf 'virtio_pci\nvirtio_blk\next4\n' >>"$root/etc/initramfs-tools/modules"
 chroot "$root" update-initramfs -u -k all >"$work/initramfs.log" 2>&1 \
   || { log "update-initramfs failed:"; tail -n 20 "$work/initramfs.log" >&2; exit 1; }
-cat >"$root/etc/default/grub" <<GRUB
-# Written by scripts/vm-image.sh (confidential.tee's test VM).
-GRUB_DEFAULT=0
-GRUB_TIMEOUT=0
-GRUB_TIMEOUT_STYLE=hidden
-GRUB_DISTRIBUTOR=Debian
-GRUB_CMDLINE_LINUX_DEFAULT="quiet"
-GRUB_CMDLINE_LINUX="$base_cmdline"
-GRUB_TERMINAL=serial
-GRUB_SERIAL_COMMAND="serial --speed=115200"
-GRUB_DISABLE_OS_PROBER=true
-GRUB_DISABLE_RECOVERY=true
-GRUB
-# update-grub runs only 00_header, 05_debian_theme, 10_linux and the custom files: the Xen, os-prober and
-# UEFI-firmware scripts each probe the disk again (grub-probe under TCG costs seconds) and add nothing here.
-chmod -x "$root/etc/grub.d/20_linux_xen" "$root/etc/grub.d/30_os-prober" "$root/etc/grub.d/30_uefi-firmware"
-# Stage 4 runs this as init: grub-install and update-grub on the guest's own disk, then power off.
-cat >"$root/usr/local/sbin/tee-vm-install-grub" <<'STAGE'
-#!/bin/sh
-mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev 2>/dev/null
-mount -o remount,rw /
-if grub-install --target=i386-pc /dev/vda && update-grub; then echo TEE-VM-GRUB-OK; else echo TEE-VM-GRUB-FAILED; fi
-sync; mount -o remount,ro /; echo o >/proc/sysrq-trigger; sleep 30
-STAGE
-chmod 0755 "$root/usr/local/sbin/tee-vm-install-grub"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-
-kernel="$(cd "$root/boot" && ls vmlinuz-* | sort -V | tail -n1)"
-cp "$root/boot/$kernel" "$work/vmlinuz"
-cp "$root/boot/initrd.img-${kernel#vmlinuz-}" "$work/initrd.img"
+if [ "$variant" = grub ]; then configure_grub; else configure_systemd_boot; fi
 
 log "assembling disk.raw (mke2fs -d, sfdisk)"
-part_start_mib=1
-part_size_mib=3071
-mke2fs -q -t ext4 -L tee-vm-root -d "$root" "$work/root.ext4" "${part_size_mib}M" >&2
-truncate -s "$((part_start_mib + part_size_mib))M" "$work/disk.raw"
-printf 'label: dos\nstart=%sMiB, type=83, bootable\n' "$part_start_mib" | sfdisk -q "$work/disk.raw"
-dd if="$work/root.ext4" of="$work/disk.raw" bs=1M seek="$part_start_mib" conv=notrunc,sparse status=none
-rm -rf "$root" "$work/root.ext4"
-
-log "installing GRUB from inside the guest (one TCG boot)"
-timeout 900 qemu-system-x86_64 -machine q35 -accel tcg -m 1024 -smp 2 -nographic -no-reboot \
-  -drive "file=$work/disk.raw,format=raw,if=virtio" -kernel "$work/vmlinuz" -initrd "$work/initrd.img" \
-  -append "root=/dev/vda1 rw console=ttyS0 init=/usr/local/sbin/tee-vm-install-grub" \
-  -nic none </dev/null >"$work/stage.log" 2>&1 || true
-grep -q TEE-VM-GRUB-OK "$work/stage.log" \
-  || { log "GRUB installation in the guest failed:"; tail -n 40 "$work/stage.log" >&2; exit 1; }
-rm -f "$work/stage.log" "$work/debootstrap.log" "$work/initramfs.log"
+if [ "$variant" = grub ]; then assemble_grub_disk; else assemble_systemd_boot_disk; fi
+rm -f "$work/debootstrap.log" "$work/initramfs.log"
 echo "$base_cmdline" >"$work/cmdline"
 
-# Atomic publication, then trim: only this build stays.
+# Atomic publication, then trim: only this build of this variant stays (and no build of the unnamed layout
+# before the variants, debian-12-<key>).
 rm -rf "$image_dir"
 mv "$work" "$image_dir"
 trap - EXIT
-find "$cache_dir" -mindepth 1 -maxdepth 1 -type d ! -path "$image_dir" -name 'debian-12-*' -exec rm -rf {} +
+find "$cache_dir" -mindepth 1 -maxdepth 1 -type d ! -path "$image_dir" \
+  \( -name "debian-12-$variant-*" -o -name 'debian-12-????????????' \) -exec rm -rf {} +
 log "image ready in $image_dir ($((SECONDS - start)) s, $(du -sh "$image_dir" | cut -f1) on disk)"
 echo "$image_dir"

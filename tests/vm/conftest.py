@@ -29,6 +29,11 @@ RECAP = re.compile(r"^tee-vm\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\
 @pytest.fixture(scope="session")
 def vm_image() -> Path:
     """The cached image directory (built by scripts/vm-image.sh on first use: minutes)."""
+    return cached_image("grub")
+
+
+def cached_image(variant: str) -> Path:
+    """The cached image of one variant of scripts/vm-image.sh (``grub`` or ``systemd-boot``), built if missing."""
     for tool in ("qemu-system-x86_64", "qemu-img", "ssh"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is missing: run scripts/sysdeps.sh (make test does)")
@@ -43,7 +48,11 @@ def vm_image() -> Path:
     with (lock_dir / ".build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         built = subprocess.run(
-            [str(REPO_ROOT / "scripts" / "vm-image.sh")], capture_output=True, text=True, timeout=3600, check=False
+            [str(REPO_ROOT / "scripts" / "vm-image.sh"), variant],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
         )
     assert built.returncode == 0, built.stderr
     return Path(built.stdout.strip().splitlines()[-1])

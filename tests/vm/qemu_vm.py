@@ -3,9 +3,10 @@
 The disk is a copy-on-write overlay over the image ``scripts/vm-image.sh`` caches, so every VM starts from the
 same installed system and the image is never written. It boots through SeaBIOS and the GRUB installed in the
 image: a reboot the roles ask for goes through the real ``grub.cfg`` that ``update-grub`` wrote, never through
-QEMU's ``-kernel``. Waits are generous and never asserted on: an emulated CPU on a busy machine is slow.
+QEMU's ``-kernel``. ``Machine(uefi=True)`` boots the systemd-boot image through OVMF and the loader entry
+``kernel-install`` wrote instead. Waits are generous and never asserted on: an emulated CPU on a busy machine is slow.
 
-The first boot of each machine kind is made once, through GRUB like every other, and kept as a QEMU snapshot
+The first boot of each BIOS machine kind is made once, through GRUB like every other, and kept as a QEMU snapshot
 (``savevm``) beside the image; later VMs of that kind resume it (``-loadvm``) in seconds instead of booting for a
 minute or more. No test measures that first boot: every reboot a test asserts on is a real one through GRUB.
 """
@@ -43,6 +44,14 @@ class Machine:
     iommu: str | None  # "intel-iommu", "amd-iommu" or None
     # A spare PCI function the guest's e1000 driver claims, for the roles to hand to vfio-pci.
     spare_nic: bool = True
+    # UEFI (Debian's OVMF) instead of SeaBIOS: for the systemd-boot image, which boots from its ESP.
+    uefi: bool = False
+
+
+# Debian's ovmf (2022.11): the firmware code, read-only, and a template of its variable store; each VM writes
+# its own copy of the store.
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 
 
 def free_loopback_port() -> int:
@@ -104,6 +113,13 @@ class Vm:
             command += ["-device", "intel-iommu,intremap=off"]
         elif self.machine.iommu == "amd-iommu":
             command += ["-device", "amd-iommu,intremap=off"]
+        if self.machine.uefi:
+            command += [
+                "-drive",
+                f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                "-drive",
+                f"if=pflash,format=raw,unit=1,file={self.workdir / 'OVMF_VARS.fd'}",
+            ]
         command += [
             "-drive",
             f"file={overlay},format=qcow2,if=virtio",
@@ -126,6 +142,8 @@ class Vm:
     def start(self) -> None:
         """Resume this machine kind's booted snapshot; without one, boot through GRUB and try to keep the boot."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.machine.uefi:
+            shutil.copyfile(OVMF_VARS, self.workdir / "OVMF_VARS.fd")
         overlay = self.workdir / "disk.qcow2"
         snapshot = self.snapshot_path()
         if snapshot.is_file():
@@ -142,7 +160,8 @@ class Vm:
         )
         self._launch()
         self.wait_for_ssh()
-        if self._save_snapshot(snapshot):
+        # OVMF's variable store is a raw pflash drive, which savevm refuses: a UEFI machine boots every time.
+        if not self.machine.uefi and self._save_snapshot(snapshot):
             self.stop()
             self.serial_log.rename(self.workdir / "serial-first-boot.log")
             shutil.copyfile(snapshot, overlay)

@@ -618,15 +618,25 @@ def plan_kernel_install(reader: HostReader, present: list[Arg], absent: list[Arg
     return plan
 
 
+# Where kernel-install looks for the boot partition, in its order (systemd 252, kernel-install: "/efi /boot
+# /boot/efi"; XBOOTLDR or ESP).
+KERNEL_INSTALL_BOOT_ROOTS = ("/efi", "/boot", "/boot/efi")
+
+
 def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
     release = (reader.read_text("/proc/sys/kernel/osrelease", record=False) or "").strip()
     tool = find_tool(reader, "kernel-install")
     argv = _kernel_install_add(reader, release) if tool else None
     if tool and argv:
         action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, *argv])
-        # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure.
-        entries = reader.listdir("/boot/loader/entries") or []
-        action.backs_up = [f"/boot/loader/entries/{n}" for n in entries if n.endswith(".conf")]
+        # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure,
+        # wherever it keeps them (Debian mounts the ESP at /boot/efi).
+        action.backs_up = [
+            f"{boot}/loader/entries/{name}"
+            for boot in KERNEL_INSTALL_BOOT_ROOTS
+            for name in reader.listdir(f"{boot}/loader/entries") or []
+            if name.endswith(".conf")
+        ]
         plan.actions.append(action)
     else:
         plan.warnings.append(

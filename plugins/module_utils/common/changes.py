@@ -136,7 +136,9 @@ class Changes:
         self.secrets: set[str] = set()
         self.backups: list[str] = []
         self.restored_paths: list[str] = []
-        self.stamp = time.strftime("%Y-%m-%d@%H:%M:%S")
+        # No ':' (Ansible's backup_local stamp has them): FAT, where an EFI system partition's loader entries
+        # live, refuses ':' in a name (EINVAL), and a backup that cannot be made stops the task.
+        self.stamp = time.strftime("%Y-%m-%d@%H-%M-%S")
         self._snapshots: dict[str, Snapshot] = {}
         self._created_dirs: list[str] = []
         self._backed_up: set[str] = set()

@@ -229,13 +229,15 @@ def test_grub_cfg_regenerated_before_a_failure_is_restored(tmp_path):
     assert snapshot(root) == before
 
 
-def test_kernel_install_runs_after_the_written_file_is_proven_and_its_entries_are_restored(tmp_path):
+# Fedora keeps the entries under /boot, Debian on the ESP it mounts at /boot/efi.
+@pytest.mark.parametrize("boot", ["boot", "boot/efi"])
+def test_kernel_install_runs_after_the_written_file_is_proven_and_its_entries_are_restored(tmp_path, boot):
     release = "6.9.7"
     files = {
         "etc/kernel/cmdline": "root=UUID=1 ro\n",
         "proc/sys/kernel/osrelease": release + "\n",
         f"usr/lib/modules/{release}/vmlinuz": "kernel",
-        "boot/loader/entries/m-6.9.7.conf": ENTRY.format(ver=release, options="options root=UUID=1 ro"),
+        f"{boot}/loader/entries/m-6.9.7.conf": ENTRY.format(ver=release, options="options root=UUID=1 ro"),
     }
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -249,7 +251,7 @@ def test_kernel_install_runs_after_the_written_file_is_proven_and_its_entries_ar
 
     def kernel_install(argv):
         seen.append((tmp_path / "etc/kernel/cmdline").read_text())
-        (tmp_path / "boot/loader/entries/m-6.9.7.conf").write_text("half written")
+        (tmp_path / boot / "loader/entries/m-6.9.7.conf").write_text("half written")
         return 1, "", "kernel-install: failed"
 
     result = kc.plan(str(tmp_path), ["nohibernate"], [], setup="kernel_install")

@@ -351,3 +351,13 @@ def test_open_host_is_the_one_guard(tmp_path):
     assert open_host(FakeModule(str(tmp_path))).host_root == str(tmp_path)
     with pytest.raises(SystemExit, match=r"host_root .*missing is not a directory"):
         open_host(FakeModule(str(tmp_path / "missing")))
+
+
+def test_a_backup_name_is_one_fat_accepts(root):
+    # Loader entries live on an EFI system partition (FAT), which refuses these characters in a name (EINVAL).
+    (root / "etc" / "a.conf").write_text("before\n")
+    changes = Changes(str(root))
+    changes.file("/etc/a.conf", "after\n")
+    changes.apply()
+    (backup,) = changes.backups
+    assert not set(os.path.basename(backup)) & set('"*/:<>?\\|')
