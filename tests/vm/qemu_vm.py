@@ -30,6 +30,8 @@ SNAPSHOT = "booted"
 # GRUB prints this on the serial console before it loads each kernel (10_linux's message): one line per boot
 # through GRUB, whatever the kernel's log level (the image boots with quiet).
 GRUB_LOADING = "Loading Linux "
+# The kernel's banner, the first line it logs: the systemd-boot image boots without quiet, so each boot prints it.
+KERNEL_BANNER = "Linux version "
 SSH_OPTIONS = (
     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "
     "-o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=8 -o BatchMode=yes"
@@ -215,8 +217,13 @@ class Vm:
         return received.decode(errors="replace")
 
     def kernel_boots(self) -> int:
-        """How many times GRUB loaded a kernel on this VM since it started (or resumed)."""
-        return self.serial_log.read_text(errors="replace").count(GRUB_LOADING)
+        """How many times a kernel was loaded on this VM since it started (or resumed).
+
+        Through GRUB, its own line (the GRUB image boots with quiet); through systemd-boot, which prints nothing
+        on the serial console, the kernel's banner.
+        """
+        marker = KERNEL_BANNER if self.machine.uefi else GRUB_LOADING
+        return self.serial_log.read_text(errors="replace").count(marker)
 
     def wait_for_ssh(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         started = time.monotonic()

@@ -174,12 +174,17 @@ def applied_cmdline(vm: Vm) -> str:
     return vm.read("cat /proc/cmdline").strip()
 
 
-def revert_must_fail(vm: Vm, run_playbook, breakage: str, repair: str) -> tuple[object, str, str]:
+def revert_must_fail(
+    vm: Vm, run_playbook, breakage: str, repair: str, remote_tmp: str | None = None
+) -> tuple[object, str, str]:
     """Break the boot update in the VM, run the revert, and return its result and the boot files before/after."""
     before = vm.read(FINGERPRINT)
     vm.ssh(breakage)
+    extra: dict[str, object] = {"tee_state": "absent", "tee_reboot_ok": True}
+    if remote_tmp:
+        extra["ansible_remote_tmp"] = f"{remote_tmp}/.ansible-tmp"
     try:
-        result = run_playbook(vm, "tee_node.yml", extra={"tee_state": "absent", "tee_reboot_ok": True})
+        result = run_playbook(vm, "tee_node.yml", extra=extra)
         after = vm.read(FINGERPRINT)
     finally:
         vm.ssh(repair)
@@ -208,7 +213,11 @@ def test_failing_update_grub_fails_before_reboot_and_restores_the_files(
 
 # The filesystem that holds /boot (here also /) filled until root can write no more: fallocate takes the free
 # blocks without writing data, dd the last ones. The run's "No space left on device" shows it was full.
+# /boot is on the root file system in this image, so filling it fills the disk Ansible's module files and
+# Python's temporary files go to as well: those go to a small tmpfs on /tmp for this run (ansible_remote_tmp),
+# as on a host whose separate /boot is full, and only the boot update meets the full disk.
 FILL_BOOT = (
+    "mountpoint -q /tmp || mount -t tmpfs -o size=64m,mode=1777 tee-vm-tmp /tmp; "
     "fallocate -l $(( $(stat -f -c '%f * %S' /boot) )) /boot/tee-vm-fill 2>/dev/null || "
     "fallocate -l $(( $(stat -f -c '%f * %S' /boot) - 1048576 )) /boot/tee-vm-fill; "
     "dd if=/dev/zero of=/boot/tee-vm-fill-rest bs=4k 2>/dev/null; sync; true"
@@ -218,7 +227,9 @@ FILL_BOOT = (
 def test_full_boot_fails_before_reboot_and_restores_the_files(vm: Vm, applied_cmdline: str, run_playbook) -> None:
     boot = vm.boot_id()
 
-    result, before, after = revert_must_fail(vm, run_playbook, FILL_BOOT, "rm -f /boot/tee-vm-fill*")
+    result, before, after = revert_must_fail(
+        vm, run_playbook, FILL_BOOT, "rm -f /boot/tee-vm-fill*; umount tee-vm-tmp || true", remote_tmp="/tmp"
+    )
 
     assert result.returncode != 0, explain(result)
     assert "No space left on device" in result.stdout, explain(result)

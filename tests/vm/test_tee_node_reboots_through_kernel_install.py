@@ -18,7 +18,6 @@ import pytest
 
 from .conftest import boot_vm, cached_image, explain, recap
 from .qemu_vm import Machine, Vm
-from .test_tee_node_reboots_real_kernel import kernel_boots
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +86,7 @@ def test_check_mode_reports_the_change_and_writes_nothing(vm: Vm, first_boot: di
 
 
 def test_real_run_reboots_once_into_the_requested_arguments(vm: Vm, first_boot: dict, run_playbook) -> None:
-    boots, boot = kernel_boots(vm), vm.boot_id()
+    boots, boot = vm.kernel_boots(), vm.boot_id()
 
     result = run_playbook(
         vm, "tee_node.yml", host_vars={"tdx_host_reboot_ok": "true", "iommu_passthrough_reboot_ok": "true"}
@@ -95,7 +94,7 @@ def test_real_run_reboots_once_into_the_requested_arguments(vm: Vm, first_boot: 
 
     assert result.returncode == 0, explain(result)
     assert vm.boot_id() != boot
-    assert kernel_boots(vm) == boots + 1, "one reboot for every role"
+    assert vm.kernel_boots() == boots + 1, "one reboot for every role"
     # systemd-boot booted the same entry, which kernel-install rewrote from the edited /etc/kernel/cmdline.
     assert loader_variable(vm, "LoaderEntrySelected") == first_boot["entry"]
     configured = vm.read("cat /etc/kernel/cmdline")
@@ -139,13 +138,13 @@ def test_second_run_changes_nothing_and_does_not_reboot(vm: Vm, run_playbook) ->
 
 
 def test_revert_boots_the_first_command_line(vm: Vm, first_boot: dict, run_playbook) -> None:
-    boots, boot = kernel_boots(vm), vm.boot_id()
+    boots, boot = vm.kernel_boots(), vm.boot_id()
 
     result = run_playbook(vm, "tee_node.yml", extra={"tee_state": "absent", "tee_reboot_ok": True})
 
     assert result.returncode == 0, explain(result)
     assert vm.boot_id() != boot
-    assert kernel_boots(vm) == boots + 1
+    assert vm.kernel_boots() == boots + 1
     assert vm.read("cat /etc/kernel/cmdline") == first_boot["configured"]
     assert loader_variable(vm, "LoaderEntrySelected") == first_boot["entry"]
     assert vm.read("cat /proc/cmdline").strip() == first_boot["cmdline"]
