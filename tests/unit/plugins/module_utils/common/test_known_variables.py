@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from ansible_collections.confidential.tee.plugins.module_utils.common.known_variables import (
     describe,
     known_variables,
@@ -41,3 +44,17 @@ def test_an_extra_var_typo_names_every_host_once():
     assert "set for every host" in describe(entry[0], 2)
     far = unknown_variables({"a": ["tee_zzz"]}, {"tee_output"}, prefixes([]))
     assert far[0]["did_you_mean"] is None and "no role or playbook reads it" in describe(far[0], 1)
+
+
+def test_every_variable_a_playbook_documents_in_its_header_is_known():
+    # The header comment of each playbook lists the inventory variables it reads ("#   tee_state: ..."): a user
+    # who sets one of them must never be told that no role or playbook reads it.
+    known, _ = known_variables()
+    playbooks = Path(__file__).parents[5] / "playbooks"
+    documented = {
+        match.group(1)
+        for path in playbooks.glob("*.yml")
+        for match in re.finditer(r"^#\s+(tee_[a-z0-9_]+):", path.read_text(encoding="utf-8"), re.MULTILINE)
+    }
+    assert "tee_state" in documented
+    assert sorted(documented - known) == []
