@@ -486,11 +486,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
-from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
-from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
 from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_unprobed import empty_gpu
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import HostRootError, gather_host_facts
-from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import apply_capacity
 from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import sev_asid_split
 
@@ -570,9 +567,16 @@ def main():
     except HostRootError as exc:
         module.fail_json(msg=str(exc))
     params = module.params
+    # Imported only where used: AnsiballZ compiles every imported module from source on each host, and the plain call
+    # (the cluster playbook's and tee_node's, once per node) needs neither the preflight checks nor the misc cgroup
+    # parser (about 1,600 of the 3,700 lines). AnsiballZ still packs them (its dependency finder sees these imports).
     if params["preflight"]:
+        from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
+
         gather_preflight(host_root, facts, params["min_free_keys"], params["attestation"])
     elif params["capacity"]:
+        from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
+
         facts["capacity"] = capacity_facts(host_root)
         facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"])
         apply_capacity(facts, facts["capacity"])
@@ -583,7 +587,11 @@ def main():
         module.warn("%s: %s" % (warning["path"], warning["problem"]))
     if params["preflight"]:
         # Register the result instead: the facts twice would double the data the controller processes per host.
-        module.exit_json(changed=False, host=fleet_view(facts) if params["result"] == "fleet" else facts)
+        if params["result"] == "fleet":
+            from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
+
+            facts = fleet_view(facts)
+        module.exit_json(changed=False, host=facts)
     module.exit_json(changed=False, host=facts, ansible_facts={"tee_host": facts})
 
 

@@ -88,9 +88,9 @@ EXAMPLES = r"""
       - {name: snp-1, vendor: amd, consumers: [kata]}
   register: pools
 
-- name: Show the plan
+- name: Show the plan, one line per distinct decision
   ansible.builtin.debug:
-    msg: "{{ pools.summary }}"
+    msg: "{{ pools.overview }}"
 """
 
 RETURN = r"""
@@ -132,8 +132,19 @@ summary:
   returned: always
   type: list
   elements: str
+overview:
+  description:
+    - The plan for a person to read, one line per distinct decision in the order of its first node, naming the
+      first five of its nodes and counting the rest (a 5,000-node plan is a few lines, where RV(summary) has 5,000).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "tdx-1, tdx-3 (2 nodes, TDX): one pool devices.kubevirt.io/tdx advertised by KubeVirt's virt-handler device
+      plugin, charged by kata and kubevirt"
 plan:
-  description: The whole plan (C(nodes), C(kata), C(nfd), C(kubevirt), C(summary), C(warnings)) in one value.
+  description:
+    - The whole plan (C(nodes), C(kata), C(nfd), C(kubevirt), C(summary), C(overview), C(warnings)) in one value.
   returned: always
   type: dict
 """

@@ -52,15 +52,20 @@ def node_variables(hostvars, host, stored: Mapping) -> dict:
     return found
 
 
+# The plan's parts with an entry per node (the per-node map, one summary line per node).
+PER_NODE_KEYS = ("nodes", "summary")
+
+
 def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False, per_node=True) -> dict:
     """The tee_key_pools module's plan; ``{refused: message}`` when it gives keys two pools (as data: a filter's
-    exception reaches the user wrapped in Ansible's templating error). ``per_node`` false leaves out the per-node map
-    ``nodes``, which no role reads (every role validates, and so copies, the plan it is given)."""
+    exception reaches the user wrapped in Ansible's templating error). ``per_node`` false leaves out what has an entry
+    per node, ``nodes`` and ``summary``, which no role reads (every role validates, and so copies, the plan it is given;
+    the roles print ``overview``)."""
     try:
         found = plan_key_pools(nodes, rule_name, boolean(openshift, strict=True))
     except KeyPoolError as exc:
         return {"refused": str(exc)}
-    return found if boolean(per_node, strict=True) else {k: v for k, v in found.items() if k != "nodes"}
+    return found if boolean(per_node, strict=True) else {k: v for k, v in found.items() if k not in PER_NODE_KEYS}
 
 
 def summary(seen: dict, cluster=None, openshift=False, host_facts=False) -> dict:

@@ -32,12 +32,15 @@ from collections import Counter
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.text import name_list
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
 
 KATA = tee.KATA
 KUBEVIRT = tee.KUBEVIRT
 # The consumers a node may declare; external VMs request no extended resource, so there is nothing to plan.
 CONSUMERS = (KATA, KUBEVIRT)
+# How many node names a line of the plan's overview shows before it counts the rest.
+OVERVIEW_NAMES_SHOWN = 5
 MODES = ("auto", "kubevirt", "nfd")
 
 # Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
@@ -269,6 +272,7 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
         "nfd": _nfd_plan(resolved),
         "kubevirt": _kubevirt_plan(resolved),
         "summary": [summary_line(n) for n in resolved],
+        "overview": overview_lines(resolved),
         "warnings": warnings,
     }
 
@@ -312,8 +316,33 @@ def _kubevirt_plan(nodes: list) -> dict:
 
 
 def summary_line(node: dict) -> str:
+    return "%s (%s): %s" % (node["name"], node["tee"].upper(), _decision(node))
+
+
+def overview_lines(nodes: list, shown: int = OVERVIEW_NAMES_SHOWN) -> list:
+    """The plan in one line per distinct decision, in the order of its first node, naming its nodes (the first
+    ``shown`` of them and a count of the rest): what a person reads of a 5,000-node plan, where
+    :func:`summary_line` gives one line per node."""
+    groups: dict = {}
+    order = []  # the decisions in the order of their first node
+    for node in nodes:
+        key = (node["tee"].upper(), _decision(node))
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(node["name"])
+    lines = []
+    for tee_name, decision in order:
+        names = groups[(tee_name, decision)]
+        counted = "" if len(names) == 1 else "%s nodes, " % format(len(names), ",")
+        lines.append("%s (%s%s): %s" % (name_list(names, shown), counted, tee_name, decision))
+    return lines
+
+
+def _decision(node: dict) -> str:
+    """What the plan decided for one node, without its name."""
     if node["pool"] is None:
-        return "%s (%s): no consumers, no key pool; NFD labels only" % (node["name"], node["tee"].upper())
+        return "no consumers, no key pool; NFD labels only"
     pool = node["pool"]
     who = " and ".join(node["consumers"])
     if pool["advertiser"] == "kubevirt":
@@ -325,13 +354,7 @@ def summary_line(node: dict) -> str:
         )
     else:
         source = "NFD (NodeFeatureRule extended resource); virt-handler kept off the node"
-    return "%s (%s): one pool %s advertised by %s, charged by %s" % (
-        node["name"],
-        node["tee"].upper(),
-        pool["resource"],
-        source,
-        who,
-    )
+    return "one pool %s advertised by %s, charged by %s" % (pool["resource"], source, who)
 
 
 def _counts_keys(name, value) -> bool:

@@ -45,6 +45,7 @@ import re
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.inputs import parse_version
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import KUBEVIRT_TDX, QGS_SOCKET
+from ansible_collections.confidential.tee.plugins.module_utils.common.text import name_list
 
 DEFAULT_QGS_SOCKET = QGS_SOCKET
 JSONPATCH_ANNOTATION = "kubevirt.kubevirt.io/jsonpatch"
@@ -87,6 +88,19 @@ def _qgs_state(fact, socket_path: str):
     return False, "%s does not exist" % socket_path
 
 
+def _evidence_text(nodes, evidence: dict) -> str:
+    """Why each node lacks a confirmed socket, one entry per distinct reason (in the order of its first node) with
+    the nodes it holds for: thousands of nodes without facts make one entry, not thousands."""
+    reasons: dict = {}
+    order = []
+    for node in nodes:
+        if evidence[node] not in reasons:
+            reasons[evidence[node]] = []
+            order.append(evidence[node])
+        reasons[evidence[node]].append(node)
+    return "; ".join("%s: %s" % (name_list(reasons[why]), why) for why in order)
+
+
 def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str = DEFAULT_QGS_SOCKET) -> dict:
     """Whether to enforce TDX attestation, from each selected node's ``tee_host_info`` ``host.qgs`` fact.
 
@@ -125,22 +139,22 @@ def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str =
             "cannot produce quotes there"
         )
     elif not lacking:
-        enforced, reason = True, "QGS socket %s present on %s" % (socket_path, ", ".join(tdx_nodes))
+        enforced, reason = True, "QGS socket %s present on %s" % (socket_path, name_list(tdx_nodes))
     elif mode == "enforced":
         raise KubeVirtConfigError(
             "TDX attestation enforced, but the QGS socket is not confirmed on %s (%s). With enforced: true "
             "virt-handler marks every %s device Unhealthy there and no TDX VMI (nor Kata pod "
             "charging that resource) can start. Install and start qgsd (Intel DCAP) on those nodes and re-read "
             "them with tee_host_info, or set the attestation mode to auto"
-            % (", ".join(lacking), "; ".join("%s: %s" % (n, evidence[n]) for n in lacking), KUBEVIRT_TDX),
+            % (name_list(lacking), _evidence_text(lacking, evidence), KUBEVIRT_TDX),
             option="attestation_mode",
         )
     else:
-        enforced, reason = False, "QGS socket not confirmed on %s" % ", ".join(lacking)
+        enforced, reason = False, "QGS socket not confirmed on %s" % name_list(lacking)
         warnings.append(
             "TDX attestation left unenforced because the QGS socket is not confirmed on %s (%s): TDX VMIs there "
             "start without a quote service; enforce it once qgsd runs on every TDX node"
-            % (", ".join(lacking), "; ".join("%s: %s" % (n, evidence[n]) for n in lacking))
+            % (name_list(lacking), _evidence_text(lacking, evidence))
         )
     return {
         "enforced": enforced,
@@ -257,14 +271,14 @@ def tdx_version(tdx_nodes, version) -> list:
         return [
             "KubeVirt's version is unknown (no API access and no kubevirt_cc_version): the TDX pool on %s needs "
             "KubeVirt v1.9.0 or later (v1.8 has no devices.kubevirt.io/tdx plugin); set kubevirt_cc_version to check"
-            % ", ".join(tdx_nodes)
+            % name_list(tdx_nodes)
         ]
     if parsed < TDX_MIN_VERSION:
         raise KubeVirtConfigError(
             "KubeVirt %s has no TDX device plugin (devices.kubevirt.io/tdx arrives in v1.9.0), so the TDX pool planned "
             "on KubeVirt for %s would not exist and TDX VMIs and Kata pods charging it would never schedule. Upgrade "
             "KubeVirt to v1.9.0 or later, or remove kubevirt from those nodes' tee_node_consumers and set "
-            "tee_key_pool_mode: nfd (NFD's tdx.intel.com/keys is then the pool)" % (version, ", ".join(tdx_nodes))
+            "tee_key_pool_mode: nfd (NFD's tdx.intel.com/keys is then the pool)" % (version, name_list(tdx_nodes))
         )
     return []
 

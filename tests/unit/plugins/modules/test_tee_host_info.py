@@ -359,3 +359,18 @@ def test_a_host_not_probed_never_imports_the_gpu_probe(tmp_path):
     assert not {"host.gpu_facts", "common.process"} & fleet
     probed = _imported_by_a_run(tmp_path, {"host_root": str(root), "nvidia_smi_path": "/bin/true"})
     assert {"host.gpu_facts", "common.process"} <= probed
+    assert {"host.preflight", "host.hardware_keys", "host.misc_cgroup", "host.fleet_view"} <= fleet
+
+
+def test_the_plain_call_never_imports_the_preflight_checks_or_the_cgroup_parser(tmp_path):
+    """The cluster playbook and tee_node call tee_host_info once per node without preflight or capacity: the host
+    must not compile what only those read (preflight, hardware keys, the misc cgroup parser: about 1,600 lines)."""
+    root = small_tdx_tree(tmp_path)
+    plain = _imported_by_a_run(tmp_path, {"host_root": str(root), "gather_gpu": False})
+    assert "host.host_facts" in plain
+    assert (
+        not {"host.preflight", "host.hardware_keys", "host.capacity_facts", "host.misc_cgroup", "host.fleet_view"}
+        & plain
+    )
+    capacity = _imported_by_a_run(tmp_path, {"host_root": str(root), "gather_gpu": False, "capacity": True})
+    assert {"host.capacity_facts", "host.misc_cgroup"} <= capacity and "host.preflight" not in capacity

@@ -44,7 +44,13 @@ def test_summary_plans_without_the_node_map_and_keeps_the_group_order():
     found = ci.summary(seen, {"tee_output": "manifests"})
     assert found["errors"] == [] and found["unknown_vendor"] == []
     assert found["gpu_hosts"] == ["z"]
-    assert "nodes" not in found["plan"] and found["plan"]["summary"]
+    assert "nodes" not in found["plan"] and "summary" not in found["plan"]
+    assert found["plan"]["overview"] == [
+        "a (SNP): one pool sev-snp.amd.com/esids advertised by NFD (NodeFeatureRule extended resource); virt-handler "
+        "kept off the node, charged by kata",
+        "z (TDX): one pool devices.kubevirt.io/tdx advertised by KubeVirt's virt-handler device plugin, charged by "
+        "kata and kubevirt",
+    ]
     assert ci.summary(seen, host_facts=True)["plan"] is None
 
 

@@ -162,3 +162,20 @@ def test_renamed_and_third_pool_rules_are_found_and_garbage_is_skipped():
     found = kp.foreign_key_rules(rules, own_names=["confidential-tee-keys"], remove_names=kp.stale_rules(rules))
     assert [f["name"] for f in found] == ["kata-tee-keys", "nvidia"]
     assert found[1]["resources"] == ["feature.node.kubernetes.io/snp-esids"]
+
+
+def test_the_overview_is_one_line_per_decision_naming_a_few_nodes():
+    nodes = [{"name": f"tdx-{i:04d}", "vendor": "intel", "consumers": ["kata", "kubevirt"]} for i in range(3000)]
+    nodes += [{"name": f"snp-{i:04d}", "vendor": "amd", "consumers": ["kata"]} for i in range(2)]
+    nodes += [{"name": "bare", "vendor": "intel"}]
+    found = kp.plan(nodes)
+    assert len(found["summary"]) == 3003
+    assert found["overview"] == [
+        "bare (TDX): no consumers, no key pool; NFD labels only",
+        "snp-0000, snp-0001 (2 nodes, SNP): " + found["summary"][1].split(": ", 1)[1],
+        "tdx-0000, tdx-0001, tdx-0002, tdx-0003, tdx-0004 and 2,995 more (3,000 nodes, TDX): "
+        + found["summary"][3].split(": ", 1)[1],
+    ]
+    # The per-node line and the overview say the same decision.
+    names = sorted(n["name"] for n in nodes)
+    assert all(line.startswith(name + " (") for line, name in zip(found["summary"], names, strict=True))
