@@ -33,7 +33,7 @@ description:
     C(grubby)); if it is not what was planned, the files are restored and the task fails.
   - On kernel-install hosts the running kernel's boot entry
     (C(loader/entries/<entry-token>-<release>.conf) in C(/efi), C(/boot) or C(/boot/efi), the places and names
-    systemd 252's C(kernel-install) and C(90-loaderentry.install) use) is read after C(kernel-install add): that
+    systemd 252's C(kernel-install) and C(90-loaderentry.install) use) is read after C(kernel-install add), because that
     command exits 0 without writing an entry when no ESP or XBOOTLDR partition is mounted. An entry that is
     missing or whose C(options) line lacks the planned arguments restores the files and fails the task,
     saying where it looked and how to fix it.

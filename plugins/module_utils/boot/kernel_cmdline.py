@@ -828,15 +828,15 @@ def parse_requests(raw: object) -> list[Request]:
     return requests
 
 
-def _disagreement(first: Request, second: Request) -> str | None:
-    """Why two requests cannot both be met (one wants what the other removes or sets differently), or None."""
-    for want in first.present:
-        for other in second.present:
-            if want.key == other.key and not want.same_setting(other):
-                return f"{first.name} wants {want.raw} but {second.name} wants {other.raw}"
-        for drop in second.absent:
+def _disagreement(wanting: Request, other: Request) -> str | None:
+    """Why two requests cannot both be met (``other`` removes or sets differently what ``wanting`` wants), or None."""
+    for want in wanting.present:
+        for theirs in other.present:
+            if want.key == theirs.key and not want.same_setting(theirs):
+                return f"{wanting.name} wants {want.raw} but {other.name} wants {theirs.raw}"
+        for drop in other.absent:
             if want.key == drop.key and drop.value in (None, want.value):
-                return f"{first.name} wants {want.raw} present but {second.name} wants {drop.raw} absent"
+                return f"{wanting.name} wants {want.raw} present but {other.name} wants {drop.raw} absent"
     return None
 
 
@@ -845,7 +845,7 @@ def combine(requests: list[Request]) -> tuple[list[Arg], list[Arg]]:
     problems = []
     for i, first in enumerate(requests):
         for second in requests[i + 1 :]:
-            problem = _disagreement(first, second) or _disagreement(second, first)
+            problem = _disagreement(wanting=first, other=second) or _disagreement(wanting=second, other=first)
             problems += [problem] if problem else []
     if problems:
         raise CmdlineError(f"the requests contradict each other: {'; '.join(problems)}; nothing was changed")
