@@ -664,7 +664,16 @@ def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
             if name.endswith(".conf")
         ]
         plan.actions.append(action)
-        plan.after_tools = _entry_check(plan, loader_entry.entry_tokens(reader), release, tool)
+        conf, settings = loader_entry.install_conf(reader)
+        if settings.get("layout", "bls") == "bls":
+            roots = loader_entry.boot_roots(settings)
+            plan.after_tools = _entry_check(plan, loader_entry.entry_tokens(reader), release, tool, roots)
+        else:
+            # Another layout (uki, other) writes no Type #1 entry to read back: say so rather than fail or claim it.
+            plan.warnings.append(
+                f"{conf} sets layout={settings['layout']}: kernel-install writes no Type #1 boot entry there, so "
+                "the new command line could not be confirmed in a loader entry; check what your boot loader reads"
+            )
     else:
         plan.warnings.append(
             f"{path} is read when a kernel is installed; no kernel-install or vmlinuz for the running "
@@ -673,7 +682,7 @@ def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
         )
 
 
-def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str):
+def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str, roots: tuple[str, ...]):
     """After ``kernel-install add``: the running kernel's entry must carry the planned command line.
 
     kernel-install exits 0 and writes nothing when it finds no ``$BOOT`` with a Type #1 layout (an ESP that is not
@@ -681,8 +690,8 @@ def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str):
     """
 
     def problems(executor) -> list[str]:
-        entries = loader_entry.find_entries(executor.host_root, tokens, release)
-        where = loader_entry.looked_in(tokens, release)
+        entries = loader_entry.find_entries(executor.host_root, tokens, release, roots)
+        where = loader_entry.looked_in(tokens, release, roots)
         fix = (
             "kernel-install writes the entry only into a mounted ESP or XBOOTLDR partition (/efi, /boot or "
             "/boot/efi) that holds loader/entries or a directory named after the entry token: mount it (for "

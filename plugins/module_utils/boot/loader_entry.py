@@ -10,7 +10,8 @@ code proves nothing: the entry itself is read back. The rules below are systemd 
   the machine ID, ``IMAGE_ID`` and ``ID`` of ``os-release``, and ``Default`` whose directory exists in a boot root,
   falling back to the machine ID.
 * ``$BOOT`` is the first of ``/efi``, ``/boot`` and ``/boot/efi`` that holds ``<token>/`` or ``loader/entries/``,
-  else ``/efi`` or ``/boot/efi`` when it is a mount point, else ``/boot``.
+  else ``/efi`` or ``/boot/efi`` when it is a mount point, else ``/boot``. ``install.conf`` (``/etc/kernel``, else
+  ``/usr/lib/kernel``; sourced as shell) may set ``BOOT_ROOT`` and ``layout`` instead.
 * The entry is written only for the ``bls`` layout (``loader/entries.srel`` saying ``type1``, or a ``<token>/``
   directory in ``$BOOT``); for any other layout the plugin exits 0 having written nothing.
 * Its name is ``$BOOT/loader/entries/<token>-<release>.conf``, or ``<token>-<release>+<tries>.conf`` with
@@ -29,6 +30,23 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.host_reade
 BOOT_ROOTS = ("/efi", "/boot", "/boot/efi")
 MAX_ENTRY = 64 * 1024
 _OS_RELEASE_KEY = re.compile(r"^(IMAGE_ID|ID)=[\"']?([^\"'\s]*)[\"']?\s*$", re.M)
+INSTALL_CONFS = ("/etc/kernel/install.conf", "/usr/lib/kernel/install.conf")
+_INSTALL_CONF_KEY = re.compile(r"^\s*(layout|BOOT_ROOT)=[\"']?([^\"'\s]*)[\"']?\s*$", re.M)
+
+
+def install_conf(reader: HostReader) -> tuple[str | None, dict[str, str]]:
+    """The ``install.conf`` kernel-install reads (its path, or None) and the ``layout``/``BOOT_ROOT`` it sets."""
+    for path in INSTALL_CONFS:
+        text = reader.read_text(path, record=False)
+        if text is not None:
+            return path, {key: value for key, value in _INSTALL_CONF_KEY.findall(text) if value}
+    return None, {}
+
+
+def boot_roots(settings: dict[str, str]) -> tuple[str, ...]:
+    """Where the entry can be: the configured ``BOOT_ROOT``, else kernel-install's search order."""
+    root = settings.get("BOOT_ROOT", "").rstrip("/")
+    return (root,) if root.startswith("/") else BOOT_ROOTS
 
 
 def entry_tokens(reader: HostReader) -> list[str]:
@@ -57,11 +75,13 @@ def entry_names(tokens: list[str], release: str, names: list[str]) -> list[str]:
     return wanted
 
 
-def find_entries(host_root: str, tokens: list[str], release: str) -> list[tuple[str, str | None]]:
+def find_entries(
+    host_root: str, tokens: list[str], release: str, roots: tuple[str, ...] = BOOT_ROOTS
+) -> list[tuple[str, str | None]]:
     """``(path, options text)`` of the release's entries in every boot root; text None where it cannot be read."""
     reader = HostReader(host_root)
     found = []
-    for boot in BOOT_ROOTS:
+    for boot in roots:
         directory = f"{boot}/loader/entries"
         for name in entry_names(tokens, release, reader.listdir(directory) or []):
             path = f"{directory}/{name}"
@@ -76,7 +96,7 @@ def find_entries(host_root: str, tokens: list[str], release: str) -> list[tuple[
     return found
 
 
-def looked_in(tokens: list[str], release: str) -> str:
+def looked_in(tokens: list[str], release: str, roots: tuple[str, ...] = BOOT_ROOTS) -> str:
     """Where the entry was looked for, for messages."""
     names = " or ".join(f"{token}-{release}.conf" for token in tokens) or f"<entry-token>-{release}.conf"
-    return f"{names} in {', '.join(f'{boot}/loader/entries' for boot in BOOT_ROOTS)}"
+    return f"{names} in {', '.join(f'{boot}/loader/entries' for boot in roots)}"

@@ -269,3 +269,22 @@ def test_kernel_install_check_mode_reads_no_entry(tmp_path):
     executor = apply_plan(root, result, check_mode=True, calls=[])
     kc.verify(result, executor)  # nothing ran, so there is nothing to confirm
     assert [a.kind for a in result.actions] == ["write", "command"]
+
+
+def test_kernel_install_boot_root_from_install_conf_is_where_the_entry_is_read(tmp_path):
+    root = kernel_install_root(tmp_path, entry_root="/boot/efi")
+    (tmp_path / "etc/kernel/install.conf").write_text('layout=bls\nBOOT_ROOT="/srv/esp"\n')
+    (tmp_path / "srv/esp/loader/entries").mkdir(parents=True)
+    runner, _ = stand_in_kernel_install(tmp_path)  # writes into /boot/efi, not the configured BOOT_ROOT
+    with pytest.raises(kc.CmdlineError, match=r"wrote no boot entry .* in /srv/esp/loader/entries;"):
+        run_kernel_install(root, runner)
+
+
+def test_kernel_install_with_another_layout_warns_instead_of_reading_an_entry(tmp_path):
+    root = kernel_install_root(tmp_path, entry_root=None)
+    (tmp_path / "usr/lib/kernel").mkdir(parents=True)
+    (tmp_path / "usr/lib/kernel/install.conf").write_text("layout=uki\n")
+    calls = []
+    result, _ = run_kernel_install(root, lambda argv: calls.append(argv) or (0, "", ""))
+    assert len(calls) == 1 and result.after_tools is None
+    assert "install.conf sets layout=uki" in result.warnings[0]
