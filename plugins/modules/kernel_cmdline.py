@@ -31,6 +31,12 @@ description:
     a message naming the file, and nothing is written.
   - After writing, the configuration is read back (and re-evaluated for GRUB; entries re-read after
     C(grubby)); if it is not what was planned, the files are restored and the task fails.
+  - On kernel-install hosts the running kernel's boot entry
+    (C(loader/entries/<entry-token>-<release>.conf) in C(/efi), C(/boot) or C(/boot/efi), the places and names
+    systemd 252's C(kernel-install) and C(90-loaderentry.install) use) is read after C(kernel-install add), because that
+    command exits 0 without writing an entry when no ESP or XBOOTLDR partition is mounted. An entry that is
+    missing or whose C(options) line lacks the planned arguments restores the files and fails the task,
+    saying where it looked and how to fix it.
   - Files are backed up before they change and written atomically through symbolic links (the link stays,
     its target changes; absolute targets are resolved inside O(host_root)). Bytes that are not UTF-8 are
     preserved. Commands run only when something changes and never in check mode. With a O(host_root) other
@@ -59,6 +65,32 @@ options:
       - Use one name per role so that roles do not overwrite each other's arguments.
     type: str
     default: confidential-tee
+  requests:
+    description:
+      - Several callers' requests (one per role) applied as one change, instead of O(present), O(absent) and
+        O(name). Each keeps its own GRUB drop-in, so the files are exactly those that one task per request
+        would write, but the boot configuration is regenerated (C(update-grub), C(kernel-install add), C(grubby))
+        once, and the task writes all the files or none.
+      - The requests are planned and validated together before anything is written. Requests that contradict
+        each other (one wants an argument the other removes or sets to another value), an invalid argument in
+        any request, or a name used twice fail the task with nothing written.
+      - When the single update or the read-back fails, every file changed by the task is restored.
+      - Mutually exclusive with O(present), O(absent) and O(name).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Stem of this request's GRUB drop-in, as O(name).
+        type: str
+        required: true
+      present:
+        description: Arguments this request wants on the command line, as O(present).
+        type: raw
+        default: []
+      absent:
+        description: Arguments this request wants removed, as O(absent).
+        type: raw
+        default: []
   boot_setup:
     description:
       - Boot setup to edit. C(auto) picks the first found of ostree (C(/run/ostree-booted)), BLS with
@@ -92,6 +124,14 @@ EXAMPLES = r"""
   confidential.tee.kernel_cmdline:
     absent:
       - iommu=pt
+
+- name: Apply two roles' arguments with one boot update (each keeps its GRUB drop-in)
+  confidential.tee.kernel_cmdline:
+    requests:
+      - name: 90-confidential-tee-tdx
+        present: [kvm_intel.tdx=1, nohibernate]
+      - name: 91-confidential-tee-iommu
+        present: [intel_iommu=on]
 
 - name: Plan against a node tree mounted at /host, changing nothing
   confidential.tee.kernel_cmdline:
@@ -167,7 +207,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.boot.kernel_cmdli
     CmdlineError,
     Executor,
     managed_running,
+    parse_requests,
     plan,
+    plan_requests,
     reboot_required,
     running_cmdline,
     verify,
@@ -190,6 +232,13 @@ def _arguments_diff(result_plan):
     }
 
 
+def _plan(host_root, params):
+    """One request (present, absent, name) or several (requests), planned as one change."""
+    if params["requests"] is None:
+        return plan(host_root, params["present"], params["absent"], params["name"], params["boot_setup"])
+    return plan_requests(host_root, parse_requests(params["requests"]), params["boot_setup"])
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -197,9 +246,19 @@ def main():
             present=dict(type="raw", default=[]),
             absent=dict(type="raw", default=[]),
             name=dict(type="str", default="confidential-tee"),
+            requests=dict(
+                type="list",
+                elements="dict",
+                options=dict(
+                    name=dict(type="str", required=True),
+                    present=dict(type="raw", default=[]),
+                    absent=dict(type="raw", default=[]),
+                ),
+            ),
             boot_setup=dict(type="str", default="auto", choices=["auto", "grub", "bls", "kernel_install", "ostree"]),
             backup=dict(type="bool", default=True),
         ),
+        mutually_exclusive=[("requests", "present"), ("requests", "absent"), ("requests", "name")],
         supports_check_mode=True,
     )
     params = module.params
@@ -211,14 +270,15 @@ def main():
     executor = Executor(host_root, module.check_mode, module.run_command, backup=params["backup"])
     redact = executor.changes.redact
     try:
-        result_plan = plan(host_root, params["present"], params["absent"], params["name"], params["boot_setup"])
+        result_plan = _plan(host_root, params)
+        present, absent = [arg.raw for arg in result_plan.present], [arg.raw for arg in result_plan.absent]
         executor.plan(result_plan)
         # The diff is the plan's, rendered before anything is applied and before verify() fills in the read-back.
         diff = [_arguments_diff(result_plan), *executor.changes.diff()] if module._diff else None
         executor.execute(result_plan)
         verify(result_plan, executor)
         running = running_cmdline(host_root)
-        needs_reboot = reboot_required(running, params["present"], params["absent"])
+        needs_reboot = reboot_required(running, present, absent)
     except CmdlineError as exc:
         module.fail_json(msg=redact(display_text(str(exc))), actions=redact(executor.done), backups=executor.backups)
     except Exception as exc:  # whatever failed after a change, the host is put back first
@@ -236,7 +296,7 @@ def main():
         source=result_plan.source,
         configured=[display_text(raw) for raw in result_plan.configured],
         configured_facts=describe_cmdline(display_text(" ".join(result_plan.configured)), result_plan.source),
-        running=managed_running(running, params["present"], params["absent"]),
+        running=managed_running(running, present, absent),
         reboot_required=needs_reboot,
         actions=executor.done,
         backups=executor.backups,

@@ -15,16 +15,19 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ansible_collections.confidential.tee.plugins.module_utils.boot import bls
+from ansible_collections.confidential.tee.plugins.module_utils.boot import bls, loader_entry
 from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import ChangeError, Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.file_names import fits
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.common.process import run_bounded
-from ansible_collections.confidential.tee.plugins.module_utils.common.validation import display_text
+from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
+    display_text,
+    list_of_strings_problem,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import (
     Arg,
     kernel_args,
@@ -280,6 +283,8 @@ class Plan:
     # Problems of the written files, checked after writing and before any tool (update-grub, kernel-install,
     # grubby) runs: (executor) -> [problem]. A tool only ever runs on files proven right.
     before_tools: object = None
+    # Problems of what the tools wrote, checked after they ran (kernel-install's entry): (executor) -> [problem].
+    after_tools: object = None
 
     @property
     def changed(self) -> bool:
@@ -302,14 +307,15 @@ class GrubFiles:
 
     order: list[str]
     texts: dict[str, str]
-    dropin: str
+    dropin: str  # the drop-in of the request being planned
+    dropins: tuple[str, ...] = ()  # every request's drop-in (one per request of the task)
 
     def present(self, texts: dict[str, str | None] | None = None) -> dict[str, str]:
         source = self.texts if texts is None else texts
         return {path: source[path] for path in self.order if source.get(path) is not None}
 
 
-def read_grub_files(reader: HostReader, dropin: str) -> GrubFiles:
+def read_grub_files(reader: HostReader, dropins: list[str]) -> GrubFiles:
     main = read_boot_file(reader, grub.GRUB_MAIN)
     if main is None:
         raise CmdlineError(f"boot setup 'grub' needs {reader.path(grub.GRUB_MAIN)}, which is missing")
@@ -329,8 +335,9 @@ def read_grub_files(reader: HostReader, dropin: str) -> GrubFiles:
             )
         texts[path] = grub.decode(result.data or b"")
     listed = [path.rsplit("/", 1)[1] for path in texts if path != grub.GRUB_MAIN]
-    ordered = grub.source_order(list(dict.fromkeys([*listed, dropin.rsplit("/", 1)[1]])))
-    return GrubFiles([grub.GRUB_MAIN] + [f"{grub.GRUB_DIR}/{name}" for name in ordered], texts, dropin)
+    ordered = grub.source_order(list(dict.fromkeys([*listed, *(dropin.rsplit("/", 1)[1] for dropin in dropins)])))
+    order = [grub.GRUB_MAIN] + [f"{grub.GRUB_DIR}/{name}" for name in ordered]
+    return GrubFiles(order, texts, dropins[0], tuple(dropins))
 
 
 def _evaluate(files: GrubFiles, texts: dict[str, str | None], runner) -> list[str]:
@@ -367,7 +374,7 @@ def _grub_removal_error(files: GrubFiles, raw: str, runner) -> CmdlineError:
 def _origin(files: GrubFiles, raw: str, runner) -> str:
     """The first file after whose sourcing ``raw`` is on the command line (for messages)."""
     for count in range(1, len(files.order) + 1):
-        subset = GrubFiles(files.order[:count], files.texts, files.dropin)
+        subset = replace(files, order=files.order[:count])
         if raw in _evaluate(subset, subset.texts, runner):
             return files.order[count - 1]
     return "the GRUB files"
@@ -385,26 +392,45 @@ def _own_args(own: list[str], foreign: list[str], present: list[Arg], absent: li
 
 def plan_grub(reader: HostReader, present: list[Arg], absent: list[Arg], name: str, runner=run_bounded) -> Plan:
     """Plan the drop-in and the removals, and prove the result by evaluating the planned files."""
-    dropin = f"{grub.GRUB_DIR}/{name}.cfg"
-    files = read_grub_files(reader, dropin)
+    return plan_grub_requests(reader, [Request(name, present, absent)], runner)
+
+
+def plan_grub_requests(reader: HostReader, requests: list[Request], runner=run_bounded) -> Plan:
+    """Plan every request's drop-in in turn on the files the previous ones leave, then prove the whole result.
+
+    Each request keeps its own drop-in, exactly as if it had been a task of its own: one task for several roles
+    writes the files that their tasks one after another would write, but regenerates the configuration once.
+    """
+    files = read_grub_files(reader, [f"{grub.GRUB_DIR}/{request.name}.cfg" for request in requests])
     texts: dict[str, str | None] = dict(files.texts)
     before = _evaluate(files, texts, runner)
+    current = before
+    for request in requests:
+        mine = replace(files, dropin=f"{grub.GRUB_DIR}/{request.name}.cfg")
+        current = _plan_dropin(mine, texts, current, request, runner)
+    present, absent = combine(requests)
+    problems = unmet(before, current, present, absent)
+    if problems:
+        raise _grub_unmet_error(files, texts, problems)
+    return _grub_plan(reader, files, texts, before, current, runner)
+
+
+def _plan_dropin(files: GrubFiles, texts: dict, current: list[str], request: Request, runner) -> list[str]:
+    """Plan one request's drop-in and removals into ``texts``; return the command line the files then give."""
+    present, absent = request.present, request.absent
     try:
-        own_before = grub.dropin_args(dropin, texts.get(dropin))
+        own_before = grub.dropin_args(files.dropin, texts.get(files.dropin))
     except grub.GrubError as exc:
         raise CmdlineError(str(exc)) from exc
-    foreign = list((Counter(before) - Counter(own_before)).elements())
+    foreign = list((Counter(current) - Counter(own_before)).elements())
     own_after = _own_args(own_before, foreign, present, absent)
-    texts[dropin] = grub.dropin_text(name, own_after) if own_after else None
+    texts[files.dropin] = grub.dropin_text(request.name, own_after) if own_after else None
     current = _evaluate(files, texts, runner)
     for raw in [r for r in current if conflicts(parse_arg_text(r), present, absent)]:
         if raw in current and not _remove_one(files, texts, raw, current, runner):
             raise _grub_removal_error(files, raw, runner)
         current = _evaluate(files, texts, runner)
-    problems = unmet(before, current, present, absent)
-    if problems:
-        raise _grub_unmet_error(files, texts, problems)
-    return _grub_plan(reader, files, texts, before, current, runner)
+    return current
 
 
 def _grub_unmet_error(files: GrubFiles, texts, problems: list[str]) -> CmdlineError:
@@ -435,7 +461,7 @@ def _grub_plan(reader: HostReader, files: GrubFiles, texts, before: list[str], a
     plan = Plan("grub", actions, before, after, "GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT")
 
     def readback(host_root: str, _run) -> list[str]:
-        written = read_grub_files(HostReader(host_root), files.dropin)
+        written = read_grub_files(HostReader(host_root), list(files.dropins))
         return _evaluate(written, written.texts, runner)
 
     plan.readback = readback
@@ -620,7 +646,7 @@ def plan_kernel_install(reader: HostReader, present: list[Arg], absent: list[Arg
 
 # Where kernel-install looks for the boot partition, in its order (systemd 252, kernel-install: "/efi /boot
 # /boot/efi"; XBOOTLDR or ESP).
-KERNEL_INSTALL_BOOT_ROOTS = ("/efi", "/boot", "/boot/efi")
+KERNEL_INSTALL_BOOT_ROOTS = loader_entry.BOOT_ROOTS
 
 
 def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
@@ -638,12 +664,55 @@ def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
             if name.endswith(".conf")
         ]
         plan.actions.append(action)
+        conf, settings = loader_entry.install_conf(reader)
+        if settings.get("layout", "bls") == "bls":
+            roots = loader_entry.boot_roots(settings)
+            plan.after_tools = _entry_check(plan, loader_entry.entry_tokens(reader), release, tool, roots)
+        else:
+            # Another layout (uki, other) writes no Type #1 entry to read back: say so rather than fail or claim it.
+            plan.warnings.append(
+                f"{conf} sets layout={settings['layout']}: kernel-install writes no Type #1 boot entry there, so "
+                "the new command line could not be confirmed in a loader entry; check what your boot loader reads"
+            )
     else:
         plan.warnings.append(
             f"{path} is read when a kernel is installed; no kernel-install or vmlinuz for the running "
             f"kernel {release or '(unknown)'} was found, so run 'kernel-install add' or reinstall the "
             "kernel for the change to reach the boot entry"
         )
+
+
+def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str, roots: tuple[str, ...]):
+    """After ``kernel-install add``: the running kernel's entry must carry the planned command line.
+
+    kernel-install exits 0 and writes nothing when it finds no ``$BOOT`` with a Type #1 layout (an ESP that is not
+    mounted, say), so only the entry itself shows that the next boot gets the new line (:mod:`loader_entry`).
+    """
+
+    def problems(executor) -> list[str]:
+        entries = loader_entry.find_entries(executor.host_root, tokens, release, roots)
+        where = loader_entry.looked_in(tokens, release, roots)
+        fix = (
+            "kernel-install writes the entry only into a mounted ESP or XBOOTLDR partition (/efi, /boot or "
+            "/boot/efi) that holds loader/entries or a directory named after the entry token: mount it (for "
+            "example 'mount /boot/efi'), or set it up with 'bootctl install', then run again"
+        )
+        if not entries:
+            return [f"'{tool} add' exited 0 but wrote no boot entry for {release}: looked for {where}; {fix}"]
+        found = []
+        for entry, options in entries:
+            args = [t.raw for t in kernel_args(tokenize(options))] if options is not None else None
+            wrong = ["unreadable"] if args is None else unmet(plan.configured, args, plan.present, plan.absent)
+            found += [f"{entry} ({'; '.join(wrong)})"] if wrong else []
+        if not found:
+            return []
+        planned = " ".join(plan.configured) or "(nothing)"
+        return [
+            f"'{tool} add' exited 0 but the boot entry does not carry the planned command line {planned}: "
+            f"{', '.join(found)}; {fix}"
+        ]
+
+    return problems
 
 
 def _kernel_install_add(reader: HostReader, release: str) -> list[str] | None:
@@ -712,13 +781,89 @@ def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Pl
 # ------------------------------------------------------------------------------------------ entry points
 
 
-def parse_request(present: list, absent: list) -> tuple[list[Arg], list[Arg]]:
-    want = [parse_arg(p, "present argument") for p in present]
-    drop = [parse_arg(a, "absent argument") for a in absent]
+@dataclass
+class Request:
+    """One caller's arguments (a role's), with the stem of its own GRUB drop-in."""
+
+    name: str
+    present: list[Arg]
+    absent: list[Arg]
+
+
+def parse_request(present: list, absent: list, where: str = "") -> tuple[list[Arg], list[Arg]]:
+    want = [parse_arg(p, f"{where}present argument") for p in present]
+    drop = [parse_arg(a, f"{where}absent argument") for a in absent]
     clash = {t.key for t in want} & {t.key for t in drop if t.value is None}
     if clash:
-        raise CmdlineError(f"{', '.join(sorted(clash))} requested both present and absent")
+        raise CmdlineError(f"{where}{', '.join(sorted(clash))} requested both present and absent")
     return want, drop
+
+
+def check_name(name: str, where: str = "name") -> None:
+    if not isinstance(name, str) or not DROPIN_NAME_RE.match(name):
+        raise CmdlineError(f"{where} {name!r} must be a file-name stem (letters, digits, '.', '_', '-')")
+    if not fits(name + ".cfg"):
+        raise CmdlineError(
+            f"{where} {name[:40]!r}... has {len(name)} characters: the drop-in {name[:8]}....cfg must fit a file "
+            "name (255 bytes, NAME_MAX); choose a shorter name"
+        )
+
+
+REQUEST_KEYS = ("name", "present", "absent")
+
+
+def parse_requests(raw: object) -> list[Request]:
+    """Validate the ``requests`` option: a non-empty list of ``{name, present, absent}`` with distinct names."""
+    if not isinstance(raw, list) or not raw:
+        raise CmdlineError("requests must be a non-empty list of {name, present, absent} dictionaries")
+    requests: list[Request] = []
+    for index, item in enumerate(raw):
+        where = f"requests[{index}]"
+        if not isinstance(item, dict) or "name" not in item or set(item) - set(REQUEST_KEYS):
+            raise CmdlineError(f"{where} must be a dictionary with the keys name (required), present and absent")
+        check_name(item["name"], f"{where}.name")
+        where = f"requests[{index}] ({item['name']}): "
+        for option in ("present", "absent"):
+            problem = list_of_strings_problem(f"{where}{option}", item.get(option) or [])
+            if problem:
+                raise CmdlineError(problem)
+        want, drop = parse_request(item.get("present") or [], item.get("absent") or [], where)
+        requests.append(Request(item["name"], want, drop))
+    names = Counter(request.name for request in requests)
+    twice = sorted(name for name, count in names.items() if count > 1)
+    if twice:
+        raise CmdlineError(f"requests name the drop-in {', '.join(twice)} more than once: give each its own name")
+    combine(requests)
+    return requests
+
+
+def _disagreement(wanting: Request, other: Request) -> str | None:
+    """Why two requests cannot both be met (``other`` removes or sets differently what ``wanting`` wants), or None."""
+    for want in wanting.present:
+        for theirs in other.present:
+            if want.key == theirs.key and not want.same_setting(theirs):
+                return f"{wanting.name} wants {want.raw} but {other.name} wants {theirs.raw}"
+        for drop in other.absent:
+            if want.key == drop.key and drop.value in (None, want.value):
+                return f"{wanting.name} wants {want.raw} present but {other.name} wants {drop.raw} absent"
+    return None
+
+
+def combine(requests: list[Request]) -> tuple[list[Arg], list[Arg]]:
+    """Every request's arguments as one request; requests that contradict each other are refused."""
+    problems = []
+    for i, first in enumerate(requests):
+        for second in requests[i + 1 :]:
+            problem = _disagreement(wanting=first, other=second) or _disagreement(wanting=second, other=first)
+            problems += [problem] if problem else []
+    if problems:
+        raise CmdlineError(f"the requests contradict each other: {'; '.join(problems)}; nothing was changed")
+    present: list[Arg] = []
+    absent: list[Arg] = []
+    for request in requests:
+        present += [arg for arg in request.present if not any(arg.same_setting(seen) for seen in present)]
+        absent += [arg for arg in request.absent if arg.raw not in [seen.raw for seen in absent]]
+    return present, absent
 
 
 def plan(
@@ -730,14 +875,17 @@ def plan(
     runner=run_bounded,
 ) -> Plan:
     """Parse the request, detect (or check) the boot setup and plan the actions."""
-    if not DROPIN_NAME_RE.match(name or ""):
-        raise CmdlineError(f"name {name!r} must be a file-name stem (letters, digits, '.', '_', '-')")
-    if not fits(name + ".cfg"):
-        raise CmdlineError(
-            f"name {name[:40]!r}... has {len(name)} characters: the drop-in {name[:8]}....cfg must fit a file name "
-            "(255 bytes, NAME_MAX); choose a shorter name"
-        )
+    check_name(name)
     want, drop = parse_request(present, absent)
+    return plan_requests(host_root, [Request(name, want, drop)], setup, runner)
+
+
+def plan_requests(host_root: str, requests: list[Request], setup: str = "auto", runner=run_bounded) -> Plan:
+    """Plan several callers' requests as one change: every file they need written, the boot updated once.
+
+    GRUB keeps one drop-in per request; the other setups hold one command line, edited with all of them at once.
+    """
+    want, drop = combine(requests)
     reader = HostReader(host_root)
     if setup == "auto":
         detected, found = detect_setup(reader)
@@ -749,7 +897,7 @@ def plan(
             )
         setup = detected
     planners = {
-        "grub": lambda: plan_grub(reader, want, drop, name, runner),
+        "grub": lambda: plan_grub_requests(reader, requests, runner),
         "bls": lambda: plan_bls(reader, want, drop),
         "kernel_install": lambda: plan_kernel_install(reader, want, drop),
         "ostree": lambda: plan_ostree(reader, want, drop),
@@ -779,6 +927,8 @@ def verify(result: Plan, executor: Executor) -> None:
     if executor.check_mode or not result.actions or result.readback is None:
         return
     after, problems = _readback_problems(result, executor)
+    if not problems and result.after_tools is not None:
+        problems = result.after_tools(executor)  # type: ignore[operator]
     if problems:
         executor.rollback()
         raise CmdlineError(

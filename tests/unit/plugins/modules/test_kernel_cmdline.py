@@ -149,3 +149,38 @@ def test_configured_facts_carry_the_snp_remedy(tmp_path, module_result):
         "present": ["iommu=nomerge"],
         "absent": ["iommu=nomerge,pt"],
     }
+
+
+REQUESTS = [
+    {"name": "90-tdx", "present": ["kvm_intel.tdx=1", "nohibernate"]},
+    {"name": "91-iommu", "present": ["intel_iommu=on"], "absent": ["iommu"]},
+]
+
+
+def test_requests_check_mode_diff_then_one_update(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    planned = module_result({"host_root": root, "requests": REQUESTS, "_ansible_diff": True}, check_mode=True)
+    assert planned["changed"] is True and planned["_calls"] == []
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert [d["after_header"] for d in planned["diff"][1:]] == [
+        f"{root}/etc/default/grub",
+        f"{root}/etc/default/grub.d/90-tdx.cfg",
+        f"{root}/etc/default/grub.d/91-iommu.cfg",
+    ]
+    applied = module_result({"host_root": root, "requests": REQUESTS, "_ansible_diff": True})
+    assert applied["_calls"] == [["chroot", root, "/usr/sbin/update-grub"]]  # one boot update for both
+    assert applied["actions"] == planned["actions"] and applied["diff"] == planned["diff"]
+    assert applied["reboot_required"] is True
+    assert sorted(applied["running"]) == []
+    assert module_result({"host_root": root, "requests": REQUESTS})["changed"] is False
+
+
+def test_requests_exclude_the_single_request_options(tmp_path, module_result):
+    root = grub_tree(tmp_path)
+    result = module_result({"host_root": root, "requests": REQUESTS, "present": ["x"]}, failed=True)
+    assert "mutually exclusive" in result["msg"]
+    bad = [REQUESTS[0], {"name": "91-iommu", "present": "intel_iommu=on"}]
+    result = module_result({"host_root": root, "requests": bad}, failed=True)
+    assert "requests[1] (91-iommu): present must be a list" in result["msg"]
+    assert not (tmp_path / "etc/default/grub.d").exists()
