@@ -8,7 +8,8 @@
 #   4. one boot of that disk with -kernel runs grub-install /dev/vda and update-grub *inside* the guest, so
 #      GRUB is installed by the guest's own tools onto the guest's own disk, then powers off.
 # The result is cached under ~/.cache/confidential-tee/vm/ (keyed by this script's content), built in a
-# temporary directory and renamed into place, so a half-built image is never used; older builds are removed.
+# temporary directory and renamed into place, so a half-built image is never used; older builds of the variant
+# are removed once no test run uses them (see the end of this script).
 # Prints the image directory (disk.raw, id_ed25519, cmdline) on stdout.
 #
 # `vm-image.sh systemd-boot` builds the other variant, for the /etc/kernel/cmdline + kernel-install path: a GPT
@@ -34,7 +35,10 @@ if [ "$variant" = grub ]; then packages="$packages,grub-pc"; else packages="$pac
 # Arguments the tests expect to survive every role run byte for byte (none of them is a TEE argument).
 # tsc=reliable: on a loaded host the guest's clocksource watchdog marks the emulated TSC unstable and falls back
 # to the HPET, whose every read is an emulated MMIO access: the guest then runs many times slower.
-base_cmdline="console=ttyS0,115200n8 net.ifnames=0 mitigations=off tsc=reliable tee_vm.marker=keep-me"
+# no_timer_check: the kernel's early check that the timer interrupt ticks through the IO-APIC counts ticks against
+# a busy loop; an emulated CPU starved by a loaded host fails it and panics ("IO-APIC + timer doesn't work!",
+# seen at a load average of 26). The check exists for broken hardware timers, which an emulated machine has not.
+base_cmdline="console=ttyS0,115200n8 net.ifnames=0 mitigations=off tsc=reliable no_timer_check tee_vm.marker=keep-me"
 
 log() { printf 'vm-image: %s\n' "$*" >&2; }
 
@@ -100,7 +104,7 @@ assemble_grub_disk() {
   log "installing GRUB from inside the guest (one TCG boot)"
   timeout 900 qemu-system-x86_64 -machine q35 -accel tcg -m 1024 -smp 2 -nographic -no-reboot \
     -drive "file=$work/disk.raw,format=raw,if=virtio" -kernel "$work/vmlinuz" -initrd "$work/initrd.img" \
-    -append "root=/dev/vda1 rw console=ttyS0 init=/usr/local/sbin/tee-vm-install-grub" \
+    -append "root=/dev/vda1 rw console=ttyS0 tsc=reliable no_timer_check init=/usr/local/sbin/tee-vm-install-grub" \
     -nic none </dev/null >"$work/stage.log" 2>&1 || true
   grep -q TEE-VM-GRUB-OK "$work/stage.log" \
     || { log "GRUB installation in the guest failed:"; tail -n 40 "$work/stage.log" >&2; exit 1; }
@@ -209,12 +213,22 @@ if [ "$variant" = grub ]; then assemble_grub_disk; else assemble_systemd_boot_di
 rm -f "$work/debootstrap.log" "$work/initramfs.log"
 echo "$base_cmdline" >"$work/cmdline"
 
-# Atomic publication, then trim: only this build of this variant stays (and no build of the unnamed layout
-# before the variants, debian-12-<key>).
+# Atomic publication, then trim older builds of this variant (and of the unnamed layout before the variants,
+# debian-12-<key>): only those nobody uses. A test run holds a shared lock on <image>/.in-use while its VMs run
+# and touches it (tests/vm/conftest.py), and another checkout's script (another key) may share this cache: a
+# build removes another only when no run holds it and none used it for a day.
 rm -rf "$image_dir"
 mv "$work" "$image_dir"
 trap - EXIT
+touch "$image_dir/.in-use"
 find "$cache_dir" -mindepth 1 -maxdepth 1 -type d ! -path "$image_dir" \
-  \( -name "debian-12-$variant-*" -o -name 'debian-12-????????????' \) -exec rm -rf {} +
+  \( -name "debian-12-$variant-*" -o -name 'debian-12-????????????' \) -print0 |
+  while IFS= read -r -d '' stale; do
+    in_use="$stale/.in-use"
+    if [ -e "$in_use" ] && [ -n "$(find "$in_use" -mmin -1440)" ]; then continue; fi
+    [ -e "$in_use" ] || : >"$in_use"
+    # The exclusive lock is taken only when no run holds the shared one; held while the directory goes.
+    flock -n -x "$in_use" rm -rf "$stale" || log "kept $stale: a test run is using it"
+  done
 log "image ready in $image_dir ($((SECONDS - start)) s, $(du -sh "$image_dir" | cut -f1) on disk)"
 echo "$image_dir"

@@ -1,8 +1,8 @@
 """Fixtures for the real-kernel scenarios: the cached VM image, VMs booted from it, and playbook runs over SSH.
 
 These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` (the last step of
-``make test``) runs them, one file per xdist worker; the default ``pytest`` run skips this folder
-(``norecursedirs`` in pyproject.toml).
+``make test``) runs them, one file per xdist worker (three workers, a VM each); the default ``pytest`` run skips
+this folder (``norecursedirs`` in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -23,6 +24,9 @@ from .qemu_vm import Machine, Vm
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO_ROOT / "playbooks"
 FACTS_PLAYBOOK = Path(__file__).with_name("read_facts.yml")
+# Shared locks on the images this session boots, held until it ends: scripts/vm-image.sh removes an older build
+# only when no run holds it (another checkout's script, another key, may share the cache).
+_IMAGES_IN_USE: list[IO[str]] = []
 RECAP = re.compile(r"^tee-vm\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE)
 
 
@@ -54,14 +58,22 @@ def cached_image(variant: str) -> Path:
             timeout=3600,
             check=False,
         )
-    assert built.returncode == 0, built.stderr
-    return Path(built.stdout.strip().splitlines()[-1])
+        assert built.returncode == 0, built.stderr
+        image = Path(built.stdout.strip().splitlines()[-1])
+        # Taken before the build lock is released, so no build removes the image between the two.
+        in_use = (image / ".in-use").open("a")
+        fcntl.flock(in_use, fcntl.LOCK_SH)
+        os.utime(image / ".in-use")
+        _IMAGES_IN_USE.append(in_use)
+    return image
 
 
-def boot_vm(image: Path, workdir: Path, machine: Machine) -> Iterator[Vm]:
+def boot_vm(
+    image: Path, workdir: Path, machine: Machine, *, direct_kernel_args: tuple[str, ...] | None = None
+) -> Iterator[Vm]:
     vm = Vm(image_dir=image, workdir=workdir, machine=machine)
     try:
-        vm.start()
+        vm.start(direct_kernel_args=direct_kernel_args)
         yield vm
     finally:
         vm.stop()
@@ -102,7 +114,11 @@ def run_playbook(
         options = ["-i", str(inventory), *args]
         if extra:
             options += ["-e", json.dumps(extra)]
-        return ansible_playbook_cli(path, *options, env={"ANSIBLE_PIPELINING": "true"}, timeout=2400)
+        try:
+            return ansible_playbook_cli(path, *options, env={"ANSIBLE_PIPELINING": "true"}, timeout=2400)
+        finally:
+            # The run may have rebooted the VM: the harness's next command logs in again.
+            vm.drop_ssh_connection()
 
     return run
 

@@ -9,17 +9,26 @@ QEMU's ``-kernel``. ``Machine(uefi=True)`` boots the systemd-boot image through 
 The first boot of each BIOS machine kind is made once, through GRUB like every other, and kept as a QEMU snapshot
 (``savevm``) beside the image; later VMs of that kind resume it (``-loadvm``) in seconds instead of booting for a
 minute or more. No test measures that first boot: every reboot a test asserts on is a real one through GRUB.
+A machine QEMU cannot snapshot (its AMD IOMMU cannot migrate) may start with ``start(direct_kernel_args=...)``:
+its first boot loads the kernel and initrd that the image's ``grub.cfg`` names, with QEMU's ``-kernel`` and
+that entry's own command line plus the given arguments, under ``-no-reboot``; the first reboot the guest asks
+for ends that QEMU, and the VM goes on from the same disk and port through SeaBIOS and GRUB, as every later boot.
+
+The harness's own commands share one SSH connection per boot (OpenSSH's ControlMaster): an SSH handshake costs the
+emulated CPU seconds. Ansible keeps its own.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +41,8 @@ SNAPSHOT = "booted"
 GRUB_LOADING = "Loading Linux "
 # The kernel's banner, the first line it logs: the systemd-boot image boots without quiet, so each boot prints it.
 KERNEL_BANNER = "Linux version "
+# The image's partition table: the ext4 root of the GRUB variant is its first partition (scripts/vm-image.sh).
+SECTOR = 512
 SSH_OPTIONS = (
     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "
     "-o ConnectTimeout=30 -o ServerAliveInterval=15 -o ServerAliveCountMax=8 -o BatchMode=yes"
@@ -70,6 +81,9 @@ class Vm:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     boots: list[float] = field(default_factory=list)
+    # Set while a direct-kernel first boot runs: the thread that boots the disk through GRUB once QEMU exits.
+    _reset_watch: threading.Thread | None = None
+    _stopping: bool = False
 
     @property
     def key(self) -> Path:
@@ -82,8 +96,16 @@ class Vm:
     @property
     def monitor_socket(self) -> Path:
         # A UNIX socket path has at most 107 bytes: a short one under /tmp, unique per VM.
-        digest = hashlib.sha256(str(self.workdir).encode()).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"tee-vm-{digest}.monitor"
+        return Path(tempfile.gettempdir()) / f"tee-vm-{self._digest}.monitor"
+
+    @property
+    def control_path(self) -> Path:
+        """The harness's shared SSH connection, per QEMU launch (the port is new each launch)."""
+        return Path(tempfile.gettempdir()) / f"tee-vm-{self._digest}-{self.port}.ssh"
+
+    @property
+    def _digest(self) -> str:
+        return hashlib.sha256(str(self.workdir).encode()).hexdigest()[:16]
 
     def qemu_command(self) -> list[str]:
         overlay = self.workdir / "disk.qcow2"
@@ -141,38 +163,97 @@ class Vm:
         key = hashlib.sha256("\0".join(emulated).encode()).hexdigest()[:12]
         return self.image_dir / "snapshots" / f"{key}.qcow2"
 
-    def start(self) -> None:
-        """Resume this machine kind's booted snapshot; without one, boot through GRUB and try to keep the boot."""
+    def start(self, *, direct_kernel_args: tuple[str, ...] | None = None) -> None:
+        """Resume this machine kind's booted snapshot; without one, boot through GRUB and try to keep the boot.
+
+        With ``direct_kernel_args``, boot the kernel of the image's first GRUB entry directly instead (no snapshot),
+        with that entry's command line and these arguments where ``GRUB_CMDLINE_LINUX`` ends; the guest's first
+        reboot goes through GRUB.
+        """
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.machine.uefi:
             shutil.copyfile(OVMF_VARS, self.workdir / "OVMF_VARS.fd")
         overlay = self.workdir / "disk.qcow2"
         snapshot = self.snapshot_path()
+        if direct_kernel_args is not None:
+            self._create_overlay(overlay)
+            self._launch(*self._direct_kernel(direct_kernel_args), "-no-reboot")
+            self._reset_watch = threading.Thread(target=self._boot_disk_after_reset, daemon=True)
+            self._reset_watch.start()
+            self.wait_for_ssh()
+            return
         if snapshot.is_file():
             # A copy, not an overlay: QEMU loads only the snapshots of the image it writes to.
             shutil.copyfile(snapshot, overlay)
             self._launch("-loadvm", SNAPSHOT)
             self.wait_for_ssh()
             return
+        self._create_overlay(overlay)
+        self._launch()
+        self.wait_for_ssh()
+        # OVMF's variable store is a raw pflash drive, which savevm refuses: a UEFI machine boots every time.
+        if not self.machine.uefi and self._save_snapshot(snapshot):
+            self._end_qemu()
+            self.serial_log.rename(self.workdir / "serial-first-boot.log")
+            shutil.copyfile(snapshot, overlay)
+            self._launch("-loadvm", SNAPSHOT)
+            self.wait_for_ssh()
+
+    def _create_overlay(self, overlay: Path) -> None:
         backing = str(self.image_dir / "disk.raw")
         subprocess.run(
             ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", backing, str(overlay)],
             check=True,
             timeout=60,
         )
-        self._launch()
-        self.wait_for_ssh()
-        # OVMF's variable store is a raw pflash drive, which savevm refuses: a UEFI machine boots every time.
-        if not self.machine.uefi and self._save_snapshot(snapshot):
-            self.stop()
-            self.serial_log.rename(self.workdir / "serial-first-boot.log")
-            shutil.copyfile(snapshot, overlay)
-            self._launch("-loadvm", SNAPSHOT)
-            self.wait_for_ssh()
+
+    def _direct_kernel(self, extra: tuple[str, ...]) -> list[str]:
+        """QEMU's -kernel/-initrd/-append for the first entry of the image's grub.cfg, read from the disk offline.
+
+        The kernel line GRUB makes is ``BOOT_IMAGE=<path> root=... ro <GRUB_CMDLINE_LINUX> <..._DEFAULT>``; the
+        image's ``GRUB_CMDLINE_LINUX_DEFAULT`` is ``quiet``, so ``extra`` goes before it, where a drop-in that
+        appends to ``GRUB_CMDLINE_LINUX`` puts its arguments. The tests compare the line with the one
+        ``update-grub`` writes in the guest.
+        """
+        disk = self.image_dir / "disk.raw"
+        table = subprocess.run(["sfdisk", "--json", str(disk)], capture_output=True, text=True, check=True, timeout=60)
+        root_fs = f"{disk}?offset={json.loads(table.stdout)['partitiontable']['partitions'][0]['start'] * SECTOR}"
+        grub_cfg = self._debugfs(root_fs, "cat /boot/grub/grub.cfg")
+        entry = next((line.split() for line in grub_cfg.splitlines() if line.split()[:1] == ["linux"]), None)
+        initrd = next((line.split() for line in grub_cfg.splitlines() if line.split()[:1] == ["initrd"]), None)
+        if not entry or not initrd:
+            raise RuntimeError(f"no linux/initrd line in the image's grub.cfg:\n{grub_cfg}")
+        kernel, args = entry[1], entry[2:]
+        cut = len(args) - 1 if args[-1:] == ["quiet"] else len(args)
+        line = [f"BOOT_IMAGE={kernel}", *args[:cut], *extra, *args[cut:]]
+        for source, name in ((kernel, "vmlinuz"), (initrd[1], "initrd.img")):
+            self._debugfs(root_fs, f"dump {source} {self.workdir / name}")
+        kernel_file, initrd_file = self.workdir / "vmlinuz", self.workdir / "initrd.img"
+        return ["-kernel", str(kernel_file), "-initrd", str(initrd_file), "-append", " ".join(line)]
+
+    @staticmethod
+    def _debugfs(file_system: str, request: str) -> str:
+        done = subprocess.run(
+            ["debugfs", "-R", request, file_system], capture_output=True, text=True, check=False, timeout=120
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"debugfs -R {request!r} {file_system} failed: {done.stderr}")
+        return done.stdout
+
+    def _boot_disk_after_reset(self) -> None:
+        """The direct-kernel QEMU ends at the guest's first reset (-no-reboot): boot the disk through GRUB next."""
+        assert self.process is not None
+        if self.process.wait() != 0 or self._stopping:
+            return
+        self.drop_ssh_connection()
+        self.serial_log.rename(self.workdir / "serial-direct-kernel.log")
+        # The same port: Ansible's reboot waits for the host at the address it knows.
+        self._launch(port=self.port)
 
     def _save_snapshot(self, snapshot: Path) -> bool:
         """Keep the running first boot as ``snapshot``; False where QEMU refuses (its AMD IOMMU cannot migrate)."""
         self.ssh("sync")
+        self.drop_ssh_connection()  # the snapshot keeps no session of this harness
         self.monitor("stop")
         saved = self.monitor(f"savevm {SNAPSHOT}", timeout=600)
         if "Error" in saved:
@@ -188,8 +269,8 @@ class Vm:
         os.replace(partial, snapshot)
         return True
 
-    def _launch(self, *extra: str) -> None:
-        self.port = free_loopback_port()
+    def _launch(self, *extra: str, port: int = 0) -> None:
+        self.port = port or free_loopback_port()
         self.monitor_socket.unlink(missing_ok=True)
         self.process = subprocess.Popen(
             [*self.qemu_command(), *extra], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -226,20 +307,32 @@ class Vm:
         return self.serial_log.read_text(errors="replace").count(marker)
 
     def wait_for_ssh(self, timeout: float = BOOT_TIMEOUT_S) -> None:
+        """Wait until sshd answers: cheap banner probes first (no key exchange), then one real login."""
         started = time.monotonic()
         deadline = started + timeout
         while time.monotonic() < deadline:
             self._raise_if_exited()
-            probe = self.ssh("true", check=False, timeout=60)
-            if probe.returncode == 0:
+            if self._sshd_banner() and self.ssh("true", check=False, timeout=60).returncode == 0:
                 self.boots.append(time.monotonic() - started)
                 return
-            time.sleep(3)
+            time.sleep(1)
         raise TimeoutError(f"no SSH on 127.0.0.1:{self.port} after {timeout} s; serial console:\n{self.console_tail()}")
+
+    def _sshd_banner(self) -> bool:
+        """Whether sshd sends its banner: QEMU accepts the connection at once and forwards it when the guest can
+        take it, so a guest without network or sshd yet shows as a reset or as silence (a short wait, retried)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=10) as conn:
+                conn.settimeout(10)
+                return conn.recv(8).startswith(b"SSH-")
+        except OSError:
+            return False
 
     def _raise_if_exited(self) -> None:
         if "Kernel panic - not syncing" in self.console_tail(200):
             raise RuntimeError(f"the guest kernel panicked:\n{self.console_tail()}")
+        if self._reset_watch is not None and self._reset_watch.is_alive():
+            return  # the direct-kernel QEMU may have ended: the disk boots next
         if self.process is not None and self.process.poll() is not None:
             error = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
             raise RuntimeError(f"QEMU exited with {self.process.returncode}: {error}\n{self.console_tail()}")
@@ -252,7 +345,20 @@ class Vm:
         return "\n".join(text.splitlines()[-lines:])
 
     def ssh_command(self, command: str) -> list[str]:
-        return ["ssh", *shlex.split(SSH_OPTIONS), "-i", str(self.key), "-p", str(self.port), "root@127.0.0.1", command]
+        shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}", "-o", "ControlPersist=600"]
+        target = ["-i", str(self.key), "-p", str(self.port), "root@127.0.0.1"]
+        return ["ssh", *shlex.split(SSH_OPTIONS), *shared, *target, command]
+
+    def drop_ssh_connection(self) -> None:
+        """End the harness's shared SSH connection (before a reboot: a connection to the old boot must not serve
+        the next command)."""
+        if self.control_path.exists():
+            subprocess.run(
+                [*self.ssh_command("true")[:-2], "-O", "exit", "root@127.0.0.1"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
 
     def ssh(self, command: str, *, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         try:
@@ -277,9 +383,10 @@ class Vm:
         """Reboot from inside (as an operator would) and wait until a new boot answers on SSH."""
         before = self.boot_id()
         self.ssh("systemctl reboot", check=False, timeout=60)
+        self.drop_ssh_connection()
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         while time.monotonic() < deadline:
-            time.sleep(5)
+            time.sleep(2)
             self.wait_for_ssh(timeout=max(1.0, deadline - time.monotonic()))
             if self.boot_id() != before:
                 return
@@ -301,6 +408,14 @@ class Vm:
         return path
 
     def stop(self) -> None:
+        self._stopping = True
+        self.drop_ssh_connection()
+        self._end_qemu()
+        if self._reset_watch is not None:
+            self._reset_watch.join(timeout=120)
+            self._end_qemu()  # a relaunch that was under way when the test ended
+
+    def _end_qemu(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         self.process.terminate()
