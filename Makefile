@@ -144,10 +144,11 @@ vm-test: collection vm-image
 
 # sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium; k8s and upstream before
 # pytest: the live tests need the control plane, the upstream tests NFD's and KubeVirt's builds.
-# vm-test last: the host roles on a real kernel (tests/vm, docs/host-truth.md "On a real kernel"). It builds the two
-# VM images when the cache has none (about 5 min cold at a low load average) and then boots three VMs at once;
-# measured times are in docs/host-truth.md.
-test: sysdeps lint sanity k8s upstream pytest molecule vm-test
+# vm-test is not part of test yet: on a quiet 2-core machine the suite took 19 min 32 s (the Intel GRUB file alone
+# 15.7 min on its worker), above issue 32's 10 minutes, and a fresh machine first builds the two images (about 5 min
+# cold at a low load, 25 min at a load of 12-26): with it, make test would pass the 60-minute budget
+# (docs/host-truth.md, "The budget").
+test: sysdeps lint sanity k8s upstream pytest molecule
 
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py
