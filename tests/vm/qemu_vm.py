@@ -182,6 +182,9 @@ class Vm:
             self._reset_watch.start()
             self.wait_for_ssh()
             return
+        if snapshot.is_file() and not self._snapshot_backed_by_this_image(snapshot):
+            # Made beside an image that has since moved (a cache directory renamed or copied): QEMU cannot open it.
+            snapshot.unlink()
         if snapshot.is_file():
             # A copy, not an overlay: QEMU loads only the snapshots of the image it writes to.
             shutil.copyfile(snapshot, overlay)
@@ -198,6 +201,17 @@ class Vm:
             shutil.copyfile(snapshot, overlay)
             self._launch("-loadvm", SNAPSHOT)
             self.wait_for_ssh()
+
+    def _snapshot_backed_by_this_image(self, snapshot: Path) -> bool:
+        """Whether ``snapshot``'s backing file is this image's disk (qemu-img records it as an absolute path)."""
+        info = subprocess.run(
+            ["qemu-img", "info", "--output=json", "-U", str(snapshot)], capture_output=True, text=True, check=False
+        )
+        if info.returncode != 0:
+            return False
+        described = json.loads(info.stdout)
+        backing = described.get("full-backing-filename") or described.get("backing-filename")
+        return backing is not None and Path(backing).resolve() == (self.image_dir / "disk.raw").resolve()
 
     def _create_overlay(self, overlay: Path) -> None:
         backing = str(self.image_dir / "disk.raw")
