@@ -45,7 +45,7 @@ import re
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.inputs import parse_version
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import KUBEVIRT_TDX, QGS_SOCKET
-from ansible_collections.confidential.tee.plugins.module_utils.common.text import name_list
+from ansible_collections.confidential.tee.plugins.module_utils.common.text import NAMES_SHOWN, name_list
 
 DEFAULT_QGS_SOCKET = QGS_SOCKET
 JSONPATCH_ANNOTATION = "kubevirt.kubevirt.io/jsonpatch"
@@ -88,7 +88,7 @@ def _qgs_state(fact, socket_path: str):
     return False, "%s does not exist" % socket_path
 
 
-def _evidence_text(nodes, evidence: dict) -> str:
+def _evidence_text(nodes, evidence: dict, shown=None) -> str:
     """Why each node lacks a confirmed socket, one entry per distinct reason (in the order of its first node) with
     the nodes it holds for: thousands of nodes without facts make one entry, not thousands."""
     reasons: dict = {}
@@ -98,7 +98,10 @@ def _evidence_text(nodes, evidence: dict) -> str:
             reasons[evidence[node]] = []
             order.append(evidence[node])
         reasons[evidence[node]].append(node)
-    return "; ".join("%s: %s" % (name_list(reasons[why]), why) for why in order)
+    # An error names every node (each must be fixed); a warning names a few (``shown``) and counts the rest.
+    return "; ".join(
+        "%s: %s" % (", ".join(reasons[why]) if shown is None else name_list(reasons[why], shown), why) for why in order
+    )
 
 
 def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str = DEFAULT_QGS_SOCKET) -> dict:
@@ -146,7 +149,7 @@ def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str =
             "virt-handler marks every %s device Unhealthy there and no TDX VMI (nor Kata pod "
             "charging that resource) can start. Install and start qgsd (Intel DCAP) on those nodes and re-read "
             "them with tee_host_info, or set the attestation mode to auto"
-            % (name_list(lacking), _evidence_text(lacking, evidence), KUBEVIRT_TDX),
+            % (", ".join(lacking), _evidence_text(lacking, evidence), KUBEVIRT_TDX),
             option="attestation_mode",
         )
     else:
@@ -154,7 +157,7 @@ def tdx_attestation(tdx_nodes, qgs_facts, mode: str = "auto", socket_path: str =
         warnings.append(
             "TDX attestation left unenforced because the QGS socket is not confirmed on %s (%s): TDX VMIs there "
             "start without a quote service; enforce it once qgsd runs on every TDX node"
-            % (name_list(lacking), _evidence_text(lacking, evidence))
+            % (name_list(lacking), _evidence_text(lacking, evidence, NAMES_SHOWN))
         )
     return {
         "enforced": enforced,

@@ -198,3 +198,15 @@ def test_the_kubevirt_version_for_tdx():
     assert "KubeVirt's version is unknown" in kv.tdx_version(["tdx-1"], None)[0]
     with pytest.raises(kv.KubeVirtConfigError, match="kubevirt_cc_version must be a version"):
         kv.tdx_version(["tdx-1"], "latest")
+
+
+def test_at_scale_the_warning_counts_nodes_and_the_error_names_every_one():
+    nodes = [f"tdx-{i:04d}" for i in range(3000)]
+    warned = kv.tdx_attestation(nodes, {}, "auto")
+    assert not warned["enforced"] and warned["missing"] + warned["unknown"] == nodes
+    assert "and 2,990 more" in warned["warnings"][0] and "tdx-2999" not in warned["warnings"][0]
+    # One entry per reason, not one per node.
+    assert warned["warnings"][0].count("no tee_host_info qgs fact") == 1
+    with pytest.raises(kv.KubeVirtConfigError) as refused:
+        kv.tdx_attestation(nodes, {}, "enforced")
+    assert all(node in str(refused.value) for node in nodes)
