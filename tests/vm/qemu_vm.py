@@ -11,8 +11,14 @@ The first boot of each BIOS machine kind is made once, through GRUB like every o
 minute or more. No test measures that first boot: every reboot a test asserts on is a real one through GRUB.
 A machine QEMU cannot snapshot (its AMD IOMMU cannot migrate) may start with ``start(direct_kernel_args=...)``:
 its first boot loads the kernel and initrd that the image's ``grub.cfg`` names, with QEMU's ``-kernel`` and
-that entry's own command line plus the given arguments, under ``-no-reboot``; the first reboot the guest asks
-for ends that QEMU, and the VM goes on from the same disk and port through SeaBIOS and GRUB, as every later boot.
+that entry's own command line plus the given arguments; from its first reboot on, the VM boots from the same disk
+and port through SeaBIOS and GRUB, as every other.
+
+Every reset the guest asks for ends QEMU (``-no-reboot``) and the harness starts it again on the same disk, port,
+firmware variables and serial log: the next boot goes through the firmware and the boot loader like a power cycle.
+Inside one TCG process each boot after a reset was slower than the one before (QEMU keeps what it translated for
+the last boot): from GRUB's "Loading initial ramdisk" to the kernel's first timestamp took 10-14 s after the first
+reset and 34-42 s after the second (a quiet 2-core host, 2026-11-28).
 
 The harness's own commands share one SSH connection per boot (OpenSSH's ControlMaster): an SSH handshake costs the
 emulated CPU seconds. Ansible keeps its own.
@@ -41,6 +47,9 @@ SNAPSHOT = "booted"
 GRUB_LOADING = "Loading Linux "
 # The kernel's banner, the first line it logs: the systemd-boot image boots without quiet, so each boot prints it.
 KERNEL_BANNER = "Linux version "
+# What the kernel prints (pr_emerg, so also under quiet) when the guest powers off: the one clean QEMU exit that is
+# not a reset to boot again from.
+POWER_DOWN = "reboot: Power down"
 # The image's partition table: the ext4 root of the GRUB variant is its first partition (scripts/vm-image.sh).
 SECTOR = 512
 SSH_OPTIONS = (
@@ -81,9 +90,11 @@ class Vm:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     boots: list[float] = field(default_factory=list)
-    # Set while a direct-kernel first boot runs: the thread that boots the disk through GRUB once QEMU exits.
+    # Started once the VM is up: starts QEMU again at each guest reset (-no-reboot), until stop().
     _reset_watch: threading.Thread | None = None
     _stopping: bool = False
+    # Why QEMU ended for good (a crash, a power-off), set by the reset watch for the next wait to raise.
+    _ended: str | None = None
 
     @property
     def key(self) -> Path:
@@ -124,8 +135,13 @@ class Vm:
             "-nodefaults",
             "-display",
             "none",
+            # Appended, not truncated, by each QEMU the reboots start: one log of every boot of this VM.
+            "-chardev",
+            f"file,id=serial0,path={self.serial_log},append=on",
             "-serial",
-            f"file:{self.serial_log}",
+            "chardev:serial0",
+            # A guest reset ends this QEMU; the reset watch starts the next (see the module's docstring).
+            "-no-reboot",
             "-monitor",
             f"unix:{self.monitor_socket},server=on,wait=off",
         ]
@@ -177,9 +193,8 @@ class Vm:
         snapshot = self.snapshot_path()
         if direct_kernel_args is not None:
             self._create_overlay(overlay)
-            self._launch(*self._direct_kernel(direct_kernel_args), "-no-reboot")
-            self._reset_watch = threading.Thread(target=self._boot_disk_after_reset, daemon=True)
-            self._reset_watch.start()
+            self._launch(*self._direct_kernel(direct_kernel_args))
+            self._watch_resets()
             self.wait_for_ssh()
             return
         if snapshot.is_file() and not self._snapshot_backed_by_this_image(snapshot):
@@ -189,6 +204,7 @@ class Vm:
             # A copy, not an overlay: QEMU loads only the snapshots of the image it writes to.
             shutil.copyfile(snapshot, overlay)
             self._launch("-loadvm", SNAPSHOT)
+            self._watch_resets()
             self.wait_for_ssh()
             return
         self._create_overlay(overlay)
@@ -201,6 +217,7 @@ class Vm:
             shutil.copyfile(snapshot, overlay)
             self._launch("-loadvm", SNAPSHOT)
             self.wait_for_ssh()
+        self._watch_resets()
 
     def _snapshot_backed_by_this_image(self, snapshot: Path) -> bool:
         """Whether ``snapshot``'s backing file is this image's disk (qemu-img records it as an absolute path)."""
@@ -254,15 +271,28 @@ class Vm:
             raise RuntimeError(f"debugfs -R {request!r} {file_system} failed: {done.stderr}")
         return done.stdout
 
-    def _boot_disk_after_reset(self) -> None:
-        """The direct-kernel QEMU ends at the guest's first reset (-no-reboot): boot the disk through GRUB next."""
-        assert self.process is not None
-        if self.process.wait() != 0 or self._stopping:
-            return
-        self.drop_ssh_connection()
-        self.serial_log.rename(self.workdir / "serial-direct-kernel.log")
-        # The same port: Ansible's reboot waits for the host at the address it knows.
-        self._launch(port=self.port)
+    def _watch_resets(self) -> None:
+        self._reset_watch = threading.Thread(target=self._relaunch_at_each_reset, daemon=True)
+        self._reset_watch.start()
+
+    def _relaunch_at_each_reset(self) -> None:
+        """At each guest reset QEMU exits (-no-reboot): start it again from the disk, on the same port (Ansible's
+        reboot waits for the host at the address it knows). The first boot's -kernel or -loadvm is not repeated:
+        every later boot goes through the firmware and the boot loader. A crash or a power-off ends the watch."""
+        while True:
+            process = self.process
+            assert process is not None
+            returncode = process.wait()
+            if self._stopping:
+                return
+            if returncode != 0 or POWER_DOWN in self.console_tail(5):
+                error = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                self._ended = f"QEMU exited with {returncode}: {error}"
+                return
+            self.drop_ssh_connection()
+            self._launch(port=self.port)
+            if self._stopping:  # stop() ended the old QEMU while this one started
+                self._end_qemu()
 
     def _save_snapshot(self, snapshot: Path) -> bool:
         """Keep the running first boot as ``snapshot``; False where QEMU refuses (its AMD IOMMU cannot migrate)."""
@@ -345,8 +375,10 @@ class Vm:
     def _raise_if_exited(self) -> None:
         if "Kernel panic - not syncing" in self.console_tail(200):
             raise RuntimeError(f"the guest kernel panicked:\n{self.console_tail()}")
+        if self._ended is not None:
+            raise RuntimeError(f"{self._ended}\n{self.console_tail()}")
         if self._reset_watch is not None and self._reset_watch.is_alive():
-            return  # the direct-kernel QEMU may have ended: the disk boots next
+            return  # QEMU may have ended at a reset: the watch starts the next boot
         if self.process is not None and self.process.poll() is not None:
             error = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
             raise RuntimeError(f"QEMU exited with {self.process.returncode}: {error}\n{self.console_tail()}")
