@@ -1,8 +1,8 @@
 """Fixtures for the real-kernel scenarios: the cached VM image, VMs booted from it, and playbook runs over SSH.
 
-These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` (the last step of
-``make test``) runs them, one file per xdist worker (three workers, a VM each); the default ``pytest`` run skips
-this folder (``norecursedirs`` in pyproject.toml).
+These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` runs them all, one
+file per xdist worker (a VM each), and ``make vm-test-grub``, the last step of ``make test``, the two GRUB files; the
+default ``pytest`` run skips this folder (``norecursedirs`` in pyproject.toml).
 """
 
 from __future__ import annotations

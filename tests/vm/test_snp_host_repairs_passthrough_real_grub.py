@@ -43,7 +43,7 @@ def passthrough_cmdline(vm: Vm) -> str:
     vm.ssh(
         f"printf 'GRUB_CMDLINE_LINUX=\"$GRUB_CMDLINE_LINUX {' '.join(SITE_ARGS)}\"\\n' >{SITE_DROPIN} && update-grub"
     )
-    booted = vm.read("cat /proc/cmdline").strip()
+    booted = vm.kernel_cmdline()
     assert all(arg in booted.split() for arg in SITE_ARGS), booted
     # What GRUB boots from now on (the default entry update-grub wrote) is the line the kernel runs with.
     assert grub_default_line(vm) == booted, "the site's grub.cfg boots another line than the kernel runs"
@@ -95,7 +95,7 @@ def test_repair_boots_without_passthrough_and_keeps_the_rest(
 
     assert result.returncode == 0, explain(result)
     assert vm.kernel_boots() == boots + 1, "one reboot, through GRUB"
-    booted = vm.read("cat /proc/cmdline").split()
+    booted = vm.kernel_cmdline().split()
     assert not set(SITE_ARGS) & set(booted), booted
     assert all(booted.count(arg) == 1 for arg in SNP_ARGS), booted
     assert booted.count("iommu=nomerge") == 1, "the other iommu= option is kept"

@@ -44,7 +44,7 @@ def vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vm]:
 def first_boot(vm: Vm) -> dict[str, str]:
     """What the first boot was: the kernel's command line, the entry systemd-boot chose, the configured line."""
     return {
-        "cmdline": vm.read("cat /proc/cmdline").strip(),
+        "cmdline": vm.kernel_cmdline(),
         "entry": loader_variable(vm, "LoaderEntrySelected"),
         "configured": vm.read("cat /etc/kernel/cmdline"),
     }
@@ -100,7 +100,7 @@ def test_real_run_reboots_once_into_the_requested_arguments(vm: Vm, first_boot: 
     configured = vm.read("cat /etc/kernel/cmdline")
     assert entry_options(vm, first_boot["entry"]) == " ".join(configured.split())
     assert configured.split()[: len(first_boot["configured"].split())] == first_boot["configured"].split()
-    booted = vm.read("cat /proc/cmdline").split()
+    booted = vm.kernel_cmdline().split()
     assert all(booted.count(arg) == 1 for arg in TEE_ARGS), booted
     # Every argument of the first boot is still there, byte for byte and in order (systemd-boot's own
     # initrd= included).
@@ -113,7 +113,7 @@ def test_facts_agree_with_the_kernel(vm: Vm, read_facts) -> None:
 
     assert cmdline["readable"] is True
     # The TEE and IOMMU arguments the facts pick out are the kernel's, in the kernel's order.
-    assert cmdline["args"] == [arg for arg in vm.read("cat /proc/cmdline").split() if arg in TEE_ARGS]
+    assert cmdline["args"] == [arg for arg in vm.kernel_cmdline().split() if arg in TEE_ARGS]
     assert (cmdline["kvm_intel_tdx"], cmdline["nohibernate"], cmdline["intel_iommu_on"]) == (True, True, True)
     configured = facts["configured"]
     assert (configured["setup"], configured["source"]) == ("kernel_install", "/etc/kernel/cmdline"), configured
@@ -147,4 +147,4 @@ def test_revert_boots_the_first_command_line(vm: Vm, first_boot: dict, run_playb
     assert vm.kernel_boots() == boots + 1
     assert vm.read("cat /etc/kernel/cmdline") == first_boot["configured"]
     assert loader_variable(vm, "LoaderEntrySelected") == first_boot["entry"]
-    assert vm.read("cat /proc/cmdline").strip() == first_boot["cmdline"]
+    assert vm.kernel_cmdline() == first_boot["cmdline"]
