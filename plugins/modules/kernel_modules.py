@@ -51,8 +51,8 @@ options:
     default: present
   load:
     description:
-      - Load the missing modules now (O(state=present) only). Needs O(host_root=/): under another root the running
-        kernel is not the host's, so set it to C(false) there (and in containers, which cannot load modules).
+      - Load the missing modules now (O(state=present) only). Needs O(host_root=/), because under another root the
+        running kernel is not the host's; set it to C(false) there (and in containers, which cannot load modules).
     type: bool
     default: true
   backup:
