@@ -6,8 +6,8 @@ image: a reboot the roles ask for goes through the real ``grub.cfg`` that ``upda
 QEMU's ``-kernel``. ``Machine(uefi=True)`` boots the systemd-boot image through OVMF and the loader entry
 ``kernel-install`` wrote instead. Waits are generous and never asserted on: an emulated CPU on a busy machine is slow.
 
-The first boot of each BIOS machine kind is made once, through GRUB like every other, and kept as a QEMU snapshot
-(``savevm``) beside the image; later VMs of that kind resume it (``-loadvm``) in seconds instead of booting for a
+The first boot of each machine kind is made once, through the boot loader like every other, and kept as a QEMU
+snapshot (``savevm``; a UEFI machine's variable store with it) beside the image; later VMs of that kind resume it (``-loadvm``) in seconds instead of booting for a
 minute or more. No test measures that first boot: every reboot a test asserts on is a real one through GRUB.
 A machine QEMU cannot snapshot (its AMD IOMMU cannot migrate) may start with ``start(direct_kernel_args=...)``:
 its first boot loads the kernel and initrd that the image's ``grub.cfg`` names, with QEMU's ``-kernel`` and
@@ -124,8 +124,10 @@ class Vm:
             "qemu-system-x86_64",
             # kernel-irqchip=split: an emulated IOMMU wants the IOAPIC in QEMU (under TCG it always is; the
             # option keeps the line valid where the same command runs with KVM).
+            # sata=off: q35's AHCI controller, which no test uses (the disk is virtio) and which OVMF sets up; its
+            # state failed to restore from a UEFI machine's snapshot ("Failed to load ich9_ahci:ahci", QEMU 7.2).
             "-machine",
-            "q35,accel=tcg,kernel-irqchip=split",
+            "q35,accel=tcg,kernel-irqchip=split,sata=off",
             "-cpu",
             f"qemu64,vendor={self.machine.cpu_vendor}",
             "-smp",
@@ -157,8 +159,9 @@ class Vm:
             command += [
                 "-drive",
                 f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                # The variable store as qcow2: savevm keeps the firmware's variables with the disk (it refuses raw).
                 "-drive",
-                f"if=pflash,format=raw,unit=1,file={self.workdir / 'OVMF_VARS.fd'}",
+                f"if=pflash,format=qcow2,unit=1,file={self.uefi_vars}",
             ]
         command += [
             "-drive",
@@ -171,6 +174,10 @@ class Vm:
         if self.machine.spare_nic:
             command += ["-netdev", "user,id=spare,restrict=on", "-device", "e1000,netdev=spare"]
         return command
+
+    @property
+    def uefi_vars(self) -> Path:
+        return self.workdir / "OVMF_VARS.qcow2"
 
     def snapshot_path(self) -> Path:
         """Where the first boot of this machine kind is kept: beside the image, keyed by what QEMU emulates."""
@@ -188,7 +195,11 @@ class Vm:
         """
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.machine.uefi:
-            shutil.copyfile(OVMF_VARS, self.workdir / "OVMF_VARS.fd")
+            subprocess.run(
+                ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(OVMF_VARS), str(self.uefi_vars)],
+                check=True,
+                timeout=60,
+            )
         overlay = self.workdir / "disk.qcow2"
         snapshot = self.snapshot_path()
         if direct_kernel_args is not None:
@@ -197,12 +208,12 @@ class Vm:
             self._watch_resets()
             self.wait_for_ssh()
             return
-        if snapshot.is_file() and not self._snapshot_backed_by_this_image(snapshot):
+        if snapshot.is_file() and not self._snapshot_usable(snapshot):
             # Made beside an image that has since moved (a cache directory renamed or copied): QEMU cannot open it.
             snapshot.unlink()
         if snapshot.is_file():
             # A copy, not an overlay: QEMU loads only the snapshots of the image it writes to.
-            shutil.copyfile(snapshot, overlay)
+            self._copy_snapshot(snapshot, overlay)
             self._launch("-loadvm", SNAPSHOT)
             self._watch_resets()
             self.wait_for_ssh()
@@ -210,16 +221,28 @@ class Vm:
         self._create_overlay(overlay)
         self._launch()
         self.wait_for_ssh()
-        # A UEFI machine boots every time: savevm refuses OVMF's raw variable store, and with the store as qcow2
-        # QEMU 7.2 saved the machine but could not load it (q35's AHCI, which OVMF had set up, failed to restore its
-        # FIS buffer through the VT-d the guest had turned on: "Failed to load ich9_ahci:ahci").
-        if not self.machine.uefi and self._save_snapshot(snapshot):
+        if self._save_snapshot(snapshot):
             self._end_qemu()
             self.serial_log.rename(self.workdir / "serial-first-boot.log")
-            shutil.copyfile(snapshot, overlay)
+            self._copy_snapshot(snapshot, overlay)
             self._launch("-loadvm", SNAPSHOT)
             self.wait_for_ssh()
         self._watch_resets()
+
+    @staticmethod
+    def _vars_of(snapshot: Path) -> Path:
+        """A UEFI machine's variable store at the snapshot, kept beside its disk (savevm snapshots both)."""
+        return snapshot.with_name(f"{snapshot.stem}-vars.qcow2")
+
+    def _copy_snapshot(self, snapshot: Path, overlay: Path) -> None:
+        shutil.copyfile(snapshot, overlay)
+        if self.machine.uefi:
+            shutil.copyfile(self._vars_of(snapshot), self.uefi_vars)
+
+    def _snapshot_usable(self, snapshot: Path) -> bool:
+        if self.machine.uefi and not self._vars_of(snapshot).is_file():
+            return False
+        return self._snapshot_backed_by_this_image(snapshot)
 
     def _snapshot_backed_by_this_image(self, snapshot: Path) -> bool:
         """Whether ``snapshot``'s backing file is this image's disk (qemu-img records it as an absolute path)."""
@@ -311,6 +334,11 @@ class Vm:
         self.monitor("quit")
         assert self.process is not None
         self.process.wait(timeout=120)
+        if self.machine.uefi:
+            # The variables first: a published disk snapshot means its variables are there too.
+            partial_vars = snapshot.with_name(f".{snapshot.stem}-vars.{os.getpid()}")
+            shutil.copyfile(self.uefi_vars, partial_vars)
+            os.replace(partial_vars, self._vars_of(snapshot))
         shutil.copyfile(self.workdir / "disk.qcow2", partial)
         os.replace(partial, snapshot)
         return True
