@@ -7,8 +7,9 @@ QEMU's ``-kernel``. ``Machine(uefi=True)`` boots the systemd-boot image through 
 ``kernel-install`` wrote instead. Waits are generous and never asserted on: an emulated CPU on a busy machine is slow.
 
 The first boot of each machine kind is made once, through the boot loader like every other, and kept as a QEMU
-snapshot (``savevm``; a UEFI machine's variable store with it) beside the image; later VMs of that kind resume it (``-loadvm``) in seconds instead of booting for a
-minute or more. No test measures that first boot: every reboot a test asserts on is a real one through GRUB.
+snapshot (``savevm``; a UEFI machine's variable store with it) beside the image; later VMs of that kind resume it
+(``-loadvm``) in seconds instead of booting for a minute or more. No test measures that first boot: every reboot a
+test asserts on is a real one through the boot loader.
 A machine QEMU cannot snapshot (its AMD IOMMU cannot migrate) may start with ``start(direct_kernel_args=...)``:
 its first boot loads the kernel and initrd that the image's ``grub.cfg`` names, with QEMU's ``-kernel`` and
 that entry's own command line plus the given arguments; from its first reboot on, the VM boots from the same disk
