@@ -1,8 +1,8 @@
 """Fixtures for the real-kernel scenarios: the cached VM image, VMs booted from it, and playbook runs over SSH.
 
-These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test`` runs them all, one
-file per xdist worker (a VM each), and ``make vm-test-grub``, the last step of ``make test``, the two GRUB files; the
-default ``pytest`` run skips this folder (``norecursedirs`` in pyproject.toml).
+These tests boot Debian 12 under QEMU's software emulation and take minutes: ``make vm-test``, the last step of
+``make test``, runs them all, one file per xdist worker (a VM each), and ``make vm-test-grub`` the three GRUB files;
+the default ``pytest`` run skips this folder (``norecursedirs`` in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -41,15 +41,16 @@ def cached_image(variant: str) -> Path:
     for tool in ("qemu-system-x86_64", "qemu-img", "ssh"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is missing: run scripts/sysdeps.sh (make test does)")
-    # One build at a time: two xdist workers on a cold cache would otherwise each build and publish an image,
-    # the second replacing the first (and its SSH key) under the first worker's running VM.
+    # One build of a variant at a time: two xdist workers on a cold cache would otherwise each build and publish
+    # an image, the second replacing the first (and its SSH key) under the first worker's running VM. The two
+    # variants live in their own directories and trim only their own builds, so they build side by side.
     cache = (
         os.environ.get("TEE_CACHE_DIR")
         or f"{os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache'}/confidential-tee"
     )
     lock_dir = Path(cache) / "vm"  # where scripts/vm-image.sh caches the image
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with (lock_dir / ".build.lock").open("w") as lock:
+    with (lock_dir / f".build-{variant}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         built = subprocess.run(
             [str(REPO_ROOT / "scripts" / "vm-image.sh"), variant],
