@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ..common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 # What modprobe accepts as a module name on its command line (and what systemd-modules-load reads from a line): no
 # option, no path, no space. '-' and '_' are the same to the kernel (kmod's modname_normalize); /sys/module shows '_'.
