@@ -61,6 +61,16 @@ options:
         C(spec.configuration.confidentialCompute.tdx.attestation.qgsSocketPath).
     type: path
     default: /var/run/tdx-qgs/qgs.socket
+  gather_virtual:
+    description:
+      - Also set Ansible's own virtualization facts (C(virtualization_type), C(virtualization_role),
+        C(virtualization_tech_guest), C(virtualization_tech_host)), computed by the collector that
+        M(ansible.builtin.setup) runs for C(gather_subset=virtual), in the same round trip.
+      - Like that subset, they describe the machine the module runs on, whatever O(host_root) is.
+      - The host roles recognise containers from these facts and skip their own C(setup) call when they are set.
+    type: bool
+    default: false
+    version_added: 0.1.0
   capacity:
     description:
       - Also read the misc cgroup's TEE key capacity and usage, exactly as M(confidential.tee.tee_capacity_info)
@@ -535,6 +545,7 @@ def main():
             nvidia_smi_path=dict(type="path"),
             gpu_timeout=dict(type="int", default=20),
             capacity=dict(type="bool", default=False),
+            gather_virtual=dict(type="bool", default=False),
             qgs_socket_path=dict(type="path", default="/var/run/tdx-qgs/qgs.socket"),
             preflight=dict(type="bool", default=False),
             min_free_keys=dict(type="int", default=1, no_log=False),
@@ -591,8 +602,22 @@ def main():
             from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
 
             facts = fleet_view(facts)
-        module.exit_json(changed=False, host=facts)
-    module.exit_json(changed=False, host=facts, ansible_facts={"tee_host": facts})
+        virtual = _virtual_facts(module)
+        module.exit_json(changed=False, host=facts, **({"ansible_facts": virtual} if virtual else {}))
+    module.exit_json(changed=False, host=facts, ansible_facts={"tee_host": facts, **_virtual_facts(module)})
+
+
+def _virtual_facts(module):
+    """setup's virtual subset, from Ansible's own Linux collector (empty unless gather_virtual is set)."""
+    if not module.params["gather_virtual"]:
+        return {}
+    # Imported only here: the collector package is about as large as setup's own import, and one module call is
+    # about 5 s of CPU on an emulated host (docs/host-truth.md, "Time").
+    from ansible.module_utils.facts.virtual.linux import LinuxVirtualCollector
+
+    facts = LinuxVirtualCollector().collect(module=module)
+    # The technologies are sets: sorted, so that the same host gives the same facts on every run.
+    return {key: sorted(value) if isinstance(value, set) else value for key, value in facts.items()}
 
 
 if __name__ == "__main__":

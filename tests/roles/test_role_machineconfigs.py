@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,29 @@ def test_rendered_machineconfigs_validate_against_the_crd(render, schema, vendor
 def test_unknown_field_check_can_fail(schema):
     _, openapi = schema
     assert unknown_fields({"spec": {"kernelArgs": ["x"], "config": {"anything": 1}}}, openapi) == [".spec.kernelArgs"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "variable, names",
+    [
+        ("vsock_modules", ["vhost_vsock", "vsock_loopback\nblacklist_line"]),
+        ("iommu_passthrough_vfio_modules", ["vfio", "-r"]),
+        ("iommu_passthrough_vfio_modules", ["vfio", "../../etc/evil"]),
+    ],
+)
+def test_a_module_name_that_would_add_a_line_to_a_machineconfig_is_refused(
+    tmp_path, ansible_playbook_cli, variable, names
+):
+    out = tmp_path / "manifests"
+    proc = ansible_playbook_cli(
+        REPO / "playbooks" / "render_machineconfigs.yml",
+        "-e",
+        json.dumps({"tee_manifest_dir": str(out), "tee_cpu_vendor": "intel", variable: names}),
+    )
+
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert f"{variable}: " in flat and "is not a kernel module name" in flat, flat[-3000:]
+    # Every role's inputs are checked before any role renders: no manifest, not even the TDX one, is left behind.
+    assert not out.exists() or not any(out.iterdir())

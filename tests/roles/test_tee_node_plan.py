@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,9 @@ def snapshot(root: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.slow
-def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path, teesim_node, ansible_playbook_cli):
-    node = teesim_node(tmp_path / "node", "--vendor", "intel")
+def grub_node(teesim_node, root: Path, vendor: str) -> Path:
+    """A teesim node tree with a Debian GRUB whose update-grub fails if anything runs it."""
+    node = teesim_node(root, "--vendor", vendor)
     (node / "etc/default").mkdir(parents=True, exist_ok=True)
     (node / "etc/default/grub").write_text(GRUB)
     for directory in ("etc/modules-load.d", "etc/modprobe.d"):
@@ -31,6 +33,12 @@ def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path, tees
     tool.parent.mkdir(parents=True, exist_ok=True)
     tool.write_text("#!/bin/sh\nexit 1\n")  # would fail if anything ran it
     tool.chmod(0o755)
+    return node
+
+
+@pytest.mark.slow
+def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path, teesim_node, ansible_playbook_cli):
+    node = grub_node(teesim_node, tmp_path / "node", "intel")
     before = snapshot(node)
 
     proc = ansible_playbook_cli(
@@ -53,3 +61,34 @@ def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path, tees
     assert "create /etc/default/grub.d/91-confidential-tee-iommu.cfg" in flat
     assert "/usr/sbin/update-grub" in flat
     assert "+kvm_intel.tdx=1" in proc.stdout and "+nohibernate" in proc.stdout and "+intel_iommu=on" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_roles_own_host_roots_are_where_the_cpu_vendor_is_read(tmp_path, teesim_node, ansible_playbook_cli):
+    # An AMD node tree given through the roles' own variables only (no tee_host_root), read from a controller
+    # whose own CPU may be Intel: the plan must be the tree's (SEV-SNP), and its IOMMU report the tree's.
+    node = grub_node(teesim_node, tmp_path / "node", "amd")
+    roots = {f"{role}_host_root": str(node) for role in ("snp_host", "iommu_passthrough", "vsock")}
+
+    proc = ansible_playbook_cli(
+        REPO / "playbooks" / "tee_node.yml",
+        "--check",
+        "--diff",
+        "-e",
+        json.dumps(
+            {
+                "tee_node_hosts": "localhost",
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+                **roots,
+            }
+        ),
+    )
+
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "/etc/default/grub.d/90-confidential-tee-snp.cfg" in proc.flat, proc.flat[-4000:]
+    assert "+kvm_amd.sev_snp=1" in proc.stdout
+    assert "kvm_intel.tdx=1" not in proc.stdout
+    types = Counter(path.read_text().strip() for path in (node / "sys/kernel/iommu_groups").glob("*/type"))
+    shown = ", ".join(f"{kind}: {count}" for kind, count in types.items())
+    assert f"{types.total()} IOMMU groups ({shown})" in proc.flat, proc.flat[-4000:]

@@ -19,12 +19,12 @@ MODULE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 BUILTIN_LIMIT = 1024 * 1024
 
 
-def name_problems(modules: object) -> list[str]:
-    """Why ``modules`` is not a list of kernel module names (empty when it is)."""
+def name_problems(modules: object, what: str = "modules") -> list[str]:
+    """Why ``modules`` (called ``what`` in the messages) is not a list of kernel module names (empty when it is)."""
     if not isinstance(modules, list) or not modules:
-        return ["modules must be a non-empty list of kernel module names, such as [vhost_vsock, vsock_loopback]"]
+        return [f"{what} must be a non-empty list of kernel module names, such as [vhost_vsock, vsock_loopback]"]
     return [
-        f"modules: {name!r} is not a kernel module name (letters, digits, '_', '-' and '.', not starting with '-')"
+        f"{what}: {name!r} is not a kernel module name (letters, digits, '_', '-' and '.', not starting with '-')"
         for name in modules
         if not isinstance(name, str) or not MODULE_NAME.match(name)
     ]

@@ -374,3 +374,22 @@ def test_the_plain_call_never_imports_the_preflight_checks_or_the_cgroup_parser(
     )
     capacity = _imported_by_a_run(tmp_path, {"host_root": str(root), "gather_gpu": False, "capacity": True})
     assert {"host.capacity_facts", "host.misc_cgroup"} <= capacity and "host.preflight" not in capacity
+
+
+def test_gather_virtual_sets_the_facts_setup_would_set_in_the_same_call(tmp_path, capsys):
+    from ansible.module_utils.facts.virtual.linux import LinuxVirtualCollector
+
+    root = small_tdx_tree(tmp_path)
+    code, result = run_main(capsys, {"host_root": str(root), "gather_gpu": False, "gather_virtual": True})
+
+    assert code == 0
+    facts = result["ansible_facts"]
+    # Ansible's own collector, run here as setup's virtual subset runs it on this machine (not on host_root).
+    with patch_module_args({}):
+        module = AnsibleModule(argument_spec={})
+    expected = LinuxVirtualCollector().collect(module=module)
+    expected = {key: sorted(value) if isinstance(value, set) else value for key, value in expected.items()}
+    assert {key: facts[key] for key in facts if key != "tee_host"} == expected
+    assert {"virtualization_type", "virtualization_role"} <= set(facts)
+    _, plain = run_main(capsys, {"host_root": str(root), "gather_gpu": False})
+    assert set(plain["ansible_facts"]) == {"tee_host"}
