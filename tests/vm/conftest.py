@@ -126,12 +126,14 @@ def run_playbook(
 
 @pytest.fixture(scope="session")
 def read_facts(run_playbook: Callable[..., subprocess.CompletedProcess[str]]) -> Callable[[Vm], dict]:
-    """``read(vm)``: tee_host_info (capacity on), tee_capacity_info and kernel_cmdline's configured facts."""
+    """``read(vm, capacity=True, configured=True)``: tee_host_info (capacity on), and tee_capacity_info and
+    kernel_cmdline's configured facts unless left out (``None`` in the result then: each call costs seconds)."""
 
-    def read(vm: Vm) -> dict:
+    def read(vm: Vm, *, capacity: bool = True, configured: bool = True) -> dict:
         out = vm.workdir / "facts.json"
         out.unlink(missing_ok=True)
-        result = run_playbook(vm, FACTS_PLAYBOOK, extra={"tee_vm_facts_out": str(out)})
+        extra = {"tee_vm_facts_out": str(out), "tee_vm_read_capacity": capacity, "tee_vm_read_configured": configured}
+        result = run_playbook(vm, FACTS_PLAYBOOK, extra=extra)
         assert result.returncode == 0, explain(result)
         return json.loads(out.read_text())
 
