@@ -20,7 +20,7 @@ export PATH := $(BIN):$(PATH)
 help:
 	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
 	@echo "make fleet-report - simulated mixed fleet: preflight, key drift against Kubernetes, HTML/Markdown/JSON/.prom"
-	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule, the GRUB VMs"
+	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule, the real-kernel VMs (make vm-test)"
 	@echo "make vm-test - host roles on a real kernel: Debian 12 under QEMU (TCG), reboots through GRUB and systemd-boot (tests/vm)"
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
 	@echo "make upstream-report - NFD's, KubeVirt's and kube-scheduler's own code against teesim's models (docs/simulator.md; needs Go)"
