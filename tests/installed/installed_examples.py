@@ -1,5 +1,6 @@
 """The examples the collection shows its users, taken from where users read them (never copied into the tests):
-fenced blocks of README.md and docs/*.md, each module's EXAMPLES, and the README's shell commands.
+fenced blocks of README.md and docs/*.md, each module's EXAMPLES, and the ``ansible``/``ansible-playbook`` commands
+of the documents' shell blocks.
 
 Markers, agreed with the docs: an HTML comment line right before a fence, ``<!-- example: needs-hardware: <reason>
 -->`` or ``<!-- example: skip: <reason> -->``, keeps the block out of the run with that reason; in a module's

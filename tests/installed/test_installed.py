@@ -1,5 +1,5 @@
 """The built artifact, installed with its declared dependencies, on ansible-core alone, from a directory outside the
-checkout: what ships, the README's commands, every YAML example of README.md, docs/ and the modules' EXAMPLES, and
+checkout: what ships, the shell commands and every YAML example of README.md and docs/, the modules' EXAMPLES, and
 nothing written under the installed collection. One build and install per session (conftest.py); the tests run in
 file order and the last one compares the installed tree with its state before the first."""
 
@@ -27,7 +27,9 @@ SECRETS = {
     "vault_pccs_admin_token": "admin-token-for-tests",
     "vault_pccs_tls_key": "not a key, a test value",
 }
-# A README command that cannot succeed here, and what its failure must tell the user instead (what to set or
+# The documents whose commands a user copies: the README and the task guides.
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# A documented command that cannot succeed here, and what its failure must tell the user instead (what to set or
 # install). Everything else must exit 0.
 EXPECTED_FAILURES = {
     r"tee_fleet_kubernetes=api": r"kubernetes|kubeconfig|Kubernetes",
@@ -35,7 +37,7 @@ EXPECTED_FAILURES = {
     # The chain on a host configures the DCAP release installed there (Intel's packages are unreachable here).
     r"-i inventory confidential\.tee\.attestation": r"cannot tell the DCAP version: tdx-qgs is not installed",
 }
-# Where the README's commands read secrets from the user's vault (its attestation.yml says so), a vault file of the
+# Where the documents' commands read secrets from the user's vault (its attestation.yml says so), a vault file of the
 # test's stands in for it.
 VAULT_FILE = "vault.yml"
 
@@ -48,7 +50,8 @@ def before(installed: Installed):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, installed: Installed) -> Path:
     """An operator's project directory (outside the checkout) with an inventory of simulated nodes and the files
-    the README's commands read; `teesim node build` trees stand in for the nodes."""
+    the documents' commands read; `teesim node build` trees stand in for the nodes, and a `teesim fleet build`
+    fleet's Kubernetes objects for the `kubectl get` dump that docs/fleet.md makes."""
     if not TEESIM.exists():
         pytest.skip("teesim is not installed in this virtualenv (make venv installs it)")
     project = tmp_path_factory.mktemp("project")
@@ -88,9 +91,15 @@ def project(tmp_path_factory, installed: Installed) -> Path:
     }
     (project / "inventory").write_text(yaml.safe_dump(inventory))
     (project / VAULT_FILE).write_text(yaml.safe_dump(SECRETS))
-    for name, text in named_yaml_blocks(REPO / "README.md").items():
-        (project / name).write_text(text)
-    # Inventories the README shows name real nodes: the project's host_vars (read beside any inventory) make them
+    for document in DOCUMENTS:
+        for name, text in named_yaml_blocks(document).items():
+            (project / name).write_text(text)
+    fleet = project.parent / f"{project.name}-fleet"
+    subprocess.run([str(TEESIM), "fleet", "build", "--out", str(fleet)], check=True, capture_output=True)
+    (project / "dump").mkdir()
+    for objects in (fleet / "kubernetes").glob("*.json"):
+        shutil.copy(objects, project / "dump" / objects.name)
+    # Inventories the documents show name real nodes: the project's host_vars (read beside any inventory) make them
     # the simulated ones.
     (project / "host_vars").mkdir()
     for host, tree in (("tdx-1", "sim-tdx"), ("snp-1", "sim-snp")):
@@ -152,8 +161,20 @@ def test_the_action_group_is_every_module_that_takes_host_root(installed: Instal
     assert group == with_root
 
 
-@pytest.mark.parametrize("command", shell_commands(REPO / "README.md"))
-def test_readme_command(installed: Installed, project: Path, before, command: str):
+DOCUMENTED_COMMANDS = [
+    pytest.param(command, id=f"{document.relative_to(REPO)}: {command}")
+    for document in DOCUMENTS
+    for command in shell_commands(document)
+]
+
+
+def test_the_documents_show_commands():
+    """The parametrized test below must have something to run: the commands moved once and were silently not run."""
+    assert len(DOCUMENTED_COMMANDS) >= 10, [param.id for param in DOCUMENTED_COMMANDS]
+
+
+@pytest.mark.parametrize("command", DOCUMENTED_COMMANDS)
+def test_documented_command(installed: Installed, project: Path, before, command: str):
     if "@attestation.yml" in command and " -i " not in command:
         command += f" -e @{VAULT_FILE}"  # no inventory: the secrets come from the user's vault
     completed = installed.run(command, project, timeout=900)
@@ -161,15 +182,27 @@ def test_readme_command(installed: Installed, project: Path, before, command: st
     output = completed.stdout[-6000:] + completed.stderr[-3000:]
     if expected is None:
         assert completed.returncode == 0, output
-        assert "no hosts matched" not in completed.stdout, output
+        assert ran_on_the_inventory(command, completed.stdout), f"no inventory host ran it:\n{output}"
     else:
         assert completed.returncode != 0 and re.search(expected, completed.flat), output
     assert "Traceback" not in completed.flat, output
 
 
+def ran_on_the_inventory(command: str, stdout: str) -> bool:
+    """Whether a command given an inventory (``-i``) did its work on one of its hosts, not on none: an ad hoc
+    command's output names the host; a playbook's recap lists a host other than localhost (a playbook's optional
+    plays, such as the GPU nodes', may match no host)."""
+    if " -i " not in f" {command} ":
+        return True
+    if command.startswith("ansible "):
+        return "no hosts matched" not in stdout.lower() and bool(re.search(r"^\S+ \| ", stdout, re.MULTILINE))
+    recap = stdout.rpartition("PLAY RECAP")[2]
+    hosts = re.findall(r"^(\S+)\s*: ok=", recap, re.MULTILINE)
+    return any(host != "localhost" for host in hosts)
+
+
 def _examples() -> list[Example]:
-    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    return markdown_examples(docs, REPO) + module_examples(REPO / "plugins" / "modules", REPO)
+    return markdown_examples(DOCUMENTS, REPO) + module_examples(REPO / "plugins" / "modules", REPO)
 
 
 def _as_plays(example: Example, host: str, tree: Path) -> list[dict]:
