@@ -106,6 +106,12 @@ def test_facts_are_what_the_kernel_shows(vm: Vm, read_facts) -> None:
     for module in ("vhost_vsock", "vsock_loopback", "vfio", "vfio_pci", "vfio_iommu_type1"):
         assert host["modules"][module] is True, module
     assert host["vsock"]["vhost_vsock"] is (vm.ssh("test -c /dev/vhost-vsock", check=False).returncode == 0) is True
+    # The emulated CPU has no VMX or SVM: neither KVM module loads, and their TEE parameters are unknown (null).
+    for vendor, module in (("intel", "kvm_intel"), ("amd", "kvm_amd")):
+        loaded = vm.ssh(f"test -d /sys/module/{module}", check=False).returncode == 0
+        assert host["kvm"][vendor]["loaded"] is loaded, module
+    if not host["kvm"]["intel"]["loaded"]:
+        assert host["kvm"]["intel"]["tdx"] is None, "kvm_intel's tdx parameter is unknown while it is not loaded"
 
     assert_capacity_matches(vm, facts["capacity"])
 
@@ -132,9 +138,33 @@ def assert_capacity_matches(vm: Vm, capacity: dict) -> None:
     if not has_file:
         assert controller["reason"], "an absent controller needs a reason"
         return
-    lines = dict(line.split() for line in vm.read("cat /sys/fs/cgroup/misc.capacity").splitlines() if line.strip())
+    assert controller["reason"] is None
+    # The kernel prints a line only for a resource with a capacity (kernel/cgroup/misc.c): no line is 0.
+    capacities = misc_lines(vm, "/sys/fs/cgroup/misc.capacity")
+    # Usage: the root's misc.current where the kernel has one, else the sum of the top-level cgroups' (a lower
+    # bound: the root's own charges are not shown), as the module documents.
+    root_current = vm.ssh("test -e /sys/fs/cgroup/misc.current", check=False).returncode == 0
+    used: dict[str, int] = {}
+    for path in ["/sys/fs/cgroup/misc.current"] if root_current else vm.read(CHILD_MISC_CURRENT).split():
+        for name, value in misc_lines(vm, path).items():
+            used[name] = used.get(name, 0) + value
+    has_peak = vm.ssh("test -e /sys/fs/cgroup/misc.peak", check=False).returncode == 0
     for name, resource in capacity["resources"].items():
-        assert resource["capacity"] == int(lines.get(name, 0)), name
+        assert resource["capacity"] == capacities.get(name, 0), name
+        assert resource["current"] == used.get(name, 0), name
+        assert resource["current_is_lower_bound"] is not root_current, name
+        # The kernel answered both files: nothing about this resource is unknown.
+        assert resource["unknown"] == [], (name, resource["unknown"])
+        assert (resource["peak"] is None) is not has_peak, name
+
+
+# The top-level cgroups' misc.current files (none where the misc controller is not enabled for the children).
+CHILD_MISC_CURRENT = 'for f in /sys/fs/cgroup/*/misc.current; do [ -e "$f" ] && echo "$f"; done; true'
+
+
+def misc_lines(vm: Vm, path: str) -> dict[str, int]:
+    """A misc file's ``<name> <value>`` lines, as cat shows them in the guest."""
+    return {name: int(value) for name, value in (line.split() for line in vm.read(f"cat {path}").splitlines() if line)}
 
 
 def test_vfio_binding_is_reported_as_the_kernel_made_it(vm: Vm, run_playbook) -> None:
