@@ -21,6 +21,8 @@ description:
     boot.
   - O(state=absent) removes O(path) only when it holds exactly O(content), the text this task would write; a file
     someone edited is kept and named in RV(kept) and a warning. Modules are never unloaded.
+  - With O(requests), several files (one per role) in the same round trip, all written or none, and one
+    C(modprobe -a) for every module they load.
 extends_documentation_fragment:
   - confidential.tee.host_root
   - ansible.builtin.action_common_attributes
@@ -28,13 +30,14 @@ options:
   modules:
     description:
       - Kernel module names, such as C(vhost_vsock). C(-) and C(_) are the same to the kernel.
+      - Required with O(path).
     type: list
     elements: str
-    required: true
   path:
-    description: The C(modules-load.d) file, an absolute host path (joined under O(host_root)).
+    description:
+      - The C(modules-load.d) file, an absolute host path (joined under O(host_root)).
+      - Required unless O(requests) is given.
     type: str
-    required: true
   content:
     description:
       - The exact text of O(path); by default one module of O(modules) a line.
@@ -56,9 +59,45 @@ options:
     type: bool
     default: true
   backup:
-    description: Copy O(path) to C(<file>.<timestamp>~) before changing or removing it.
+    description: Copy each file to C(<file>.<timestamp>~) before changing or removing it.
     type: bool
     default: true
+  requests:
+    description:
+      - Several files, one per caller (a role), managed as one change instead of O(path), O(modules), O(content),
+        O(mode), O(state) and O(load) (mutually exclusive with them). Each request means what those options mean
+        for one file.
+      - Every request is validated before anything is written; a path given twice fails the task. The files are
+        written (or removed) together, the modules that present requests load are loaded with one C(modprobe -a)
+        and read back, and when that fails every file the task changed is restored.
+    type: list
+    elements: dict
+    suboptions:
+      path:
+        description: The C(modules-load.d) file, as O(path).
+        type: str
+        required: true
+      modules:
+        description: Kernel module names, as O(modules).
+        type: list
+        elements: str
+        required: true
+      content:
+        description: The exact text of the file, as O(content).
+        type: str
+      mode:
+        description: Octal mode of the file, as O(mode).
+        type: str
+        default: "0644"
+      state:
+        description: C(present) writes the file (and loads its modules); C(absent) removes it if it is ours.
+        type: str
+        choices: [present, absent]
+        default: present
+      load:
+        description: Load this request's missing modules now, as O(load).
+        type: bool
+        default: true
 attributes:
   check_mode:
     support: full
@@ -97,6 +136,21 @@ EXAMPLES = r"""
       vfio_pci
     load: false
 
+- name: Two roles' files for the next boot of a node mounted at /host, in one round trip (both written or neither)
+  confidential.tee.kernel_modules:
+    host_root: /host
+    requests:
+      - path: /etc/modules-load.d/vsock.conf
+        modules: [vhost_vsock, vsock_loopback]
+        load: false
+      - path: /etc/modules-load.d/vfio.conf
+        modules: [vfio, vfio_iommu_type1, vfio_pci]
+        content: |
+          vfio
+          vfio_iommu_type1
+          vfio_pci
+        load: false
+
 - name: Remove that file again, unless someone edited it
   confidential.tee.kernel_modules:
     host_root: /host
@@ -112,7 +166,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: The file, whether it changed and why (C(create), C(content), C(mode ...), C(remove)).
+  description: Each file, whether it changed and why (C(create), C(content), C(mode ...), C(remove)).
   returned: always
   type: list
   elements: dict
@@ -123,7 +177,9 @@ backups:
   type: list
   elements: str
 modules:
-  description: Each module of O(modules) and whether the kernel has it after the task (in check mode, before).
+  description:
+    - Each module of O(modules) (of every request) and whether the kernel has it after the task (in check mode,
+      before).
   returned: always
   type: dict
   sample: {"vhost_vsock": true, "vsock_loopback": true}
@@ -134,10 +190,18 @@ loaded:
   elements: str
   sample: [vsock_loopback]
 kept:
-  description: With O(state=absent), the path of a file that was kept because it differs from O(content).
+  description:
+    - With O(state=absent), the path of a file that was kept because it differs from O(content).
+    - With O(requests), the first such path; RV(kept_paths) has all of them.
   returned: always
   type: str
   sample: null
+kept_paths:
+  description: Every file kept because it differs from what its request writes (with O(state=absent)).
+  returned: always
+  type: list
+  elements: str
+  sample: []
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -150,40 +214,76 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.kernel_modul
     name_problems,
 )
 
+REQUEST_OPTIONS = ("path", "modules", "content", "mode", "state", "load")
+
 
 def argument_spec():
-    return dict(
-        host_root=dict(type="path", default="/"),
-        modules=dict(type="list", elements="str", required=True),
-        path=dict(type="str", required=True),
+    one_file = dict(
+        modules=dict(type="list", elements="str"),
+        path=dict(type="str"),
         content=dict(type="str"),
         mode=dict(type="str", default="0644"),
         state=dict(type="str", choices=["present", "absent"], default="present"),
         load=dict(type="bool", default=True),
+    )
+    request = dict(
+        one_file, modules=dict(type="list", elements="str", required=True), path=dict(type="str", required=True)
+    )
+    return dict(
+        host_root=dict(type="path", default="/"),
+        requests=dict(type="list", elements="dict", options=request),
         backup=dict(type="bool", default=True),
+        **one_file,
     )
 
 
-def checked_params(params) -> tuple[str, int]:
-    """The file's content and mode, once every input is known to be usable."""
-    problems = name_problems(params["modules"])
-    if not params["path"].startswith("/"):
-        problems.append(f"path {params['path']!r} is not absolute: give the host path, such as /etc/modules-load.d/x")
-    try:
-        mode = int(params["mode"], 8)
-    except ValueError:
-        mode = -1
-    if not 0 <= mode <= 0o7777:
-        problems.append(f"mode {params['mode']!r} is not an octal mode such as '0644'")
-    if params["state"] == "present" and params["load"] and params["host_root"].rstrip("/") != "":
+def requests_of(params) -> list[dict]:
+    """The files this task manages: O(requests), or the one file of the top-level options."""
+    if params["requests"] is not None:
+        return params["requests"]
+    return [{name: params[name] for name in REQUEST_OPTIONS}]
+
+
+def request_problems(request: dict, host_root: str) -> list[str]:
+    """Why one request cannot be applied (empty when it can)."""
+    problems = name_problems(request["modules"])
+    if not request["path"].startswith("/"):
+        problems.append(f"path {request['path']!r} is not absolute: give the host path, such as /etc/modules-load.d/x")
+    if mode_of(request) is None:
+        problems.append(f"mode {request['mode']!r} is not an octal mode such as '0644'")
+    if request["state"] == "present" and request["load"] and host_root.rstrip("/") != "":
         problems.append(
             f"load: true loads modules into the kernel running this task, which is not the one under host_root "
-            f"{params['host_root']}: set load: false there (the file still loads them at the host's next boot)"
+            f"{host_root}: set load: false there (the file still loads them at the host's next boot)"
         )
+    return problems
+
+
+def mode_of(request: dict) -> int | None:
+    try:
+        mode = int(request["mode"], 8)
+    except ValueError:
+        return None
+    return mode if 0 <= mode <= 0o7777 else None
+
+
+def checked_requests(params) -> list[tuple[dict, str, int]]:
+    """Each request with its file's content and mode, once every input of every request is known to be usable."""
+    requests = requests_of(params)
+    several = params["requests"] is not None
+    problems = [] if requests else ["requests is empty: give at least one modules-load file"]
+    paths = [request["path"] for request in requests]
+    problems += [f"requests: {path!r} is given twice" for path in sorted(set(paths)) if paths.count(path) > 1]
+    for index, request in enumerate(requests):
+        found = request_problems(request, params["host_root"])
+        problems += [f"requests[{index}] ({request['path']}): {problem}" for problem in found] if several else found
     if problems:
         raise TeeError("; ".join(problems) + "; nothing was changed")
-    content = params["content"] if params["content"] is not None else default_content(params["modules"])
-    return content, mode
+    checked = []
+    for request in requests:
+        content = request["content"] if request["content"] is not None else default_content(request["modules"])
+        checked.append((request, content, mode_of(request)))
+    return checked
 
 
 def plan_removal(changes: Changes, path: str, content: str) -> str | None:
@@ -199,17 +299,26 @@ def plan_removal(changes: Changes, path: str, content: str) -> str | None:
     return None
 
 
-def apply(module: AnsibleModule, changes: Changes) -> tuple[list[str], str | None]:
-    """Plan and make the change; the modules loaded (or to load, in check mode) and a kept path."""
-    params = module.params
-    content, mode = checked_params(params)
-    if params["state"] == "absent":
-        kept = plan_removal(changes, params["path"], content)
-        changes.apply()
-        return [], kept
-    changes.file(params["path"], content, mode=mode)
-    missing = [name for name, loaded in loaded_modules(changes.reader, params["modules"]).items() if not loaded]
-    to_load = missing if params["load"] else []
+def plan(changes: Changes, checked: list[tuple[dict, str, int]]) -> tuple[list[str], list[str]]:
+    """Plan every file; the modules to load (present requests with load, missing from the kernel) and kept paths."""
+    to_load: list[str] = []
+    kept: list[str] = []
+    for request, content, mode in checked:
+        if request["state"] == "absent":
+            kept += [path for path in [plan_removal(changes, request["path"], content)] if path]
+            continue
+        changes.file(request["path"], content, mode=mode)
+        if request["load"]:
+            missing = [
+                name for name, loaded in loaded_modules(changes.reader, request["modules"]).items() if not loaded
+            ]
+            to_load += [name for name in missing if name not in to_load]
+    return to_load, kept
+
+
+def apply(module: AnsibleModule, changes: Changes) -> tuple[list[str], list[str]]:
+    """Plan and make the change, all files or none; the modules loaded (or to load, in check mode) and kept paths."""
+    to_load, kept = plan(changes, checked_requests(module.params))
     if to_load and not module.check_mode:
         modprobe = module.get_bin_path("modprobe")
         if modprobe is None:
@@ -224,30 +333,37 @@ def apply(module: AnsibleModule, changes: Changes) -> tuple[list[str], str | Non
                 f"modprobe exited 0 but the kernel does not show {', '.join(still)} in /sys/module or modules.builtin"
                 f"{changes.restored()}"
             )
-    return to_load, None
+    return to_load, kept
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        mutually_exclusive=[("requests", name) for name in REQUEST_OPTIONS],
+        required_one_of=[("requests", "path")],
+        required_together=[("path", "modules")],
+        supports_check_mode=True,
+    )
     reader = open_host(module)
     changes = Changes(reader.host_root, module.check_mode, backup=module.params["backup"], runner=module.run_command)
     try:
         loaded, kept = apply(module, changes)
     except (TeeError, OSError) as exc:
         module.fail_json(msg=str(exc), files=changes.records(), backups=changes.backups)
-    if kept:
+    for path in kept:
         module.warn(
-            f"{changes.display(kept)} differs from what this task writes (someone edited or wrote it): it is kept; "
+            f"{changes.display(path)} differs from what this task writes (someone edited or wrote it): it is kept; "
             "delete it by hand if these modules should no longer load at boot"
         )
-    modules = loaded_modules(changes.reader, module.params["modules"])
+    named = list(dict.fromkeys(name for request in requests_of(module.params) for name in request["modules"]))
     result = dict(
         changed=changes.changed or bool(loaded),
         files=changes.records(),
         backups=changes.backups,
-        modules=modules,
+        modules=loaded_modules(changes.reader, named),
         loaded=loaded,
-        kept=changes.display(kept) if kept else None,
+        kept=changes.display(kept[0]) if kept else None,
+        kept_paths=[changes.display(path) for path in kept],
     )
     if module._diff:
         result["diff"] = changes.diff()

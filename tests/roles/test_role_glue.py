@@ -112,7 +112,7 @@ def test_every_role_with_lists_checks_them_first_through_the_shared_role(role):
     first = yaml.safe_load((ROLES / role / "tasks" / "main.yml").read_text())[0]
     # A role whose checks live in tasks/request.yml or tasks/check.yml (the entry point a caller runs first, with
     # tasks_from, before any role changes anything) includes that file first; its first task is then the shared check.
-    if first.get("ansible.builtin.include_tasks") in ("request.yml", "check.yml"):
+    while first.get("ansible.builtin.include_tasks") in ("request.yml", "check.yml"):
         first = yaml.safe_load((ROLES / role / "tasks" / first["ansible.builtin.include_tasks"]).read_text())[0]
     assert first.get("ansible.builtin.include_role", {}).get("name") == SHARED_CHECK, first
     for path, _ in _task_files(role):

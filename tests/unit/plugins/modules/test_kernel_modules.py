@@ -152,3 +152,90 @@ def test_bad_input_fails_clearly_and_writes_nothing(tmp_path, run_module, extra,
     result = run_module(kernel_modules, args(root) | extra)
     assert result["failed"] and message in result["msg"] and "nothing was changed" in result["msg"], result
     assert not (root / "etc").exists()
+
+
+VFIO = ["vfio", "vfio_iommu_type1", "vfio_pci"]
+
+
+def two_requests(tmp_path: Path, **vfio) -> dict:
+    return {
+        "requests": [
+            {"path": str(tmp_path / "vsock.conf"), "modules": VSOCK},
+            {"path": str(tmp_path / "vfio.conf"), "modules": VFIO} | vfio,
+        ]
+    }
+
+
+def test_requests_write_every_file_and_load_with_one_modprobe(tmp_path, run_module, monkeypatch):
+    kernel = StandInKernel(monkeypatch, {"vhost_vsock", "vfio"})
+    result = run_module(kernel_modules, two_requests(tmp_path))
+    assert not result["failed"] and result["changed"], result
+    assert (tmp_path / "vsock.conf").read_text() == "vhost_vsock\nvsock_loopback\n"
+    assert (tmp_path / "vfio.conf").read_text() == "vfio\nvfio_iommu_type1\nvfio_pci\n"
+    assert kernel.calls == [["/usr/sbin/modprobe", "-a", "--", "vsock_loopback", "vfio_iommu_type1", "vfio_pci"]]
+    assert result["modules"] == dict.fromkeys(VSOCK + VFIO, True)
+    assert [record["path"] for record in result["files"]] == [str(tmp_path / "vsock.conf"), str(tmp_path / "vfio.conf")]
+    again = run_module(kernel_modules, two_requests(tmp_path))
+    assert not again["changed"] and len(kernel.calls) == 1
+
+
+def test_requests_are_the_same_files_as_one_task_each(tmp_path, run_module):
+    """The requests form writes exactly what two single-file tasks write (content, default content, mode)."""
+    root = node(tmp_path / "one")
+    other = node(tmp_path / "two")
+    vfio = {"path": "/etc/modules-load.d/vfio.conf", "modules": VFIO, "mode": "0600", "load": False}
+    vsock = {"path": "/etc/modules-load.d/vsock.conf", "modules": VSOCK, "content": CONTENT, "load": False}
+    run_module(kernel_modules, {"host_root": str(root), "requests": [vsock, vfio]})
+    for single in (vsock, vfio):
+        run_module(kernel_modules, {"host_root": str(other), **single})
+    for name in ("vsock.conf", "vfio.conf"):
+        mine, theirs = root / "etc/modules-load.d" / name, other / "etc/modules-load.d" / name
+        assert (mine.read_text(), mine.stat().st_mode) == (theirs.read_text(), theirs.stat().st_mode), name
+
+
+def test_a_request_that_does_not_load_restores_every_file(tmp_path, run_module, monkeypatch):
+    StandInKernel(monkeypatch, {"vhost_vsock"}, rc=1)
+    (tmp_path / "vsock.conf").write_text("vhost_vsock\n")
+    result = run_module(kernel_modules, two_requests(tmp_path))
+    assert result["failed"] and "restored" in result["msg"], result
+    assert (tmp_path / "vsock.conf").read_text() == "vhost_vsock\n"
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "vsock.conf"], "neither file changed, no backup left behind"
+
+
+def test_requests_mix_present_and_absent_and_say_what_they_kept(tmp_path, run_module, monkeypatch):
+    StandInKernel(monkeypatch, set(VSOCK))
+    (tmp_path / "vfio.conf").write_text("vfio\n# mine\n")
+    result = run_module(kernel_modules, two_requests(tmp_path, state="absent"))
+    assert not result["failed"] and result["changed"], result
+    assert (tmp_path / "vsock.conf").exists() and (tmp_path / "vfio.conf").read_text() == "vfio\n# mine\n"
+    assert result["kept"] == str(tmp_path / "vfio.conf") and result["kept_paths"] == [str(tmp_path / "vfio.conf")]
+    assert result["loaded"] == []
+
+
+@pytest.mark.parametrize(
+    ("requests", "message"),
+    [
+        ([], "requests is empty"),
+        ([{"path": "/etc/a.conf", "modules": ["vfio"]}] * 2, "'/etc/a.conf' is given twice"),
+        (
+            [{"path": "/etc/a.conf", "modules": ["vfio"]}, {"path": "/etc/b.conf", "modules": ["x\ny"]}],
+            "requests[1] (/etc/b.conf): modules: 'x\\ny' is not a kernel module name",
+        ),
+        ([{"path": "/etc/a.conf", "modules": ["vfio"], "load": True}], "requests[0] (/etc/a.conf): load: true"),
+    ],
+)
+def test_bad_requests_fail_clearly_and_write_nothing(tmp_path, run_module, requests, message):
+    root = node(tmp_path)
+    with_load = [{"load": False} | request for request in requests]
+    result = run_module(kernel_modules, {"host_root": str(root), "requests": with_load})
+    assert result["failed"] and message in result["msg"] and "nothing was changed" in result["msg"], result
+    assert not (root / "etc").exists()
+
+
+def test_requests_exclude_the_one_file_options(tmp_path, run_module):
+    result = run_module(kernel_modules, two_requests(tmp_path) | {"path": str(tmp_path / "x.conf")})
+    assert result["failed"] and "mutually exclusive" in result["msg"], result
+    neither = run_module(kernel_modules, {})
+    assert neither["failed"] and "requests, path" in neither["msg"], neither
+    half = run_module(kernel_modules, {"modules": VSOCK})
+    assert half["failed"] and "required together: path, modules" in half["msg"], half
