@@ -61,6 +61,18 @@ def test_check_mode_plan_for_a_simulated_tdx_node_changes_nothing(tmp_path, tees
     assert "create /etc/default/grub.d/91-confidential-tee-iommu.cfg" in flat
     assert "/usr/sbin/update-grub" in flat
     assert "+kvm_intel.tdx=1" in proc.stdout and "+nohibernate" in proc.stdout and "+intel_iommu=on" in proc.stdout
+    # One kernel_modules task plans both roles' modules-load files; the roles' own calls are skipped.
+    one_call = task_output(proc.stdout, "Load every role's kernel modules now and at every boot with one call")
+    for path in ("/etc/modules-load.d/vsock.conf", "/etc/modules-load.d/vfio.conf"):
+        assert f"--- before: {node}{path}" in one_call, one_call[-3000:]
+    for task in ("vsock : Load the vsock modules now", "iommu_passthrough : Load the vfio modules now"):
+        assert task_output(proc.stdout, f"confidential.tee.{task}").lstrip().startswith("skipping:"), task
+
+
+def task_output(stdout: str, name_start: str) -> str:
+    """What the default callback printed for the task whose name starts with ``name_start`` (up to the next task)."""
+    after = stdout.split(f"TASK [{name_start}", 1)[1]
+    return after.split("\n", 1)[1].split("\nTASK [", 1)[0]
 
 
 @pytest.mark.slow
@@ -92,3 +104,27 @@ def test_the_roles_own_host_roots_are_where_the_cpu_vendor_is_read(tmp_path, tee
     types = Counter(path.read_text().strip() for path in (node / "sys/kernel/iommu_groups").glob("*/type"))
     shown = ", ".join(f"{kind}: {count}" for kind, count in types.items())
     assert f"{types.total()} IOMMU groups ({shown})" in proc.flat, proc.flat[-4000:]
+
+
+@pytest.mark.slow
+def test_a_vsock_host_root_of_its_own_is_refused_before_any_change(tmp_path, teesim_node, ansible_playbook_cli):
+    # vsock's file is written by the same kernel_modules call as the vfio file: one root for both.
+    node = grub_node(teesim_node, tmp_path / "node", "intel")
+    other = grub_node(teesim_node, tmp_path / "other", "intel")
+    before = snapshot(node), snapshot(other)
+
+    proc = ansible_playbook_cli(
+        REPO / "playbooks" / "tee_node.yml",
+        extra_vars={
+            "tee_node_hosts": "localhost",
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "tee_host_root": node,
+            "iommu_passthrough_host_root": node,
+            "vsock_host_root": other,
+        },
+    )
+
+    assert proc.returncode != 0
+    assert f"host roots {node}, {other}" in proc.flat and "vsock" in proc.flat, proc.flat[-3000:]
+    assert (snapshot(node), snapshot(other)) == before
