@@ -130,7 +130,7 @@ def decide(
         found.append(Doubt(REASON_CAPACITY_UNKNOWN, f"misc.capacity gives no usable value for {misc}"))
     if current is None:
         found.append(Doubt(REASON_CURRENT_UNKNOWN, f"misc.current gives no usable value for {misc}"))
-    if k8s_running is None:
+    if k8s_running is None and not any(d.reason == REASON_PODS_UNKNOWN for d in found):
         found.append(
             Doubt(REASON_PODS_UNKNOWN, "the pods on this node are unknown: every key in use counts as external")
         )

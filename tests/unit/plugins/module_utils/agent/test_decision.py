@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.agent import decision as d
 from hypothesis import given
 from hypothesis import strategies as st
-
-from ansible_collections.confidential.tee.plugins.module_utils.agent import decision as d
 
 KEYS = "tdx.intel.com/keys"
 
