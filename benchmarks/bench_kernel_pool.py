@@ -65,9 +65,7 @@ def measure(node: AgentNode, changes: int, capacity: int) -> tuple[list[float], 
         shrink.append(time.monotonic() - started)
         name = f"waiter-{index}"
         node.create_pod(name, "kubevirt")
-        wait_for(
-            lambda: any(p["metadata"]["name"] == name and p.get("status", {}).get("conditions") for p in node.pods())
-        )
+        wait_for(partial(_refused, node, name), what="the scheduler refused the pod")
         node.set_current(capacity - 1)  # the external VM stops: one key free again
         started = time.monotonic()
         wait_for(partial(_bound, node, name), every=0.005, what="bound")
