@@ -20,6 +20,7 @@ from teesim.engine.clock import VirtualClock
 from teesim.plugins.models import CurrentReader, read_capacity
 
 decision = collection_module("plugins.module_utils.agent.decision")
+sev_asids = collection_module("plugins.module_utils.host.sev_asids")
 
 
 class KernelPoolAgent:
@@ -69,6 +70,21 @@ class KernelPoolAgent:
         self._counted = (key, count)
         return count
 
+    def snp_range(self) -> tuple[int | None, tuple]:
+        """AMD ciphertext hiding's SNP ASID count, read and parsed as the agent does (``None``: no split)."""
+        if self.misc_resource != "sev_es":
+            return None, ()
+        try:
+            text = self.node.read(sev_asids.CIPHERTEXT_HIDING_PARAM)
+        except FileNotFoundError:
+            return None, ()
+        except OSError as exc:
+            return 0, (decision.Doubt(decision.REASON_SNP_RANGE_UNKNOWN, str(exc)),)
+        asids, problem = sev_asids.parse_ciphertext_hiding(text)
+        if problem:
+            return 0, (decision.Doubt(decision.REASON_SNP_RANGE_UNKNOWN, problem),)
+        return asids or None, ()
+
     def poll(self) -> None:
         if not self.running:
             return
@@ -81,8 +97,16 @@ class KernelPoolAgent:
                 self.node.usage_published_at[self.misc_resource] = self.clock.now
             return
         capacity = read_capacity(self.node, self.misc_resource)
+        limit, doubts = self.snp_range()
         found = decision.decide(
-            self.misc_resource, capacity, current, self.k8s_running(), reserve=self.reserve, previous=self.published
+            self.misc_resource,
+            capacity,
+            current,
+            self.k8s_running(),
+            reserve=self.reserve,
+            previous=self.published,
+            doubts=doubts,
+            limit=limit,
         )
         self.last = found
         if found.pool != self.published:

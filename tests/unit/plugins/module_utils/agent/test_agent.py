@@ -200,3 +200,15 @@ def test_two_agents_on_one_node_agree_and_never_grow_the_pool(fake_api, tmp_path
     first.seen_at = float("-inf")
     first.step()
     assert api.pool() == ("61", "61")
+
+
+@pytest.mark.parametrize("param, pool, reason", [("16\n", 12, decision.REASON_OK), ("max\n", 0, "SnpRangeUnknown")])
+def test_ciphertext_hiding_gives_snp_the_snp_range(fake_api, tmp_path, param, pool, reason):
+    api, _ = fake_api
+    root = host_tree(tmp_path, "sev 410\nsev_es 99\n", "sev 0\nsev_es 4\n")
+    params = root / "sys/module/kvm_amd/parameters"
+    params.mkdir(parents=True)
+    (params / "ciphertext_hiding_asids").write_text(param)
+    found = make_agent(fake_api, root).step()
+    assert found.values() == {"sev-snp.amd.com/esids": pool} and found.condition["reason"] == reason
+    assert api.pool("sev-snp.amd.com/esids") == (str(pool), str(pool))
