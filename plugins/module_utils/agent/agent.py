@@ -133,11 +133,15 @@ class Agent:
 
     def decide(self) -> Round:
         state = misc_cgroup.read_misc_state(self.host_root)
+        on_node = self.on_node or {}
         if not state.layout.present:
-            return self._nothing(decision.REASON_NO_MISC, state.layout.reason or "no misc cgroup controller")
+            why = state.layout.reason or "no misc cgroup controller"
+            # Values this agent advertised before go to 0: a pool nobody can read is no pool.
+            gone = decision.Doubt(decision.REASON_NO_MISC, why)
+            stale = [decision.decide(decision.MISC_OF_POOL[r], None, None, None, doubts=(gone,)) for r in on_node]
+            return Round(stale, _condition(stale), note=why) if stale else self._nothing(decision.REASON_NO_MISC, why)
         pods, pod_doubt = self.read_pods()
         kernel_doubts = _kernel_doubts(state)
-        on_node = self.on_node or {}
         decisions = []
         for misc, resource in decision.POOL_RESOURCES.items():
             entry = state.entry(misc)

@@ -132,6 +132,18 @@ def test_no_misc_controller_advertises_nothing_and_does_not_flap(fake_api, tmp_p
     assert api.condition()["reason"] == decision.REASON_NO_MISC and patches_of(api) == 1
 
 
+def test_a_misc_controller_that_disappears_empties_what_was_advertised(fake_api, tmp_path):
+    api, _ = fake_api
+    root = host_tree(tmp_path, "tdx 8\n", "tdx 0\n")
+    agent = make_agent(fake_api, root)
+    agent.step()
+    assert api.pool() == ("8", "8")
+    for name in ("misc.capacity", "misc.current"):
+        (root / "sys/fs/cgroup" / name).unlink()
+    found = agent.step()
+    assert api.pool() == ("0", "0") and found.condition["reason"] == decision.REASON_NO_MISC
+
+
 def test_a_host_without_tee_keys_says_so(fake_api, tmp_path):
     api, _ = fake_api
     agent = make_agent(fake_api, host_tree(tmp_path, "", ""))
