@@ -20,8 +20,10 @@ yet). Because ``k8s_running`` only counts pods the scheduler counts too, ``pool 
 Kubernetes (tests/unit/plugins/module_utils/agent/test_decision.py proves it by property test).
 
 On doubt the pool shrinks, never grows: when the pod list is unavailable every used key counts as external
-(``capacity - current - reserve``); when ``misc.capacity`` or ``misc.current`` cannot be read the pool is 0; and
-while any doubt lasts the pool is never larger than the one published before it. Every doubt is named (a
+(``capacity - current - reserve``); when ``misc.capacity`` or ``misc.current`` cannot be read the pool is the
+Kubernetes guests that run (no free key for the scheduler); and while any doubt lasts the pool is never larger than
+the one published before it. It never goes below the Kubernetes guests that run: the scheduler sees no free key at
+that value either, and a restarted kubelet re-admits its running pods against it. Every doubt is named (a
 :class:`Doubt` with a condition reason) so the agent can log it and put it on the Node.
 """
 
@@ -137,9 +139,10 @@ def decide(
 ) -> PoolDecision:
     """The pool of ``misc`` from the kernel's numbers and the keys Kubernetes guests hold (see the module text).
 
-    ``None`` is unknown: ``capacity`` or ``current`` unknown gives 0, ``k8s_running`` unknown counts every used
-    key as external. ``doubts`` are what the caller could not trust in its inputs; with any doubt the pool is also
-    kept at or below ``previous`` (the value published before), so a doubtful reading never grows the pool.
+    ``None`` is unknown: ``capacity`` or ``current`` unknown gives ``k8s_running`` (0 when that is unknown too),
+    ``k8s_running`` unknown counts every used key as external. ``doubts`` are what the caller could not trust in its
+    inputs; with any doubt the pool is also kept at or below ``previous`` (the value published before), so a
+    doubtful reading never grows the pool (beyond the running guests' floor, which leaves no key free).
 
     ``limit``: the most keys these guests can get whatever ``misc.capacity`` says. AMD ciphertext hiding gives SNP
     guests ASIDs 1..N only while ``misc.capacity sev_es`` stays the joint count (host/sev_asids.py), and
@@ -164,15 +167,20 @@ def decide(
                 "or read mid-update)",
             )
         )
+    # Never below the Kubernetes guests that run: they are bound, so the scheduler's free stays 0 at that value, and a
+    # restarted kubelet re-admits running pods against this allocatable (pkg/kubelet/lifecycle/predicate.go): a pool
+    # below them would have it reject guests that run.
+    running = max(k8s_running or 0, 0)
     if capacity is None or current is None:
-        return PoolDecision(misc, 0, capacity, current, k8s_running, None, reserve, tuple(found), limit)
-    held = min(max(k8s_running or 0, 0), current)
-    external = current - held
+        return PoolDecision(misc, running, capacity, current, k8s_running, None, reserve, tuple(found), limit)
+    external = current - min(running, current)
     usable = capacity if limit is None else min(capacity, max(limit, 0))
     pool = max(0, usable - external - reserve)
     if found and previous is not None:
         pool = min(pool, max(previous, 0))
-    return PoolDecision(misc, pool, capacity, current, k8s_running, external, reserve, tuple(found), limit)
+    return PoolDecision(
+        misc, max(pool, running), capacity, current, k8s_running, external, reserve, tuple(found), limit
+    )
 
 
 # -- which pods hold a key the kernel charges ------------------------------------------------------------------

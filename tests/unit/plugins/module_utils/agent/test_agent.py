@@ -162,9 +162,9 @@ def test_usage_going_backwards_and_a_bios_split(fake_api, tmp_path):
     host_tree(tmp_path, "tdx 31\n", "tdx 3\n")  # capacity halved (BIOS split between TDX and legacy keys)
     agent.step()
     assert api.pool() == ("31", "31")
-    host_tree(tmp_path, "tdx 2\n", "tdx 3\n")  # capacity below usage: a doubt; the 3 bound pods leave 0 free
+    host_tree(tmp_path, "tdx 2\n", "tdx 3\n")  # capacity below usage: a doubt; the 3 running pods leave 0 free
     found = agent.step()
-    assert api.pool() == ("2", "2") and found.condition["reason"] == decision.REASON_OVER_CAPACITY
+    assert api.pool() == ("3", "3") and found.condition["reason"] == decision.REASON_OVER_CAPACITY
 
 
 def test_old_kernel_without_root_usage_is_a_doubt(fake_api, tmp_path):

@@ -42,12 +42,19 @@ def test_pods_that_claim_more_than_the_kernel_counts_hide_nothing_extra():
     assert (decided.external, decided.pool, decided.resource) == (0, 99, "sev-snp.amd.com/esids")
 
 
-def test_unknown_capacity_or_usage_gives_an_empty_pool_with_a_reason():
+def test_unknown_capacity_or_usage_leaves_no_free_key_with_a_reason():
+    # The 3 running Kubernetes guests keep their place (a restarted kubelet re-admits them), nothing is free.
     no_capacity = d.decide("tdx", None, 3, 3, previous=20)
-    assert (no_capacity.pool, no_capacity.reason) == (0, d.REASON_CAPACITY_UNKNOWN)
+    assert (no_capacity.pool, no_capacity.reason) == (3, d.REASON_CAPACITY_UNKNOWN)
     no_current = d.decide("tdx", 63, None, 3, previous=20)
-    assert (no_current.pool, no_current.reason) == (0, d.REASON_CURRENT_UNKNOWN)
+    assert (no_current.pool, no_current.reason) == (3, d.REASON_CURRENT_UNKNOWN)
     assert "shrunk on doubt" in no_current.explain()
+    assert d.decide("tdx", None, None, None, previous=20).pool == 0
+
+
+def test_the_pool_never_drops_below_the_running_kubernetes_guests():
+    # 4 keys free but 5 reserved for outside VMs: the 6 running pods keep their place, no key is free for a new one.
+    assert d.decide("tdx", 10, 6, 6, reserve=5).pool == 6
 
 
 def test_without_the_pod_list_every_used_key_is_external():
@@ -119,7 +126,7 @@ def test_the_scheduler_never_sees_more_free_keys_than_the_kernel_has_for_kuberne
     scheduler_free = max(0, decided.pool - bound)
     kernel_free = max(0, capacity - current - uncharged)
     assert scheduler_free <= kernel_free
-    assert decided.pool <= max(0, capacity - reserve)
+    assert decided.pool <= max(0, capacity - reserve, seen or 0)  # the running guests keep their place
 
 
 @given(node_states())
@@ -131,7 +138,7 @@ def test_doubt_only_shrinks(state):
     if previous is not None:
         assert without_pods.pool <= previous
     unreadable = d.decide("tdx", None, current, seen, reserve=reserve, previous=previous)
-    assert unreadable.pool == 0
+    assert unreadable.pool == (seen or 0)
 
 
 def test_ciphertext_hiding_limits_the_pool_to_the_snp_range():
