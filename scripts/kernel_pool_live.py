@@ -28,6 +28,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.agent import deci
 KEYS = decision.POOL_RESOURCES["tdx"]
 AGENT = "ansible_collections.confidential.tee.plugins.module_utils.agent.cli"
 RUNTIME_CLASS = "kata-qemu-tdx"
+MERGE_PATCH = "application/merge-patch+json"
 
 
 def wait_for(condition, timeout: float = 60.0, every: float = 0.02, what: str = "condition"):
@@ -59,9 +60,18 @@ class AgentNode:
             capture_output=True,
         )
         node = k8s_objects.node(name, "10.0.0.21", {}, {}, "6.16.0", "Debian GNU/Linux 13 (trixie)")
-        plane.load_objects([node])
         runtime = k8s_objects.runtime_class(RUNTIME_CLASS, RUNTIME_CLASS, {KEYS: "1"}, {})
-        plane.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(runtime))
+        plane.load_objects([runtime, node])
+        # TaintNodesByCondition taints a new Node not-ready; the node lifecycle controller (not run here) lifts it
+        # once its kubelet reports Ready, as the status just written says.
+        self.client.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, MERGE_PATCH)
+        # No kube-controller-manager here: the default ServiceAccount that pod admission looks up is made by hand.
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": "default"},
+        }
+        self.client.request("POST", "/api/v1/namespaces/default/serviceaccounts", account)
 
     # -- the kernel -------------------------------------------------------------------------------------------
     def set_current(self, used: int) -> None:
@@ -79,6 +89,14 @@ class AgentNode:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
         return self.process
+
+    def once(self) -> dict:
+        """``tee-key-agent --once`` against the same API server and host tree: what the agent decides now."""
+        env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+        command = [sys.executable, "-m", AGENT, "--once", "--kubeconfig", str(self.plane.admin_kubeconfig)]
+        command += ["--node", self.name, "--host-root", str(self.root)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=True)
+        return json.loads(done.stdout)
 
     def stop_agent(self) -> int:
         assert self.process is not None
@@ -117,7 +135,7 @@ class AgentNode:
         container requests it, as the admission policy adds)."""
         container = {"name": "compute", "image": "registry.invalid/guest:1"}
         metadata = {"name": name, "namespace": "default", "labels": {}}
-        spec: dict = {"containers": [container]}
+        spec: dict = {"containers": [container], "automountServiceAccountToken": False}
         if kind == "kata":
             spec["runtimeClassName"] = RUNTIME_CLASS
         else:
