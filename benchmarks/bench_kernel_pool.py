@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -54,11 +55,15 @@ def _bound(node: AgentNode, name: str) -> bool:
     return any(p["metadata"]["name"] == name for p in node.bound())
 
 
-def measure(node: AgentNode, changes: int, capacity: int) -> tuple[list[float], list[float]]:
+def measure(node: AgentNode, changes: int, capacity: int, interval: float) -> tuple[list[float], list[float]]:
+    """Each change comes at a random phase of the agent's interval (seeded): a change made right after the one
+    just seen would always wait a whole interval."""
+    phase = random.Random(45)
     shrink, grow = [], []
     node.set_current(capacity - 1)  # one key free
     wait_for(lambda: node.pool() == 1, what="pool 1")
     for index in range(changes):
+        time.sleep(phase.uniform(0, interval))
         node.set_current(capacity)  # an external VM takes the last key
         started = time.monotonic()
         wait_for(lambda: node.pool() == 0, every=0.005, what="pool 0")
@@ -66,6 +71,7 @@ def measure(node: AgentNode, changes: int, capacity: int) -> tuple[list[float], 
         name = f"waiter-{index}"
         node.create_pod(name, "kubevirt")
         wait_for(partial(_refused, node, name), what="the scheduler refused the pod")
+        time.sleep(phase.uniform(0, interval))
         node.set_current(capacity - 1)  # the external VM stops: one key free again
         started = time.monotonic()
         wait_for(partial(_bound, node, name), every=0.005, what="bound")
@@ -91,7 +97,7 @@ def main() -> int:
         time.sleep(args.idle)
         idle = (node.agent_cpu_seconds() - before) / (time.monotonic() - started)
         before, started = node.agent_cpu_seconds(), time.monotonic()
-        shrink, grow = measure(node, args.changes, capacity)
+        shrink, grow = measure(node, args.changes, capacity, args.interval)
         busy = (node.agent_cpu_seconds() - before) / (time.monotonic() - started)
         code = node.stop_agent()
     print(f"tee-key-agent --interval {args.interval}, kube-apiserver + kube-scheduler v1.37.2, load {os.getloadavg()}")
