@@ -248,7 +248,12 @@ class Simulation:
     def _plugin_options(self) -> PluginOptions:
         s = self.settings
         return PluginOptions(
-            s.min_list_interval, s.plugin_list_latency, s.plugin_tracks_allocate, s.external_reserve, s.api_latency
+            s.min_list_interval,
+            s.plugin_list_latency,
+            s.plugin_tracks_allocate,
+            s.external_reserve,
+            s.api_latency,
+            s.reserved,
         )
 
     def _setup(self) -> None:

@@ -30,6 +30,7 @@ The strategies (the baseline first):
   (``tee-key-agent``, its decision code run in process) patches Kata's resource name into the node status
   at ``capacity - keys held outside Kubernetes - reserve``; Kata requests it by overhead, VMIs by the
   request a MutatingAdmissionPolicy adds. No device plugin and no NFD rule advertise that name.
+  ``kernel-pool-reserved`` is the same with the scenario's ``reserved`` headroom as the agent's ``--reserve``.
 * ``dra-overhead-served`` / ``dra-overhead-unserved``: a DRA driver publishes a ResourceSlice from
   the kernel's free count and a DeviceClass maps it to Kata's resource name (KEP-5004); VMIs request
   that name. Whether RuntimeClass overhead is served from a DRA-backed name is open upstream:
@@ -226,6 +227,15 @@ STRATEGIES: dict[str, Strategy] = {
             "kata",
             Advertiser.KERNEL,
             "kata",
+            pool_mode="kernel",
+        ),
+        Strategy(
+            "kernel-pool-reserved",
+            "kernel-pool with the operator's headroom for VMs outside Kubernetes as --reserve (settings.reserved)",
+            "kata",
+            Advertiser.KERNEL,
+            "kata",
+            reserve_external=True,
             pool_mode="kernel",
         ),
         Strategy(

@@ -40,6 +40,9 @@ class PluginOptions:
     track_allocate: bool = True
     external_reserve: Mapping[str, int] = field(default_factory=dict)
     api_latency: float = 0.0  # a DRA driver's ResourceSlice write reaching the scheduler
+    # The operator's planned headroom for VMs outside Kubernetes (settings.reserved): the kernel-pool agent's
+    # --reserve in the strategies that set reserve_external.
+    reserved: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,12 +68,18 @@ def node_roles(strategy: Strategy, names: Sequence[str], kata_nodes: Sequence[st
 
 
 def _key_plugin(
-    kind: Advertiser, node: SimNode, clock: VirtualClock, name: str, misc: str, options: PluginOptions
+    kind: Advertiser,
+    node: SimNode,
+    clock: VirtualClock,
+    name: str,
+    misc: str,
+    options: PluginOptions,
+    headroom: bool = False,
 ) -> Advertising:
     if kind is Advertiser.STATIC:
         return StaticPlugin(node, clock, name, misc)
     if kind is Advertiser.KERNEL:
-        reserve = options.external_reserve.get(misc, 0)
+        reserve = (options.reserved if headroom else options.external_reserve).get(misc, 0)
         return KernelPoolAgent(node, clock, name, misc, reserve=reserve, publish_latency=options.api_latency)
     if kind is Advertiser.DRA:
         pool = node.dra.setdefault(name, DRAPool(DRA_DRIVER, name))
@@ -102,7 +111,8 @@ def wire_node(
             wiring.nfd_reserved = wiring.nfd_reserved or layout.nfd_reserved
         if layout.plugin is None:
             continue
-        plugin = _key_plugin(layout.plugin, node, clock, strategy.vmi_key_name(misc), misc, options)
+        name = strategy.vmi_key_name(misc)
+        plugin = _key_plugin(layout.plugin, node, clock, name, misc, options, strategy.reserve_external)
         wiring.plugins.append(plugin)
         if isinstance(plugin, ReconcilingPlugin | DRADriver | KernelPoolAgent):
             wiring.pollers.append(plugin)

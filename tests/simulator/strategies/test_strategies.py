@@ -75,6 +75,7 @@ def test_the_baseline_is_the_double_pool_and_every_strategy_is_registered() -> N
         "split-nodes",
         "unified-reconciling",
         "kernel-pool",
+        "kernel-pool-reserved",
         "dra-overhead-served",
         "dra-overhead-unserved",
     ]
@@ -337,9 +338,14 @@ def test_kernel_pool_runs_the_agents_own_decision_and_keeps_failures_in_the_race
     node = sim.nodes[NODE]
     assert node.nfd == {} and KEYS not in node.devices.allocatable()
     assert node.status_allocatable()[KEYS] == node.agent_pool[KEYS] == agent.published
-    # The operator's reserve protects VMs outside Kubernetes too.
+    # The operator's reserve protects VMs outside Kubernetes too: external_reserve, or the planned headroom
+    # (settings.reserved) in kernel-pool-reserved.
     _, reserved = _run(_everyone(reserve=3), "kernel-pool")
     assert reserved["failed_outside_race_window"] == {"kata": 0, "kubevirt": 0, "external": 0}
+    headroom = World(world.nodes, world.arrivals, duration=world.duration, settings=Settings(reserved={"tdx": 3}))
+    sim, planned = _run(headroom, "kernel-pool-reserved")
+    assert planned["failed_outside_race_window"] == {"kata": 0, "kubevirt": 0, "external": 0}
+    assert _key_plugin(sim).reserve == 3
 
 
 def test_kernel_pool_shrinks_when_the_usage_file_is_unreadable() -> None:
