@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from ansible_collections.confidential.tee.plugins.module_utils.boot import bls, loader_entry
+from ansible_collections.confidential.tee.plugins.module_utils.boot import bls, kernel_install_layout, loader_entry
 from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import ChangeError, Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
@@ -644,61 +644,70 @@ def plan_kernel_install(reader: HostReader, present: list[Arg], absent: list[Arg
     return plan
 
 
-# Where kernel-install looks for the boot partition, in its order (systemd 252, kernel-install: "/efi /boot
-# /boot/efi"; XBOOTLDR or ESP).
-KERNEL_INSTALL_BOOT_ROOTS = loader_entry.BOOT_ROOTS
-
-
-def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
+def _add_kernel_install(reader: HostReader, plan: Plan, path: str, env=None) -> None:
     release = (reader.read_text("/proc/sys/kernel/osrelease", record=False) or "").strip()
     tool = find_tool(reader, "kernel-install")
     argv = _kernel_install_add(reader, release) if tool else None
-    if tool and argv:
-        action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, *argv])
-        # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure,
-        # wherever it keeps them (Debian mounts the ESP at /boot/efi).
-        action.backs_up = [
-            f"{boot}/loader/entries/{name}"
-            for boot in KERNEL_INSTALL_BOOT_ROOTS
-            for name in reader.listdir(f"{boot}/loader/entries") or []
-            if name.endswith(".conf")
-        ]
-        plan.actions.append(action)
-        conf, settings = loader_entry.install_conf(reader)
-        if settings.get("layout", "bls") == "bls":
-            roots = loader_entry.boot_roots(settings)
-            plan.after_tools = _entry_check(plan, loader_entry.entry_tokens(reader), release, tool, roots)
-        else:
-            # Another layout (uki, other) writes no Type #1 entry to read back: say so rather than fail or claim it.
-            plan.warnings.append(
-                f"{conf} sets layout={settings['layout']}: kernel-install writes no Type #1 boot entry there, so "
-                "the new command line could not be confirmed in a loader entry; check what your boot loader reads"
-            )
-    else:
+    if not (tool and argv):
         plan.warnings.append(
             f"{path} is read when a kernel is installed; no kernel-install or vmlinuz for the running "
             f"kernel {release or '(unknown)'} was found, so run 'kernel-install add' or reinstall the "
             "kernel for the change to reach the boot entry"
         )
+        return
+    # kernel-install runs with this process's environment (through chroot too), so it decides with it.
+    layout = kernel_install_layout.detect(reader, tool, os.environ if env is None else env, image=argv[2])
+    action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, *argv])
+    # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure, wherever
+    # it keeps them (Debian mounts the ESP at /boot/efi), and the entry it will create is removed again.
+    roots = dict.fromkeys([*loader_entry.BOOT_ROOTS, *([layout.boot_root] if layout.boot_root else [])])
+    action.backs_up = [
+        f"{boot}/loader/entries/{name}"
+        for boot in roots
+        for name in reader.listdir(f"{boot}/loader/entries") or []
+        if name.endswith(".conf")
+    ]
+    if layout.writes_entry:
+        tries = kernel_install_layout.first_line(reader, "/etc/kernel/tries")
+        names = layout.entry_names(release, tries if tries and tries.isdigit() else None)
+        action.backs_up += [f"{layout.boot_root}/loader/entries/{name}" for name in names]
+    plan.actions.append(action)
+    if layout.writes_entry and layout.token:
+        plan.after_tools = _entry_check(plan, layout, release, tool)
+    elif layout.writes_entry:
+        plan.warnings.append(
+            f"kernel-install writes a Type #1 entry into {layout.boot_root}/loader/entries ({layout.why()}), but names "
+            "it after a machine ID it generates afresh on every run (no /etc/machine-id), so the entry could not be "
+            "confirmed: initialize /etc/machine-id or set /etc/kernel/entry-token"
+        )
+    else:
+        # other, uki or a bypass: kernel-install writes no Type #1 entry, by design; say so rather than fail.
+        plan.warnings.append(
+            f"kernel-install uses layout={layout.layout} on this host ({layout.why()}): it writes no Type #1 boot "
+            "entry, so the new command line could not be confirmed in a loader entry; check what your boot loader "
+            "reads. If systemd-boot reads Type #1 entries from an ESP that is not mounted, mount it (for example "
+            "'mount /boot/efi') and run again"
+        )
 
 
-def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str, roots: tuple[str, ...]):
-    """After ``kernel-install add``: the running kernel's entry must carry the planned command line.
+def _entry_check(plan: Plan, layout: kernel_install_layout.Layout, release: str, tool: str):
+    """After ``kernel-install add`` on a ``bls`` layout: the running kernel's entry must carry the planned line.
 
-    kernel-install exits 0 and writes nothing when it finds no ``$BOOT`` with a Type #1 layout (an ESP that is not
-    mounted, say), so only the entry itself shows that the next boot gets the new line (:mod:`loader_entry`).
+    kernel-install exits 0 whatever its plugins did, so only the entry itself, where and under the name it was
+    decided (:mod:`kernel_install_layout`), shows that the next boot gets the new line (:mod:`loader_entry`).
     """
+    tokens, roots = [layout.token or ""], (layout.boot_root,)
 
     def problems(executor) -> list[str]:
         entries = loader_entry.find_entries(executor.host_root, tokens, release, roots)
         where = loader_entry.looked_in(tokens, release, roots)
-        fix = (
-            "kernel-install writes the entry only into a mounted ESP or XBOOTLDR partition (/efi, /boot or "
-            "/boot/efi) that holds loader/entries or a directory named after the entry token: mount it (for "
-            "example 'mount /boot/efi'), or set it up with 'bootctl install', then run again"
-        )
+        why = f"kernel-install decides layout=bls there: {layout.why()}"
         if not entries:
-            return [f"'{tool} add' exited 0 but wrote no boot entry for {release}: looked for {where}; {fix}"]
+            return [
+                f"'{tool} add' exited 0 but wrote no boot entry for {release}: looked for {where}; {why}. Check "
+                "its plugins in /etc/kernel/install.d and /usr/lib/kernel/install.d (90-loaderentry.install writes "
+                "the entry) and run 'kernel-install --verbose add' by hand"
+            ]
         found = []
         for entry, options in entries:
             args = [t.raw for t in kernel_args(tokenize(options))] if options is not None else None
@@ -709,7 +718,7 @@ def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str, roots: 
         planned = " ".join(plan.configured) or "(nothing)"
         return [
             f"'{tool} add' exited 0 but the boot entry does not carry the planned command line {planned}: "
-            f"{', '.join(found)}; {fix}"
+            f"{', '.join(found)}; {why}"
         ]
 
     return problems

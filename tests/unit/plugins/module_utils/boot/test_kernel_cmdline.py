@@ -394,6 +394,10 @@ def test_kernel_install_on_debian_passes_the_boot_image_and_its_initramfs(tmp_pa
         "/etc/kernel/cmdline": "root=UUID=1 ro quiet\n",
         "/proc/sys/kernel/osrelease": "6.1.0-50-amd64\n",
         "/boot/vmlinuz-6.1.0-50-amd64": "",
+        "/etc/machine-id": "0123456789abcdef0123456789abcdef\n",
+        # systemd-boot installed on the ESP (bootctl install): kernel-install's $BOOT is /boot/efi, its layout bls.
+        "/boot/efi/loader/entries.srel": "type1\n",
+        "/boot/efi/loader/entries/0123456789abcdef0123456789abcdef-6.1.0-49-amd64.conf": "options ro\n",
     }
     if with_initrd:
         files["/boot/initrd.img-6.1.0-50-amd64"] = ""
