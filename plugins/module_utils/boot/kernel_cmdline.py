@@ -285,6 +285,9 @@ class Plan:
     before_tools: object = None
     # Problems of what the tools wrote, checked after they ran (kernel-install's entry): (executor) -> [problem].
     after_tools: object = None
+    # What undoes a command's effect outside the files when the result is not as planned (rpm-ostree's new
+    # deployment): (executor) -> a sentence saying what was undone, or what is left and how to undo it.
+    undo: object = None
 
     @property
     def changed(self) -> bool:
@@ -746,15 +749,47 @@ def _kernel_install_add(reader: HostReader, release: str) -> list[str] | None:
 # ------------------------------------------------------------------------------------------ ostree / bootc
 
 
-def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
-    current: list[Arg] = []
-    best = -1
+# ostree keeps a staged deployment in /run until shutdown finalizes it (ostree's sysroot, the file
+# 'ostree admin deploy --stage' writes); a deployment written at once is a new loader entry instead.
+OSTREE_STAGED = "/run/ostree/staged-deployment"
+_OSTREE_KARG = re.compile(r"(?:^|\s)ostree=(\S+)")
+
+
+def ostree_entries(reader: HostReader) -> dict[str, tuple[int, str]]:
+    """Every ostree loader entry: path -> (its ``version``, its ``options`` text)."""
+    found = {}
     for path in list_boot_dir(reader, "/boot/loader/entries", ".conf"):
         text = read_boot_file(reader, path) or ""
         version = re.search(r"^version\s+(\d+)", text, re.M)
-        number = int(version.group(1)) if version else 0
-        if number > best:
-            best, current = number, tokenize(_bls_options(path, text, None))
+        found[path] = (int(version.group(1)) if version else 0, _bls_options(path, text, None))
+    return found
+
+
+def ostree_pending(reader: HostReader) -> str | None:
+    """Why a deployment other than the booted one will boot next (None: the booted one will).
+
+    A staged deployment (``/run/ostree/staged-deployment``), or a default loader entry (the highest ``version``)
+    whose ``ostree=`` is not the running kernel's (``/proc/cmdline``): what ``rpm-ostree status`` calls pending.
+    """
+    if reader.exists(OSTREE_STAGED):
+        return f"{OSTREE_STAGED} exists (a staged deployment)"
+    entries = ostree_entries(reader)
+    if not entries:
+        return None
+    default = max(entries, key=lambda path: entries[path][0])
+    running = _OSTREE_KARG.search(reader.read_text("/proc/cmdline", record=False) or "")
+    configured = _OSTREE_KARG.search(entries[default][1])
+    if running is None:
+        return "the running deployment is unknown (/proc/cmdline has no ostree=)"
+    if configured is None or configured.group(1) != running.group(1):
+        return f"the default entry {default} is not the running deployment"
+    return None
+
+
+def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    entries = ostree_entries(reader)
+    default = max(entries, key=lambda path: entries[path][0]) if entries else None
+    current = tokenize(entries[default][1]) if default else []
     edit = plan_edits(current, present, absent)
     after = apply_to_list(current, edit)
     args: list[str] = [f"--delete-if-present={current[i].raw}" for i in sorted(edit.deletes | set(edit.replaces))]
@@ -783,8 +818,46 @@ def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Pl
             return [t.raw for t in tokenize(out if isinstance(out, str) else grub.decode(out))]
 
         plan.readback = readback
+        plan.undo = _ostree_undo(tool, ostree_pending(reader))
         plan.exact = False
     return plan
+
+
+def _ostree_undo(tool: str, pending_before: str | None):
+    """Undo 'rpm-ostree kargs' when its result cannot be confirmed: the deployment it made must not boot.
+
+    ``rpm-ostree cleanup --pending`` removes the pending deployment, staged or written (rpm-ostree(1): "-p,
+    --pending: Remove pending deployment"). That is exactly the one 'kargs' made only when none was pending before
+    the task; otherwise 'kargs' built on and replaced the earlier pending deployment (an update, say), which a
+    cleanup would discard too, so that case is left to the administrator with the commands that undo it.
+    """
+
+    def undo(executor) -> str:
+        if pending_before:
+            return (
+                f"; a deployment was already pending before this task ({pending_before}) and '{tool} kargs' replaced "
+                "it with one carrying the new arguments, which boots next: nothing was removed. Undo the arguments "
+                f"with '{tool} kargs' (the reverse --delete/--append) or discard both with '{tool} cleanup --pending'"
+            )
+        rc, out, err = executor.run_host_command([tool, "cleanup", "--pending"])
+        if rc != 0:
+            detail = (err or out or "no output").strip()[:200]
+            return (
+                f"; '{tool} cleanup --pending' failed with exit code {rc} ({detail}): the deployment with the new "
+                f"arguments is still pending and boots next; run '{tool} cleanup --pending' by hand"
+            )
+        left = ostree_pending(HostReader(executor.host_root))
+        if left:
+            return (
+                f"; '{tool} cleanup --pending' ran, but a deployment is still pending ({left}) and boots next; "
+                f"check '{tool} status' and run '{tool} cleanup --pending' again"
+            )
+        return (
+            f"; the deployment '{tool} kargs' made was removed again ('{tool} cleanup --pending', and none is "
+            "pending now): the next boot is the running deployment, with the arguments it had"
+        )
+
+    return undo
 
 
 # ------------------------------------------------------------------------------------------ entry points
@@ -940,9 +1013,10 @@ def verify(result: Plan, executor: Executor) -> None:
         problems = result.after_tools(executor)  # type: ignore[operator]
     if problems:
         executor.rollback()
-        raise CmdlineError(
-            f"after the change {result.source} is not as planned: {'; '.join(problems)}{executor.restored()}"
-        )
+        note = executor.restored()
+        if result.undo:  # a command changed the host outside its files: say what undoing it did, not "nothing"
+            note = (note if executor.changes.restored_paths else "") + result.undo(executor)  # type: ignore[operator]
+        raise CmdlineError(f"after the change {result.source} is not as planned: {'; '.join(problems)}{note}")
     result.configured = after
 
 
