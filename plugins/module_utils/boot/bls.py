@@ -71,6 +71,21 @@ def normalized(text: str) -> str:
     return "\n".join(lines)
 
 
+def with_options(text: str, words: list[str]) -> str:
+    """``text`` with its ``options`` line written ``options <words joined by one space>``, every other byte as it was;
+    an entry without one gets it as its last line. This is the shape grubby writes (grubby-bls ``set_bls_value``:
+    ``options ${new_args}``, the words re-joined by the shell), so an entry already in it is one grubby leaves alone.
+    """
+    line = "options " + " ".join(words) if words else "options"
+    lines = text.split("\n")
+    found = [number for number, _line, key, _value in entry_lines(text) if key == "options"]
+    if found:
+        lines[found[0] - 1] = line
+        return "\n".join(lines)
+    ending = "" if text.endswith("\n") or not text else "\n"
+    return f"{text}{ending}{line}\n"
+
+
 def options_text(path: str, text: str, warnings: list[str] | None = None) -> str:
     """The ``options`` value of one entry, or :class:`BlsError` where its readers would disagree about it."""
     lines = entry_lines(text)

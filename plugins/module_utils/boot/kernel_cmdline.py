@@ -548,12 +548,26 @@ def _bls_requests(per_entry: dict[str, list[Arg]], present: list[Arg], absent: l
     return remove, add
 
 
-def _prove_bls(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list[Arg]) -> dict[str, list[str]]:
-    """Every entry's arguments after the change, proven to meet the request before grubby may run."""
+def _grubby_words(tokens: list[Arg], present: list[Arg], absent: list[Arg], add: list[str]) -> list[str]:
+    """An entry's words once grubby has run with ``--remove-args`` and then ``--args=<add>``, in its order.
+
+    Removed arguments go; every argument of ``--args`` ends up at the end, in that order, where it was present
+    already or not (grubby-bls removes each added name and appends them; an older one appends the missing ones and
+    sets the others in place, which on a line already in this order changes nothing). Arguments after ``--`` stay
+    last. So an entry written this way is one no grubby changes.
+    """
+    kernel = kernel_args(tokens)
+    names = {raw.split("=", 1)[0] for raw in add}
+    kept = [t.raw for t in kernel if not conflicts(t, present, absent) and t.raw.split("=", 1)[0] not in names]
+    return [*kept, *add, *(t.raw for t in tokens[len(kernel) :])]
+
+
+def _prove_bls(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list[Arg], add: list[str]) -> dict:
+    """Every entry's words after the change, proven to meet the request before anything is written."""
     planned, problems = {}, []
     for path, tokens in per_entry.items():
         before = [t.raw for t in kernel_args(tokens)]
-        after = apply_to_list(tokens, plan_edits(tokens, present, absent))
+        after = _grubby_words(tokens, present, absent, add)
         problems += [f"{path}: {p}" for p in unmet(before, after, present, absent)]
         planned[path] = after
     if problems:
@@ -563,24 +577,27 @@ def _prove_bls(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list
     return planned
 
 
-def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
-    warnings: list[str] = []
-    texts = bls_texts(reader)
-    per_entry = bls_entries(reader, warnings, texts)
-    remove, add = _bls_requests(per_entry, present, absent)
-    planned = _prove_bls(per_entry, present, absent)
-    entries = list(per_entry)
-    newest = entries[-1]  # Fedora/RHEL entry names sort by kernel version
-    tool = find_tool(reader, "grubby") or "/usr/sbin/grubby"
-    actions: list[Action] = []
-    if remove or add:
-        # First the options lines in the one shape every grubby reads as the specification does (proven below,
-        # before grubby runs), so that grubby never meets a tab, an indentation or a CR it would misread.
-        for path, text in texts.items():
-            action = write_action(path, text, bls.normalized(text), "options line in the shape grubby reads")
-            actions += [action] if action else []
-    # Two calls, removals first: grubby versions differ in the order they apply both options of one call, and one
-    # (the C grubby) removes by name, which would drop an argument the same call adds.
+def _bls_final_texts(texts: dict[str, str], planned: dict[str, list[str]]) -> tuple[dict[str, str], set[str]]:
+    """Every entry as the whole run leaves it, and the entries that take their arguments from grubenv.
+
+    The module writes these texts itself, before grubby runs: check mode's diff, the files written and the files
+    after grubby are one plan. An entry whose options are ``$kernelopts`` (RHEL 8) keeps them, only reshaped:
+    grubby changes the arguments in grubenv there.
+    """
+    shared = {path for path, text in texts.items() if "$kernelopts" in bls.options_text(path, text)}
+    final = {
+        path: bls.normalized(text) if path in shared else bls.with_options(text, planned[path])
+        for path, text in texts.items()
+    }
+    return final, shared
+
+
+def _bls_commands(tool: str, remove: list[str], add: list[str], backs_up: list[str]) -> list[Action]:
+    """grubby's two calls, removals first: grubby versions differ in the order they apply both options of one call,
+    and one (the C grubby) removes by name, which would drop an argument the same call adds. grubby rewrites the
+    entries, and depending on the version /etc/default/grub, /etc/kernel/cmdline and grubenv (kernelopts) too:
+    every one is kept first and restored when anything fails afterwards."""
+    actions = []
     if remove:
         argv = [tool, "--update-kernel=ALL", f"--remove-args={' '.join(remove)}"]
         actions.append(Action("command", f"remove {' '.join(remove)} from every boot entry", argv=argv))
@@ -588,16 +605,48 @@ def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
         argv = [tool, "--update-kernel=ALL", f"--args={' '.join(add)}"]
         actions.append(Action("command", f"add {' '.join(add)} to every boot entry", argv=argv))
     for action in actions:
-        # grubby rewrites the entries, and depending on the version /etc/default/grub, /etc/kernel/cmdline and
-        # grubenv (kernelopts) too: every one is kept first and restored when anything fails afterwards.
-        if action.kind == "command":
-            action.backs_up = [*entries, *GRUBBY_TOUCHES]
-    tokens = per_entry[newest]
+        action.backs_up = backs_up
+    return actions
+
+
+def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    warnings: list[str] = []
+    texts = bls_texts(reader)
+    per_entry = bls_entries(reader, warnings, texts)
+    remove, add = _bls_requests(per_entry, present, absent)
+    planned = _prove_bls(per_entry, present, absent, add)
+    entries = list(per_entry)
+    newest = entries[-1]  # Fedora/RHEL entry names sort by kernel version
+    tool = find_tool(reader, "grubby") or "/usr/sbin/grubby"
+    actions: list[Action] = []
+    final, shared = _bls_final_texts(texts, planned)
+    if remove or add:
+        # The entries as the run leaves them, written first in the one shape every grubby reads as the specification
+        # does and writes itself (proven below, before grubby runs): grubby then only updates its other files.
+        for path, text in texts.items():
+            action = write_action(path, text, final[path], "options line as grubby leaves it")
+            actions += [action] if action else []
+        actions += _bls_commands(tool, remove, add, [*entries, *GRUBBY_TOUCHES])
     source = f"options of {newest} (grubby updates all {len(entries)} entries)"
-    plan = Plan("bls", actions, [t.raw for t in tokens], planned[newest], source)
+    plan = Plan("bls", actions, [t.raw for t in per_entry[newest]], planned[newest], source)
     # grubby rewrites every entry when it changes one, which also fixes what GRUB alone misread.
     plan.warnings += [] if actions else warnings
+    _bls_checks(plan, per_entry, (final, shared), newest, (present, absent))
+    return plan
+
+
+def _bls_checks(plan: Plan, per_entry: dict, final_shared: tuple, newest: str, request: tuple) -> None:
+    """The entries must be byte for byte the plan once written and once grubby ran, and meet the request."""
     before_all = {path: [t.raw for t in kernel_args(args)] for path, args in per_entry.items()}
+    (final, shared), (present, absent) = final_shared, request
+
+    def differences(host_root: str) -> list[str]:
+        again = bls_texts(HostReader(host_root))
+        return [
+            f"{path} says {_options_line(again.get(path))!r} instead of {_options_line(text)!r}"
+            for path, text in final.items()
+            if path not in shared and again.get(path) != text
+        ]
 
     def readback(host_root: str, _run) -> list[str]:
         again = bls_entries(HostReader(host_root))
@@ -605,24 +654,22 @@ def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
         for path, args in again.items():
             raws = [t.raw for t in kernel_args(args)]
             problems += [f"{path}: {p}" for p in unmet(before_all.get(path, raws), raws, present, absent)]
+        problems += differences(host_root)
         if problems:
             raise CmdlineError("; ".join(problems))
         return [t.raw for t in again.get(newest, [])]
 
-    def before_tools(executor) -> list[str]:
-        """The normalized entries must still say exactly what they said: only their shape changed."""
-        again = bls_entries(HostReader(executor.host_root))
-        return [
-            f"{path} reads {' '.join(t.raw for t in again.get(path, []))!r} instead of "
-            f"{' '.join(t.raw for t in args)!r}"
-            for path, args in per_entry.items()
-            if [t.raw for t in again.get(path, [])] != [t.raw for t in args]
-        ]
-
     plan.readback = readback
-    plan.before_tools = before_tools
-    plan.exact = False
-    return plan
+    plan.before_tools = lambda executor: differences(executor.host_root)
+    # Exact where the newest entry holds its own arguments; from grubenv (kernelopts) grubby decides the order.
+    plan.exact = newest not in shared
+
+
+def _options_line(text: str | None) -> str:
+    if text is None:
+        return "(no file)"
+    lines = [line for _number, line, key, _value in bls.entry_lines(text) if key == "options"]
+    return lines[0] if lines else "(no options line)"
 
 
 # ------------------------------------------------------------------------------------------ kernel-install
