@@ -15,9 +15,10 @@
   and rewrites every line that *starts* with ``options`` as ``options <new arguments>``.
 
 The entry is read as the specification says: a tab or several blanks after the key, leading blanks, CRLF line
-ends, comments and an ``options`` key without a value. Before grubby runs, :func:`normalized` rewrites the
-``options`` line into the one shape all of them read alike (a plain file write, proven by reading it back), so
-grubby never meets a line it would read differently. Where the readers disagree about the arguments themselves
+ends, comments and an ``options`` key without a value. Before grubby runs, :func:`with_options` writes the
+``options`` line with the planned arguments in the one shape all of them read alike and grubby writes itself (a
+plain file write, proven by reading it back), so grubby never meets a line it would read differently and the entry
+is the same before and after it (:func:`normalized` only reshapes, for entries whose arguments live in grubenv). Where the readers disagree about the arguments themselves
 (several ``options`` lines, another key that starts with ``options``), :func:`options_text` refuses with the
 file, the line and the fix, before anything is written or run.
 """
