@@ -18,9 +18,10 @@ The entry is read as the specification says: a tab or several blanks after the k
 ends, comments and an ``options`` key without a value. Before grubby runs, :func:`with_options` writes the
 ``options`` line with the planned arguments in the one shape all of them read alike and grubby writes itself (a
 plain file write, proven by reading it back), so grubby never meets a line it would read differently and the entry
-is the same before and after it (:func:`normalized` only reshapes, for entries whose arguments live in grubenv). Where the readers disagree about the arguments themselves
-(several ``options`` lines, another key that starts with ``options``), :func:`options_text` refuses with the
-file, the line and the fix, before anything is written or run.
+is the same before and after it (:func:`normalized` only reshapes, for entries whose arguments live in grubenv).
+Where the readers disagree about the arguments themselves (several ``options`` lines, another key that starts
+with ``options``), :func:`options_text` refuses with the file, the line and the fix, before anything is written or
+run.
 """
 
 from __future__ import annotations

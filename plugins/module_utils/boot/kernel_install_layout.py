@@ -123,10 +123,11 @@ def _shell_install_conf(reader: HostReader, env: Mapping[str, str]) -> tuple[str
 
 
 def _shell_tokens(reader: HostReader, env: Mapping[str, str], settings: dict, machine: str | None):
-    """kernel-install.in 252-253: ``$ENTRY_TOKEN`` (environment or install.conf), else the first line of
-    ``${KERNEL_INSTALL_CONF_ROOT:-/etc/kernel}/entry-token``: the token, searched for alone. Else no token yet and
-    the candidates machine ID, ``IMAGE_ID`` and ``ID`` of ``/etc/os-release`` (only ``/etc``), ``Default``."""
-    given = env.get("ENTRY_TOKEN") or settings.get("ENTRY_TOKEN")
+    """kernel-install.in 252-253: ``$ENTRY_TOKEN`` (install.conf, sourced after the environment is read, else the
+    environment), else the first line of ``${KERNEL_INSTALL_CONF_ROOT:-/etc/kernel}/entry-token``: the token,
+    searched for alone. Else no token yet and the candidates machine ID, ``IMAGE_ID`` and ``ID`` of
+    ``/etc/os-release`` (only ``/etc``), ``Default``."""
+    given = settings.get("ENTRY_TOKEN") or env.get("ENTRY_TOKEN")
     if not given:
         token_file = f"{env.get('KERNEL_INSTALL_CONF_ROOT') or '/etc/kernel'}/entry-token"
         given = first_line(reader, token_file) if reader.isfile(token_file) else None
@@ -168,13 +169,12 @@ def _shell_layout(reader: HostReader, env: Mapping[str, str], is_mount: Callable
     if not found_root:
         mounted = [root for root in ("/efi", "/boot/efi") if is_mount(root)]
         found_root = boot_root or (mounted[0] if mounted else "/boot")
-        why = (
-            "set"
-            if boot_root
-            else (
-                "a mount point" if mounted else "the fallback: no candidate holds a token directory or loader/entries"
-            )
-        )
+        if boot_root:
+            why = "set"
+        elif mounted:
+            why = "a mount point"
+        else:
+            why = "the fallback: no candidate holds a token directory or loader/entries"
         reasons.append(f"$BOOT is {found_root} ({why})")
     if token is None and machine:
         token = machine  # "No entry-token candidate matched, using ... from machine-id"
@@ -252,12 +252,13 @@ def _c_install_conf(reader: HostReader, env: Mapping[str, str], version: int | N
 def _c_boot_root(env: Mapping[str, str], mount_of: Callable[[str], Mount | None], reasons: list[str]) -> str:
     """find-esp.c 254+: an XBOOTLDR partition mounted at ``$SYSTEMD_XBOOTLDR_PATH`` or ``/boot``, else an ESP (a FAT
     file system) mounted at ``$SYSTEMD_ESP_PATH`` or the first of ``/efi``, ``/boot``, ``/boot/efi``, else ``/boot``.
-    The partition type is blkid's there; here it is udev's, and a FAT mount of unknown type counts as an ESP."""
-    for path in [env.get("SYSTEMD_XBOOTLDR_PATH") or "/boot"]:
-        mount = mount_of(path)
-        if mount and (mount[1] == XBOOTLDR_TYPE or env.get("SYSTEMD_RELAX_XBOOTLDR_CHECKS") == "1"):
-            reasons.append(f"$BOOT is {path} (a mounted XBOOTLDR partition)")
-            return path
+    The partition type is blkid's there; here it is udev's, and a FAT mount of unknown type counts as an ESP. Inside
+    a container find-esp.c skips the partition-type checks; that is not detected here."""
+    xbootldr = env.get("SYSTEMD_XBOOTLDR_PATH") or "/boot"
+    mount = mount_of(xbootldr)
+    if mount and (mount[1] == XBOOTLDR_TYPE or env.get("SYSTEMD_RELAX_XBOOTLDR_CHECKS") == "1"):
+        reasons.append(f"$BOOT is {xbootldr} (a mounted XBOOTLDR partition)")
+        return xbootldr
     for path in [env["SYSTEMD_ESP_PATH"]] if env.get("SYSTEMD_ESP_PATH") else ESP_PATHS:
         mount = mount_of(path)
         relaxed = env.get("SYSTEMD_RELAX_ESP_CHECKS") == "1"
