@@ -33,8 +33,9 @@ description:
   - After writing, the configuration is read back (and re-evaluated for GRUB; entries re-read after
     C(grubby)); if it is not what was planned, the files are restored and the task fails.
   - On kernel-install hosts the layout, C($BOOT) and entry token are decided as the host's C(kernel-install)
-    decides them (systemd's shell script up to 253, its C program from 254: C(install.conf), C(/etc/machine-info),
-    the entry token, C($BOOT/loader/entries.srel), the entry-token directory, mounted ESP or XBOOTLDR partitions).
+    decides them (systemd's shell script up to 253, its C program from 254), from C(install.conf),
+    C(/etc/machine-info), the entry token, C($BOOT/loader/entries.srel), the entry-token directory and the mounted
+    ESP or XBOOTLDR partitions.
     Where the layout is C(bls), the running kernel's entry C($BOOT/loader/entries/<entry-token>-<release>.conf) is
     read after C(kernel-install add), because that command exits 0 whatever its plugins did; an entry that is
     missing or whose C(options) line lacks the planned arguments restores the files and fails the task, saying
