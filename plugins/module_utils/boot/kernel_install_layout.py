@@ -339,10 +339,16 @@ def host_mounts(host_root: str, reader: HostReader) -> Callable[[str], Mount | N
         if real not in mounts or (root != "/" and not real.startswith(root + "/")):
             return None
         fstype, device = mounts[real]
-        udev = assignments((reader.read_text(f"/run/udev/data/b{device}", record=False) or "").replace("E:", ""))
-        return fstype, udev.get("ID_PART_ENTRY_TYPE") or None
+        return fstype, partition_type(reader, device)
 
     return mount_of
+
+
+def partition_type(reader: HostReader, device: str) -> str | None:
+    """The GPT partition type udev recorded for a block device (``major:minor``), lower case, or None."""
+    text = reader.read_text(f"/run/udev/data/b{device}", record=False) or ""
+    found = re.search(r"^E:ID_PART_ENTRY_TYPE=(\S+)$", text, re.M)
+    return found.group(1).lower() if found else None
 
 
 def detect(

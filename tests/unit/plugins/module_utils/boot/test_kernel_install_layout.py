@@ -319,3 +319,33 @@ def test_the_installed_script_decides_the_same(tmp_path, case):
     told = dict(re.findall(r"^KERNEL_INSTALL_(\w+): (.*)$", out.stdout, re.M))
     assert (told["LAYOUT"], told["BOOT_ROOT"].replace(root, "", 1) or "/") == (layout, boot_root)
     assert token is None or told["ENTRY_TOKEN"] == token
+
+
+def test_c_program_settings_from_the_environment_and_machine_info(tmp_path):
+    files = {
+        "/etc/machine-info": f"KERNEL_INSTALL_MACHINE_ID={'f' * 32}\nKERNEL_INSTALL_LAYOUT=other\n",
+        "/srv/esp/loader/entries.srel": "type1\n",
+    }
+    dirs = ["/boot/" + MID, "/boot/ffffffffffffffffffffffffffffffff"]
+    reader = build(tmp_path, files, dirs, tool=c_program(257))
+    assert detect(reader) == ("other", "/boot", "ffffffffffffffffffffffffffffffff")
+    # KERNEL_INSTALL_READ_MACHINE_INFO=0 skips /etc/machine-info (the machine ID and the layout in it).
+    assert detect(reader, env={"KERNEL_INSTALL_READ_MACHINE_INFO": "0"}) == ("bls", "/boot", MID)
+    assert detect(reader, env={"MACHINE_ID": MID, "BOOT_ROOT": "/srv/esp"}) == ("other", "/srv/esp", MID)
+    (tmp_path / "etc/machine-info").unlink()
+    assert detect(reader, env={"BOOT_ROOT": "/srv/esp"}) == ("bls", "/srv/esp", MID)
+    assert detect(reader, env={"KERNEL_INSTALL_BYPASS": "yes"})[0] == "bypassed"  # getenv_bool, unlike the script
+
+
+def test_partition_type_from_the_udev_database(tmp_path):
+    reader = build(
+        tmp_path,
+        {
+            "/run/udev/data/b259:1": (
+                f"S:disk/by-partlabel/esp\nE:ID_PART_ENTRY_TYPE={kil.ESP_TYPE.upper()}\nE:ID_FS_TYPE=vfat\n"
+            )
+        },
+        [],
+    )
+    assert kil.partition_type(reader, "259:1") == kil.ESP_TYPE
+    assert kil.partition_type(reader, "259:2") is None
