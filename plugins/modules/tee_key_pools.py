@@ -51,7 +51,9 @@ options:
         choices: [kata, kubevirt]
         default: []
       mode:
-        description: Which advertiser holds the node's pool.
+        description:
+          - Which advertiser holds the node's pool (the modes of docs/key-pools.md).
+          - The choices are the key-pool policy's modes (module_utils/common/pool_policy.py); a test keeps them equal.
         type: str
         choices: [auto, kubevirt, nfd]
         default: auto
@@ -151,6 +153,7 @@ plan:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError, plan
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy
 
 
 def main() -> None:
@@ -164,7 +167,7 @@ def main() -> None:
                     "name": {"type": "str", "required": True},
                     "vendor": {"type": "str", "required": True, "choices": ["intel", "amd"]},
                     "consumers": {"type": "list", "elements": "str", "default": [], "choices": ["kata", "kubevirt"]},
-                    "mode": {"type": "str", "default": "auto", "choices": ["auto", "kubevirt", "nfd"]},
+                    "mode": {"type": "str", "default": "auto", "choices": list(pool_policy.mode_names())},
                     "qgs": {"type": "dict"},
                     "sev_asids": {"type": "dict"},
                 },

@@ -2,8 +2,9 @@
 # Apache License 2.0 (see LICENSE)
 """One pool per node: which extended resource advertises a node's TEE keys, and who charges it.
 
-This is the only place the collection decides key accounting. Every cluster role renders from the plan
-:func:`plan` returns; none re-derives it.
+This is the only place the collection plans key accounting, by the rules of the key-pool policy
+(``common/pool_policy.py``: the TEE resources, the advertisers, and per mode who draws from which and what it
+refuses). Every cluster role renders from the plan :func:`plan` returns; none re-derives it.
 
 A node's TEE keys are one hardware pool (``misc.capacity`` ``tdx``, or ``sev_es`` which SEV-ES and
 SEV-SNP guests charge). Two advertisers can turn it into two scheduler pools (verified upstream, 2026-08):
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.text import name_list
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
@@ -41,36 +42,11 @@ KUBEVIRT = tee.KUBEVIRT
 CONSUMERS = (KATA, KUBEVIRT)
 # How many node names a line of the plan's overview shows before it counts the rest.
 OVERVIEW_NAMES_SHOWN = 5
-MODES = ("auto", "kubevirt", "nfd")
-
-# Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
-VENDORS = {
-    tee.INTEL: {
-        "tee": "tdx",
-        "misc": tee.TDX,
-        "nfd_rule": "intel.tdx",
-        "nfd_resource": tee.NFD_TDX_KEYS,
-        "nfd_value": tee.NFD_FEATURE_TDX_KEYS,
-        "nfd_label": "intel.feature.node.kubernetes.io/tdx",
-        "nfd_match": "tdx.enabled",
-        "kubevirt_resource": tee.KUBEVIRT_TDX,
-        "kubevirt_counts_keys": True,
-        "kubevirt_gate": "WorkloadEncryptionTDX",
-    },
-    tee.AMD: {
-        "tee": "snp",
-        "misc": tee.SEV_ES,
-        "nfd_rule": "amd.sev-snp",
-        "nfd_resource": tee.NFD_SNP_ESIDS,
-        "nfd_value": tee.NFD_FEATURE_SEV_ESIDS,
-        "nfd_label": "amd.feature.node.kubernetes.io/snp",
-        "nfd_match": "sev.snp.enabled",
-        "kubevirt_resource": tee.KUBEVIRT_SEV,
-        "kubevirt_counts_keys": False,
-        "kubevirt_gate": "WorkloadEncryptionSEV",
-    },
-}
-KEY_RESOURCES = frozenset(v["nfd_resource"] for v in VENDORS.values())
+# The TEE resources, advertisers and modes: the one key-pool policy (common/pool_policy.py).
+TEE_RESOURCES = pool_policy.TEE_RESOURCES
+NFD = pool_policy.ADVERTISERS["nfd"]
+KUBEVIRT_PLUGIN = pool_policy.ADVERTISERS["kubevirt"]
+KEY_RESOURCES = frozenset(NFD.resources.values())
 
 
 class KeyPoolError(TeeError):
@@ -88,7 +64,7 @@ def _node_input(raw: object, index: int) -> dict:
             % (index, name)
         )
     vendor = raw.get("vendor")
-    if vendor not in VENDORS:
+    if vendor not in TEE_RESOURCES:
         raise KeyPoolError("node %s: vendor must be intel or amd, got %r (set tee_cpu_vendor)" % (name, vendor))
     consumers = raw.get("consumers", [])
     if isinstance(consumers, str) or not isinstance(consumers, (list, tuple)):
@@ -96,9 +72,11 @@ def _node_input(raw: object, index: int) -> dict:
     unknown = [c for c in consumers if c not in CONSUMERS]
     if unknown:
         raise KeyPoolError("node %s: unknown consumers %s; use kata and/or kubevirt" % (name, unknown))
-    mode = raw.get("mode") or "auto"
-    if mode not in MODES:
-        raise KeyPoolError("node %s: mode must be one of %s, got %r" % (name, ", ".join(MODES), mode))
+    mode = raw.get("mode") or pool_policy.AUTO
+    if mode not in pool_policy.mode_names():
+        raise KeyPoolError(
+            "node %s: mode must be one of %s, got %r" % (name, ", ".join(pool_policy.mode_names()), mode)
+        )
     return {
         "name": name,
         "vendor": vendor,
@@ -133,90 +111,120 @@ def _snp_asids(name: str, vendor: str, split: object) -> int | None:
     return snp
 
 
-def _fix_both(node: dict, info: dict) -> str:
-    if info["kubevirt_counts_keys"]:
+def _fix_both(node: dict) -> str:
+    vendor = node["vendor"]
+    shared = pool_policy.shared_modes(vendor)
+    if shared:
         return (
-            "set tee_key_pool_mode: kubevirt for %s (Kata's RuntimeClass overhead then requests %s, and NFD "
+            "set tee_key_pool_mode: %s for %s (Kata's RuntimeClass overhead then requests %s, and NFD "
             "publishes labels only), or remove kubevirt from its tee_node_consumers (virt-handler is then kept "
-            "off the node and NFD's %s is the pool)" % (node["name"], info["kubevirt_resource"], info["nfd_resource"])
+            "off the node and NFD's %s is the pool)"
+            % (
+                shared[0],
+                node["name"],
+                pool_policy.advertiser_of(shared[0]).resources[vendor],
+                NFD.resources[vendor],
+            )
         )
     return (
         "run Kata and KubeVirt SEV-SNP guests on different nodes: remove kata or kubevirt from the "
         "tee_node_consumers of %s (KubeVirt's %s counts virt-handler --max-devices, not keys, so Kata's "
-        "overhead cannot share it)" % (node["name"], info["kubevirt_resource"])
+        "overhead cannot share it)" % (node["name"], KUBEVIRT_PLUGIN.resources[vendor])
     )
 
 
-def _double_pool(node: dict, info: dict, rule_name: str) -> str:
+def _double_pool(node: dict, rule_name: str) -> str:
+    res = TEE_RESOURCES[node["vendor"]]
     return (
         "node %s: two pools for the same %s keys (misc.capacity %s): NodeFeatureRule %s (rule %s) advertises %s "
         "for Kata, and KubeVirt's %s device plugin in virt-handler (feature gate %s) advertises %s for VMIs; "
         "each counts the keys on its own, so the scheduler would admit more guests than the node has keys. Fix: %s"
         % (
             node["name"],
-            info["tee"].upper(),
-            info["misc"],
+            res.tee.upper(),
+            res.misc,
             rule_name,
-            info["nfd_rule"],
-            info["nfd_resource"],
-            info["tee"].upper(),
-            info["kubevirt_gate"],
-            info["kubevirt_resource"],
-            _fix_both(node, info),
+            res.nfd_rule,
+            NFD.resources[res.vendor],
+            res.tee.upper(),
+            KUBEVIRT_PLUGIN.gates[res.vendor],
+            KUBEVIRT_PLUGIN.resources[res.vendor],
+            _fix_both(node),
         )
     )
 
 
-def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict:
-    """The node's pool: which advertiser, which resource, whether virt-handler runs there."""
-    info = VENDORS[node["vendor"]]
-    kata, kubevirt = KATA in node["consumers"], KUBEVIRT in node["consumers"]
-    mode = node["mode"]
-    if mode == "auto":
-        mode = "kubevirt" if kubevirt and (info["kubevirt_counts_keys"] or not kata) else "nfd"
-        if kata and kubevirt and not info["kubevirt_counts_keys"]:
-            problems.append(_double_pool(node, info, rule_name))
-    elif mode == "nfd" and kubevirt:
-        problems.append(_double_pool(node, info, rule_name))
-    elif mode == "kubevirt" and kata and not info["kubevirt_counts_keys"]:
-        problems.append(
-            "node %s: mode kubevirt would point Kata's overhead at %s, which KubeVirt sizes from virt-handler "
-            "--max-devices (1000 by default), not from the node's %s keys: no key pool at all. Fix: %s"
-            % (node["name"], info["kubevirt_resource"], info["misc"], _fix_both(node, info))
-        )
-    if mode == "kubevirt" and not info["kubevirt_counts_keys"] and kubevirt:
-        warnings.append(
-            "node %s: KubeVirt advertises %s with virt-handler --max-devices devices, not the node's %s keys; "
-            "SEV-ES/SNP VMIs beyond the key count are scheduled and fail to start. KubeVirt's "
-            "spec.configuration.virtualMachineInstancesPerNode caps every VMI on every node, so use it as a key "
-            "limit only where all VMIs are confidential" % (node["name"], info["kubevirt_resource"], info["misc"])
-        )
-    if node["snp_asids"] is not None and kubevirt and mode == "kubevirt":
+def _refusals(node: dict, mode: str, rule_name: str) -> list:
+    """The policy's reasons ``mode`` cannot serve ``node``, as messages naming the objects and the fix."""
+    found = []
+    for kind, _consumer in pool_policy.problems_of(mode, node["vendor"], node["consumers"]):
+        if kind == "second_pool":
+            found.append(_double_pool(node, rule_name))
+        else:
+            advertiser = pool_policy.advertiser_of(mode)
+            found.append(
+                "node %s: mode %s would point Kata's overhead at %s, which KubeVirt sizes from virt-handler "
+                "--max-devices (1000 by default), not from the node's %s keys: no key pool at all. Fix: %s"
+                % (
+                    node["name"],
+                    mode,
+                    advertiser.resources[node["vendor"]],
+                    TEE_RESOURCES[node["vendor"]].misc,
+                    _fix_both(node),
+                )
+            )
+    return found
+
+
+def _uncounted_vmis(node: dict, mode: str) -> list:
+    """Warnings for VMIs drawing from a pool whose size is not the key count (KubeVirt's AMD slots)."""
+    advertiser = pool_policy.advertiser_of(mode)
+    vendor = node["vendor"]
+    drawn = KUBEVIRT in node["consumers"] and KUBEVIRT in pool_policy.mode(mode).draws
+    if not drawn or advertiser.counts_keys[vendor]:
+        return []
+    resource, misc = advertiser.resources[vendor], TEE_RESOURCES[vendor].misc
+    warnings = [
+        "node %s: KubeVirt advertises %s with virt-handler --max-devices devices, not the node's %s keys; "
+        "SEV-ES/SNP VMIs beyond the key count are scheduled and fail to start. KubeVirt's "
+        "spec.configuration.virtualMachineInstancesPerNode caps every VMI on every node, so use it as a key "
+        "limit only where all VMIs are confidential" % (node["name"], resource, misc)
+    ]
+    if node["snp_asids"] is not None:
         warnings.append(
             "node %s: ciphertext hiding gives SNP guests only %d ASIDs, but KubeVirt's %s counts --max-devices; "
-            "more SNP VMIs than that fail with EBUSY" % (node["name"], node["snp_asids"], info["kubevirt_resource"])
+            "more SNP VMIs than that fail with EBUSY" % (node["name"], node["snp_asids"], resource)
         )
-    if not node["consumers"]:
-        pool = None
-    elif mode == "kubevirt":
+    return warnings
+
+
+def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict:
+    """The node's pool: which advertiser, which resource, whether virt-handler runs there."""
+    res = TEE_RESOURCES[node["vendor"]]
+    mode = node["mode"]
+    if mode == pool_policy.AUTO:
+        mode = pool_policy.auto_mode(node["vendor"], node["consumers"])
+    problems.extend(_refusals(node, mode, rule_name))
+    warnings.extend(_uncounted_vmis(node, mode))
+    advertiser = pool_policy.advertiser_of(mode)
+    pool = None
+    if node["consumers"]:
         pool = {
-            "resource": info["kubevirt_resource"],
-            "advertiser": "kubevirt",
-            "counts_keys": info["kubevirt_counts_keys"],
+            "resource": advertiser.resources[res.vendor],
+            "advertiser": advertiser.name,
+            "counts_keys": advertiser.counts_keys[res.vendor],
         }
-    else:
-        pool = {"resource": info["nfd_resource"], "advertiser": "nfd", "counts_keys": True}
     return {
         "name": node["name"],
         "vendor": node["vendor"],
-        "tee": info["tee"],
-        "misc_resource": info["misc"],
+        "tee": res.tee,
+        "misc_resource": res.misc,
         "consumers": node["consumers"],
         "mode": mode if node["consumers"] else "none",
         "pool": pool,
         # virt-handler must run where KubeVirt's plugin is the pool, and must not where NFD's is.
-        "virt_handler": bool(node["consumers"]) and mode == "kubevirt",
-        "nfd_extended_resource": bool(node["consumers"]) and mode == "nfd",
+        "virt_handler": pool is not None and advertiser is KUBEVIRT_PLUGIN,
+        "nfd_extended_resource": pool is not None and advertiser is NFD,
         # Ciphertext hiding: the SNP range the NFD pool must advertise instead of the joint sev_es count.
         "snp_asids": node["snp_asids"],
     }
@@ -279,16 +287,16 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
 
 def _nfd_plan(nodes: list) -> dict:
     out = {}
-    for vendor, info in sorted(VENDORS.items()):
+    for vendor, res in sorted(TEE_RESOURCES.items()):
         members = [n for n in nodes if n["vendor"] == vendor]
         if members:
-            out[info["tee"]] = {
+            out[res.tee] = {
                 "vendor": vendor,
-                "rule": info["nfd_rule"],
-                "label": info["nfd_label"],
-                "match": info["nfd_match"],
-                "resource": info["nfd_resource"],
-                "value": info["nfd_value"],
+                "rule": res.nfd_rule,
+                "label": res.nfd_label,
+                "match": res.nfd_match,
+                "resource": NFD.resources[vendor],
+                "value": NFD.reads[vendor],
                 "resource_nodes": [n["name"] for n in members if n["nfd_extended_resource"]],
                 # Per node, a fixed count NFD must publish instead of the feature (ciphertext hiding's SNP range).
                 "static_values": {
@@ -304,7 +312,7 @@ def _kubevirt_plan(nodes: list) -> dict:
     handler = [n for n in nodes if n["virt_handler"]]
     return {
         # The gate starts the plugin; Kata-only nodes in kubevirt mode need it as much as VMI nodes.
-        "feature_gates": sorted({VENDORS[n["vendor"]]["kubevirt_gate"] for n in handler}),
+        "feature_gates": sorted({KUBEVIRT_PLUGIN.gates[n["vendor"]] for n in handler}),
         "nodes": [n["name"] for n in handler],
         # Every node where the TDX plugin is the pool: with attestation enforced, a missing QGS socket
         # marks all its devices Unhealthy, which blocks Kata pods charging it as well as TDX VMIs.
@@ -345,15 +353,15 @@ def _decision(node: dict) -> str:
         return "no consumers, no key pool; NFD labels only"
     pool = node["pool"]
     who = " and ".join(node["consumers"])
-    if pool["advertiser"] == "kubevirt":
-        source = "KubeVirt's virt-handler device plugin"
-    elif node.get("snp_asids") is not None:
+    advertiser = pool_policy.ADVERTISERS[pool["advertiser"]]
+    kept_off = "; virt-handler kept off the node" if KUBEVIRT in pool_policy.mode(node["mode"]).refuses else ""
+    if advertiser is NFD and node.get("snp_asids") is not None:
         source = (
             "NFD (NodeFeatureRule extended resource, fixed at %d: the SNP range of ciphertext hiding, not the joint "
-            "sev_es count); virt-handler kept off the node" % node["snp_asids"]
+            "sev_es count)%s" % (node["snp_asids"], kept_off)
         )
     else:
-        source = "NFD (NodeFeatureRule extended resource); virt-handler kept off the node"
+        source = advertiser.who + kept_off
     return "one pool %s advertised by %s, charged by %s" % (pool["resource"], source, who)
 
 

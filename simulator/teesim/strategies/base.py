@@ -93,6 +93,9 @@ class Strategy:
     split_nodes: bool = False
     dra_overhead_served: bool | None = None
     reserve_external: bool = False  # NFD's count lowered by settings.reserved
+    # The confidential.tee key-pool mode this strategy models (pool_policy.MODES names it back;
+    # tests/simulator/strategies/test_policy_modes.py checks that the two agree and match in shape).
+    models: str | None = None
 
     # -- what pods request ------------------------------------------------------------------------
     def vmi_key_name(self, misc_resource: str) -> str:
@@ -196,6 +199,7 @@ STRATEGIES: dict[str, Strategy] = {
             Advertiser.STATIC,
             "kubevirt",
             sev_es_requests_key=False,
+            models="kubevirt",
         ),
         Strategy(
             "split-nodes",
@@ -205,6 +209,7 @@ STRATEGIES: dict[str, Strategy] = {
             "kata",
             sev_es_requests_key=False,
             split_nodes=True,
+            models="nfd",
         ),
         Strategy(
             "unified-reconciling",
