@@ -5,8 +5,6 @@ variable and the host (``plugin_utils.module_refusal``)."""
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.plugin_utils.module_refusal import RefusalNamingAction
+from ansible_collections.confidential.tee.plugins.plugin_utils.module_refusal import RefusalNamingAction as ActionModule
 
-
-class ActionModule(RefusalNamingAction):
-    pass
+__all__ = ["ActionModule"]

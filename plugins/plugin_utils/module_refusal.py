@@ -28,6 +28,9 @@ def named(result: dict, module_name: str, task_vars: Mapping, component=None) ->
     def defined(name: str) -> bool:
         return name in task_vars and task_vars[name] is not None
 
+    # ansible-core 2.19 keeps the module's own message as the error it displays (result["exception"], captured in
+    # _execute_module); a refusal carries no traceback, so dropping it lets the task's error be the message below.
+    result.pop("exception", None)
     result["msg"] = module_refusal(
         module_name,
         result["msg"],
