@@ -68,3 +68,13 @@ def test_summary_with_problems_plans_nothing_and_names_node_and_variable():
 def test_unknown_vendor_plans_nothing():
     found = ci.summary({"a": {}})
     assert (found["unknown_vendor"], found["plan"]) == (["a"], None)
+
+
+def test_summary_keeps_a_refused_plan_as_data_for_the_cluster_playbooks_own_fail_task():
+    # The filters raise it (filter/cluster.py accepted, tests/unit/plugins/filter/test_key_pools_plan.py).
+    nodes = {
+        "tdx-1": {"tee_cpu_vendor": "intel", "tee_node_consumers": ["kata", "kubevirt"], "tee_key_pool_mode": "nfd"}
+    }
+    refused = ci.summary(nodes)["plan"]
+    assert set(refused) == {"refused"}
+    assert refused["refused"].startswith("node tdx-1: two pools for the same TDX keys")
