@@ -229,15 +229,15 @@ def collection_rule_and_claim(tree: Path, vendor: str) -> tuple[dict, dict[str, 
     node = {"name": NODE, "vendor": vendor, "consumers": ["kata"], "mode": "nfd", "sev_asids": facts["sev_asids"]}
     plan = key_pools.plan([node])
     rule = nfd_rules.node_feature_rule(plan, "confidential-tee-keys")
-    info = key_pools.VENDORS[vendor]
-    entry = plan["nfd"][info["tee"]]
+    res = key_pools.TEE_RESOURCES[vendor]
+    entry = plan["nfd"][res.tee]
     kvm = facts["kvm"]["intel" if vendor == "intel" else "amd"]
     enabled = kvm.get("tdx") if vendor == "intel" else kvm.get("sev_snp")
     # The collection's reading of the kvm module parameter NFD's rule matches on (True, False, or None: unread).
     labels = {entry["label"]: "true"} if enabled is True else {}
     resources: dict[str, str] = {}
     static = entry["static_values"].get(NODE)
-    capacity = _capacity(facts, info["misc"])
+    capacity = _capacity(facts, res.misc)
     if labels and NODE in entry["resource_nodes"]:
         if static is not None:
             resources[entry["resource"]] = str(static)

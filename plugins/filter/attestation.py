@@ -10,6 +10,18 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.attes
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.qgs_config import resolve_transport
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import keyvalue
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import variable_for
+
+# The role whose variables these filters render (roles/tdx_attestation): a refusal names the variable.
+ROLE = "tdx_attestation"
+
+
+def _named(exc: TeeError, default_option: str | None = None) -> str:
+    """``exc``'s message after the role variable its option came from (``input_names``, the one table of argument to
+    variable); a key of a dict argument (``settings.pccs_url``) is left to the message, which names it."""
+    option = exc.option or default_option
+    variable = variable_for(ROLE, option, lambda _name: True) if option and "." not in option else None
+    return f"inventory variable {variable} (argument {option}): {exc}" if variable else str(exc)
 
 
 def attestation_manifests(request):
@@ -19,7 +31,8 @@ def attestation_manifests(request):
     try:
         return render(request)
     except (TeeError, KeyError) as exc:
-        raise AnsibleFilterError(f"cannot render the attestation manifests: {exc}") from None
+        named = _named(exc) if isinstance(exc, TeeError) else str(exc)
+        raise AnsibleFilterError(f"cannot render the attestation manifests: {named}") from None
 
 
 def subject_alt_name(name):
@@ -47,7 +60,7 @@ def qgs_transport(transport, consumers, kata_version=None):
     try:
         return resolve_transport(transport, consumers, kata_version or None)[0]
     except TeeError as exc:
-        raise AnsibleFilterError(f"tdx_attestation_qgs_transport {transport}: {exc}") from None
+        raise AnsibleFilterError(_named(exc, "transport")) from None
 
 
 class FilterModule:

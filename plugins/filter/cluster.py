@@ -3,7 +3,8 @@
 """Filters the cluster roles render with: thin wrappers over the pure functions in module_utils.
 
 Every rule lives in module_utils; a filter only turns the module_utils error into an AnsibleFilterError
-that names the filter, the node and the inventory variable (``plugin_utils.filter_refusal``).
+that names the filter, the node and the inventory variable (``plugin_utils.filter_refusal``). A refused key-pool
+plan is raised as it is (:func:`accepted`): its message already names the node and the variable.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from collections.abc import Mapping
 
 import yaml
+from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.yaml.dumper import AnsibleDumper
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
@@ -41,8 +43,19 @@ _ERRORS = (
 )
 
 
+def accepted(plan):
+    """``plan`` itself, unless the planner refused it (``{refused: message}``, as ``cluster_inventory.key_pools_plan``
+    returns it): then an ``AnsibleFilterError`` whose message is the plan's own, as the tee_key_pools module fails with
+    it (it names the node and the inventory variable to change). The filter that plans and the filters that render
+    from a plan call it, so a playbook that forgets to check ``refused`` stops there instead of rendering from a
+    refused plan (issue 43)."""
+    if isinstance(plan, Mapping) and "refused" in plan:
+        raise AnsibleFilterError(str(plan["refused"]))
+    return plan
+
+
 def nfd_tee_rule(plan, name="confidential-tee-keys", flavor="kubernetes", namespace=None):
-    return nfd.node_feature_rule(plan, name, flavor, namespace)
+    return nfd.node_feature_rule(accepted(plan), name, flavor, namespace)
 
 
 def nfd_foreign_key_rules(rules, own_names=(), remove_names=()):
@@ -56,13 +69,14 @@ def nfd_stale_rules(rules):
 def kata_runtimeclasses(
     plan, gpu=False, overheads=None, node_selector=None, flavor="kubernetes", kata_cc_name="kata-cc"
 ):
+    plan = accepted(plan)
     if flavor == "openshift":
         return rc.openshift_kata_cc(plan, kata_cc_name)
     return rc.kata_classes(plan, gpu=gpu, overheads=overheads, node_selector=node_selector)
 
 
 def kubevirt_cc(plan, nodes, options):
-    return kubevirt_objects.render(plan, nodes, options)
+    return kubevirt_objects.render(accepted(plan), nodes, options)
 
 
 def openshift_sandboxed(
@@ -167,8 +181,11 @@ def cluster_inventory(hosts, hostvars, cluster=None, openshift=False, host_facts
 def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False, per_node=True):
     """The key-pool plan of the tee_key_pools module, computed where the nodes already are (the controller): the cluster
     playbook's 5,000 nodes then travel to no module and back (issue 31). ``per_node`` false leaves out the per-node
-    map ``nodes``, which no role reads (every role validates, and so copies, the plan it is given)."""
-    return inventory.key_pools_plan(nodes, rule_name, openshift, per_node)
+    map ``nodes``, which no role reads (every role validates, and so copies, the plan it is given).
+
+    A refused plan stops the task here with the plan's own message (:func:`accepted`): no playbook can
+    carry on with it, whether or not it checks ``refused`` (issue 43)."""
+    return accepted(inventory.key_pools_plan(nodes, rule_name, openshift, per_node))
 
 
 def cluster_failed_nodes(fact_hosts, hostvars, gpu_hosts=()):

@@ -164,7 +164,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_
     units_to_restart,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
-from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError, refused_option
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
@@ -194,7 +194,7 @@ def main():
     params = module.params
     problem = list_of_strings_problem("consumers", params["consumers"])
     if problem:
-        module.fail_json(msg=problem)
+        module.fail_json(msg=problem, **refused_option("consumers"))
     reader = open_host(module)
     changes = Changes(
         reader.host_root,
@@ -210,7 +210,12 @@ def main():
         message = (
             str(exc) if isinstance(exc, TeeError) else f"writing the {params['component']} configuration failed: {exc}"
         )
-        module.fail_json(msg=changes.redact(display_text(message)), files=changes.records(), backups=changes.backups)
+        module.fail_json(
+            msg=changes.redact(display_text(message)),
+            files=changes.records(),
+            backups=changes.backups,
+            **refused_option(getattr(exc, "option", None)),
+        )
     result = dict(
         changed=changes.changed,
         files=changes.records(),

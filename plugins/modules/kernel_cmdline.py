@@ -15,7 +15,8 @@ description:
     C(kvm_intel.tdx=1)), and leaves every other argument byte for byte as it was.
   - Detects the boot setup from the files present and edits the right place. Debian/Ubuntu GRUB gets a
     drop-in C(/etc/default/grub.d/<name>.cfg) extending C(GRUB_CMDLINE_LINUX), then C(update-grub).
-    Fedora/RHEL BLS entries are changed with C(grubby --update-kernel=ALL --args/--remove-args).
+    Fedora/RHEL BLS entries are written with the change, then C(grubby --update-kernel=ALL --args/--remove-args)
+    keeps its other files in step.
     kernel-install hosts get C(/etc/kernel/cmdline) edited, then C(kernel-install add) regenerates the running
     kernel's entry from C(/usr/lib/modules/<release>/vmlinuz), or on Debian from C(/boot/vmlinuz-<release>) with
     C(/boot/initrd.img-<release>). ostree hosts get C(rpm-ostree kargs).
@@ -31,12 +32,22 @@ description:
     a message naming the file, and nothing is written.
   - After writing, the configuration is read back (and re-evaluated for GRUB; entries re-read after
     C(grubby)); if it is not what was planned, the files are restored and the task fails.
-  - On kernel-install hosts the running kernel's boot entry
-    (C(loader/entries/<entry-token>-<release>.conf) in C(/efi), C(/boot) or C(/boot/efi), the places and names
-    systemd 252's C(kernel-install) and C(90-loaderentry.install) use) is read after C(kernel-install add), because that
-    command exits 0 without writing an entry when no ESP or XBOOTLDR partition is mounted. An entry that is
-    missing or whose C(options) line lacks the planned arguments restores the files and fails the task,
-    saying where it looked and how to fix it.
+  - On kernel-install hosts the layout, C($BOOT) and entry token are decided as the host's C(kernel-install)
+    decides them (systemd's shell script up to 253, its C program from 254), from C(install.conf),
+    C(/etc/machine-info), the entry token, C($BOOT/loader/entries.srel), the entry-token directory and the mounted
+    ESP or XBOOTLDR partitions.
+    Where the layout is C(bls), the running kernel's entry C($BOOT/loader/entries/<entry-token>-<release>.conf) is
+    read after C(kernel-install add), because that command exits 0 whatever its plugins did; an entry that is
+    missing or whose C(options) line lacks the planned arguments restores the files and fails the task, saying
+    where it looked and why the layout is C(bls). Where it is C(other) or C(uki), C(kernel-install) writes no
+    Type 1 entry by design, and the task succeeds with a warning saying why.
+  - On BLS hosts the entries are written as the whole run leaves them (C(options) and the arguments joined by one
+    space, added arguments last), then C(grubby) runs and finds them as it would write them; they are read back
+    byte for byte afterwards. Check mode's diff is therefore the entries the real run leaves, whatever separators
+    the entries had.
+  - On ostree hosts, a deployment C(rpm-ostree kargs) made whose arguments cannot be read back is removed again
+    with C(rpm-ostree cleanup --pending) when no deployment was pending before the task, and the task checks that
+    none is pending any more.
   - Files are backed up before they change and written atomically through symbolic links (the link stays,
     its target changes; absolute targets are resolved inside O(host_root)). Bytes that are not UTF-8 are
     preserved. Commands run only when something changes and never in check mode. With a O(host_root) other

@@ -155,6 +155,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.attes
     report_lines,
     summarize,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import refused_option
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
@@ -193,15 +194,20 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    problem = list_of_strings_problem("consumers", params["consumers"]) or _client_problem(params["extra_clients"])
+    problem = list_of_strings_problem("consumers", params["consumers"])
     unknown = [name for name in params["consumers"] or [] if name not in ("kubevirt", "kata")]
     if not problem and unknown:
         problem = f"consumers may hold kubevirt and kata only, got {', '.join(map(repr, unknown))}"
     if problem:
-        module.fail_json(msg=problem)
+        module.fail_json(msg=problem, **refused_option("consumers"))
+    problem = _client_problem(params["extra_clients"])
+    if problem:
+        module.fail_json(msg=problem, **refused_option("extra_clients"))
     open_host(module)
     if not 0 < params["timeout"] <= 300:
-        module.fail_json(msg=f"timeout must be between 0 and 300 seconds, got {params['timeout']}")
+        module.fail_json(
+            msg=f"timeout must be between 0 and 300 seconds, got {params['timeout']}", **refused_option("timeout")
+        )
     request = ChainRequest(
         **{key: params[key] for key in ChainRequest.__dataclass_fields__ if key in params and params[key] is not None}
     )

@@ -134,6 +134,7 @@ checks:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import refused_option
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import MISC_REPORT_ORDER
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
@@ -172,10 +173,13 @@ def main() -> None:
         params["host_root"] = read_at
     for name in ("min_capacity", "min_free", "expected_capacity"):
         if params[name] is not None and params[name] < 0:
-            module.fail_json(msg=f"{name} must be 0 or more, got {params[name]}")
+            module.fail_json(msg=f"{name} must be 0 or more, got {params[name]}", **refused_option(name))
     utilization = params["max_utilization"]
     if utilization is not None and not 0 <= utilization <= 100:
-        module.fail_json(msg=f"max_utilization is a percentage between 0 and 100, got {utilization}")
+        module.fail_json(
+            msg=f"max_utilization is a percentage between 0 and 100, got {utilization}",
+            **refused_option("max_utilization"),
+        )
 
     reader = open_host(module)
     snp_asids = None

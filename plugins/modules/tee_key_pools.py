@@ -52,12 +52,13 @@ options:
         default: []
       mode:
         description:
-          - Which advertiser holds the node's pool.
-          - C(kernel) is one pool under NFD's (Kata's) resource name, written into the Node's status by the node
-            agent C(tee-key-agent) at the keys the kernel has free for Kubernetes; KubeVirt VMIs request it through a
-            MutatingAdmissionPolicy (RV(kernel)).
+          - Which advertiser holds the node's pool (the modes of docs/key-pools.md).
+          - The choices are the key-pool policy's modes (module_utils/common/pool_policy.py); a test keeps them equal.
+          - C(kernel) is one pool under NFD's (Kata's) resource name that the node agent C(tee-key-agent) writes into
+            the Node's status at the keys the kernel has free for Kubernetes; KubeVirt VMIs request it through a
+            MutatingAdmissionPolicy (RV(kernel)). C(auto) never chooses it.
         type: str
-        choices: [auto, kubevirt, nfd, kernel]
+        choices: [auto, kernel, kubevirt, nfd]
         default: auto
       qgs:
         description:
@@ -162,6 +163,7 @@ plan:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError, plan
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy
 
 
 def main() -> None:
@@ -175,7 +177,7 @@ def main() -> None:
                     "name": {"type": "str", "required": True},
                     "vendor": {"type": "str", "required": True, "choices": ["intel", "amd"]},
                     "consumers": {"type": "list", "elements": "str", "default": [], "choices": ["kata", "kubevirt"]},
-                    "mode": {"type": "str", "default": "auto", "choices": ["auto", "kubevirt", "nfd"]},
+                    "mode": {"type": "str", "default": "auto", "choices": list(pool_policy.mode_names())},
                     "qgs": {"type": "dict"},
                     "sev_asids": {"type": "dict"},
                 },

@@ -57,8 +57,9 @@ PER_NODE_KEYS = ("nodes", "summary")
 
 
 def key_pools_plan(nodes, rule_name="confidential-tee-keys", openshift=False, per_node=True) -> dict:
-    """The tee_key_pools module's plan; ``{refused: message}`` when it gives keys two pools (as data: a filter's
-    exception reaches the user wrapped in Ansible's templating error). ``per_node`` false leaves out what has an entry
+    """The tee_key_pools module's plan; ``{refused: message}`` when it gives keys two pools (as data, for
+    :func:`summary`: the cluster playbook fails with the message in a task of its own; the filters raise it,
+    ``filter.cluster.accepted``). ``per_node`` false leaves out what has an entry
     per node, ``nodes`` and ``summary``, which no role reads (every role validates, and so copies, the plan it is given;
     the roles print ``overview``)."""
     try:

@@ -52,6 +52,8 @@ misc_cgroup: ModuleType = collection_module("plugins.module_utils.host.misc_cgro
 
 # The one TEE vocabulary (plugins/module_utils/common/tee.py): the simulator spells no resource name itself.
 tee: ModuleType = collection_module("plugins.module_utils.common.tee")
+# The one key-pool policy (plugins/module_utils/common/pool_policy.py): the modes strategies model.
+pool_policy: ModuleType = collection_module("plugins.module_utils.common.pool_policy")
 
 MISC_RESOURCES = tee.MISC_RESOURCES
 MISC_REPORT_ORDER = tee.MISC_REPORT_ORDER
@@ -112,6 +114,7 @@ __all__ = [
     "locate_misc",
     "misc_cgroup",
     "parse_misc_text",
+    "pool_policy",
     "read_misc_file",
     "read_misc_state",
     "tee",

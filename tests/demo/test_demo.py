@@ -65,7 +65,10 @@ def test_demo_ends_with_one_conclusion_line(demo):
     kernel = report["strategies"]["kernel-pool"]["metrics"]
     assert last.startswith("Conclusion: under the double pool (Kata and KubeVirt each advertise all 63 keys) ")
     assert f" {double['failed_launches']} launches failed on sim-tdx-node (" in last
-    deployed = "kernel-pool (one pool the node agent keeps at what the kernel has free: tee_key_pool_mode: kernel)"
+    deployed = (
+        "kernel-pool (one pool the node agent keeps at what the kernel has free: confidential.tee.cluster with "
+        "tee_key_pool_mode: kernel)"
+    )
     assert kernel["failed_launches"] == 0 and kernel["pending_at_end"] == 0 and f"{deployed} had none" in last
     assert last.endswith(f"; timeline: {out / 'report' / 'timeline-sim-tdx-node.png'}")
     assert completed.stdout.count("Conclusion:") == 1

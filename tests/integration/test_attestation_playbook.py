@@ -4,6 +4,7 @@ secrets, idempotence, check mode) and the cluster form written as manifests and 
 from __future__ import annotations
 
 import hashlib
+import json
 import stat
 import subprocess
 import sys
@@ -204,3 +205,83 @@ def test_host_form_refuses_what_pccs_would_ignore_or_misread(ansible_playbook_cl
     }
     refused = play(ansible_playbook_cli, tmp_path, mismatch)
     assert refused.returncode != 0 and "asks QGS on vsock port 4050" in refused.stdout
+
+
+def failure_message(completed) -> str:
+    """The message of the one task that failed, from the JSON callback's output."""
+    data = json.loads(completed.stdout)
+    failed = [
+        result["msg"]
+        for play_ in data["plays"]
+        for task in play_["tasks"]
+        for result in task["hosts"].values()
+        if result.get("failed") and not result.get("ignore_errors")
+    ]
+    assert len(failed) == 1, failed
+    return failed[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        (
+            {"tdx_attestation_qcnl_settings": {"retry_times": 1.5}},
+            "confidential.tee.dcap_config on host localhost: inventory variable tdx_attestation_qcnl_settings "
+            "(option settings.retry_times): QCNL setting retry_times must be a JSON int",
+        ),
+        (
+            {"tdx_attestation_pccs_settings": {"Bogus": 1}},
+            "confidential.tee.dcap_config on host localhost: inventory variable tdx_attestation_pccs_settings "
+            "(option settings.Bogus): unknown PCCS setting 'Bogus'",
+        ),
+        (
+            {"tdx_attestation_qgs_socket_group": "kvm;id"},
+            "confidential.tee.dcap_config on host localhost: inventory variable tdx_attestation_qgs_socket_group "
+            "(option socket_group): socket_group 'kvm;id' is not a group name",
+        ),
+    ],
+    ids=["qcnl-setting", "pccs-setting", "socket-group"],
+)
+def test_a_module_refusal_in_the_role_names_the_inventory_variable_and_the_host(
+    ansible_playbook_cli, tmp_path, host_tree, variables, expected
+):
+    (tmp_path / "vars.yml").write_text(
+        yaml.safe_dump(
+            {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **SECRETS}
+            | {"tee_attestation_hosts": "localhost", **host_vars(host_tree), **variables}
+        )
+    )
+    completed = ansible_playbook_cli(
+        PLAYBOOK,
+        "-i",
+        "localhost,",
+        "-e",
+        f"@{tmp_path / 'vars.yml'}",
+        env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"},
+        timeout=600,
+    )
+    assert completed.returncode != 0
+    message = failure_message(completed)
+    assert message.startswith(expected), message
+    assert "refused_option" not in completed.stdout  # the action plugin turned it into the names above
+    assert leaks(completed.stdout + completed.stderr) == []
+
+
+@pytest.mark.slow
+def test_a_module_refusal_outside_a_role_names_the_option(playbook, tmp_path):
+    task = {
+        "name": "Point QCNL at the site PCCS",
+        "confidential.tee.dcap_config": {
+            "host_root": str(tmp_path),
+            "component": "qcnl",
+            "settings": {"pccs_url": "https://pccs.example.com:8081/sgx/certification/v4/", "retry_times": 1.5},
+        },
+    }
+    run = playbook(tmp_path, [task], {"tdx-node-3": {}})
+    message = run.result("Point QCNL at the site PCCS", "tdx-node-3")["msg"]
+    assert message.startswith(
+        "confidential.tee.dcap_config on host tdx-node-3: option settings.retry_times: QCNL setting retry_times must "
+        "be a JSON int"
+    ), message
+    assert not (tmp_path / "etc").exists()

@@ -8,6 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy
+
+# The inventory check lists the key-pool policy's modes (plugins/module_utils/common/pool_policy.py).
+MODES = ", ".join(pool_policy.mode_names())
 
 SNP_KATA = {"snp-1": {"vendor": "amd", "tee_node_consumers": ["kata"]}}
 # The same node now also runs KubeVirt on a separate TDX node: every role would change the directory.
@@ -126,7 +130,7 @@ def test_a_relative_manifest_dir_is_read_against_the_directory_ansible_playbook_
         ({"tee_node_consumers": ["kata", "vm"]}, "tee_node_consumers may hold only kata, kubevirt, got 'vm' for node"),
         (
             {"tee_key_pool_mode": "shared"},
-            "tee_key_pool_mode must be one of auto, kubevirt, nfd, got 'shared' for node",
+            f"tee_key_pool_mode must be one of {MODES}, got 'shared' for node",
         ),
         ({"tee_cpu_vendor": ["amd"]}, "tee_cpu_vendor must be a string (one of auto, intel, amd), got a list"),
         (

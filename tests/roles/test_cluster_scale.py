@@ -14,7 +14,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy  # noqa: E402
 from bench_cluster import generated_inventory  # noqa: E402
+
+# The inventory check lists the key-pool policy's modes (plugins/module_utils/common/pool_policy.py).
+MODES = ", ".join(pool_policy.mode_names())
 
 PLAYBOOK = REPO / "playbooks" / "cluster.yml"
 NODES = 5000
@@ -57,7 +61,7 @@ def test_bad_variables_anywhere_in_5000_nodes_are_all_named_and_nothing_is_writt
     assert proc.returncode != 0
     # The whole inventory is checked before anything happens: the first node's problem and the last one's.
     assert "tee_node_gpu must be true or false, got 'maybe' for node node-00000" in proc.flat, proc.flat[-3000:]
-    assert "tee_key_pool_mode must be one of auto, kubevirt, nfd, got 'shared' for node node-04999" in proc.flat
+    assert f"tee_key_pool_mode must be one of {MODES}, got 'shared' for node node-04999" in proc.flat
     assert "Read the TEE nodes' host facts" not in proc.flat
     assert _files(existing) == before and _stages(existing) == []
 

@@ -60,6 +60,11 @@ class ComponentError(TeeError):
     """A request that cannot be turned into files (bad input, a file that does not parse)."""
 
 
+def _refused(exc: ValueError, message: str | None = None) -> ComponentError:
+    """``exc`` as a :class:`ComponentError` that keeps the option it names (``message`` replacing its text)."""
+    return ComponentError(str(exc) if message is None else message, option=getattr(exc, "option", None))
+
+
 @dataclass
 class FileSpec:
     path: str
@@ -122,10 +127,10 @@ def resolve_version(reader, wanted: str) -> tuple[object, str]:
             return parse_dcap_version(wanted), "given"
         found, source = detect_dcap_version(reader)
         if found is None:
-            raise ComponentError(f"cannot tell the DCAP version: {source}")
+            raise ComponentError(f"cannot tell the DCAP version: {source}", option="dcap_version")
         return parse_dcap_version(found), source
     except DcapVersionError as exc:
-        raise ComponentError(str(exc)) from None
+        raise _refused(exc) from None
 
 
 def plan_qgs(reader, params: dict) -> ComponentPlan:
@@ -145,7 +150,7 @@ def plan_qgs(reader, params: dict) -> ComponentPlan:
             kata_version=params.get("kata_version"),
         )
     except ValueError as exc:
-        raise ComponentError(f"{exc} (DCAP {version})") from None
+        raise _refused(exc, f"{exc} (DCAP {version})") from None
     effective = effective_qgs(plan.files["/etc/qgs.conf"], behaviour)
     # The file is edited, not replaced: a line of the administrator's that QGS rejects stops it here, named.
     wanted = "unix" if plan.transport in ("unix", "both") else "vsock"
@@ -218,10 +223,12 @@ def plan_qcnl(reader, params: dict) -> ComponentPlan:
             ) from None
         text = update_qcnl(None, params["settings"])
     except ValueError as exc:
-        raise ComponentError(str(exc)) from None
+        raise _refused(exc) from None
     view = qcnl_effective(text)
     if view["problems"]:
-        raise ComponentError(f"the written {path} would not mean what was asked: {'; '.join(view['problems'])}")
+        raise ComponentError(
+            f"the written {path} would not mean what was asked: {'; '.join(view['problems'])}", option="settings"
+        )
     return ComponentPlan(
         files=[FileSpec(path, text, units=["qgsd.service", "qgsd-vsock.service"])],
         effective=view["settings"],
@@ -245,7 +252,7 @@ def plan_pccs(reader, params: dict) -> ComponentPlan:
                 ) from None
             text = update_production(None, members)
     except ValueError as exc:
-        raise ComponentError(str(exc)) from None
+        raise _refused(exc) from None
     config, problems = effective_config(default_text, text)
     if config is not None:
         problems += config_problems(config)
@@ -256,8 +263,9 @@ def plan_pccs(reader, params: dict) -> ComponentPlan:
         # Writing production.json would change nothing these files set: refuse rather than report a change.
         raise ComponentError(
             f"{', '.join(f'{base}/config/{name}' for name in later)} would override the production.json written "
-            "here (node-config merges them after it, NODE_ENV=production); move their settings into "
-            "tdx_attestation_pccs_settings and remove them"
+            "here (node-config merges them after it, NODE_ENV=production); move their settings into settings and "
+            "remove them",
+            option="settings",
         )
     return ComponentPlan(
         files=[
@@ -339,7 +347,10 @@ def plan_mpa(reader, params: dict) -> ComponentPlan:
     try:
         text = update_mpa_conf(current, settings)
     except ValueError as exc:
-        raise ComponentError(str(exc)) from None
+        refused = _refused(exc)
+        if refused.option == "settings.subscription_key" and "subscription_key" not in params["settings"]:
+            refused.option = "secrets.subscription_key"  # the key came in as a secret
+        raise refused from None
     parsed = parse_mpa_conf(text)
     if parsed["invalid_lines"]:
         lines = ", ".join(f"line {number}: {_shown_line(line)}" for number, line in parsed["invalid_lines"])

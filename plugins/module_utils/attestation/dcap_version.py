@@ -74,15 +74,21 @@ def parse_dcap_version(text: object) -> DcapVersion:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         text = str(text)
     if not isinstance(text, str):
-        raise DcapVersionError(f"a DCAP version must be a string such as '1.26', got {type(text).__name__}")
+        raise DcapVersionError(
+            f"a DCAP version must be a string such as '1.26', got {type(text).__name__}", option="dcap_version"
+        )
     match = _VERSION.match(text.strip())
     if not match:
         raise DcapVersionError(
-            f"{text!r} is not a DCAP version: write it as '1.26' (or the tdx-qgs package version, 1.26.100.1-noble1)"
+            f"{text!r} is not a DCAP version: write it as '1.26' (or the tdx-qgs package version, 1.26.100.1-noble1)",
+            option="dcap_version",
         )
     major, minor = int(match.group(1)), int(match.group(2))
     if major != 1 or minor < 8 or minor > 99:
-        raise DcapVersionError(f"{text!r} is not a DCAP release this collection knows (1.8 to 1.99; TDX needs 1.15+)")
+        raise DcapVersionError(
+            f"{text!r} is not a DCAP release this collection knows (1.8 to 1.99; TDX needs 1.15+)",
+            option="dcap_version",
+        )
     return DcapVersion(major, minor)
 
 

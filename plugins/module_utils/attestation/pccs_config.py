@@ -97,12 +97,16 @@ def merge(base: object, override: object) -> object:
 def _check_types(settings: dict) -> None:
     for key, value in settings.items():
         if key not in _TYPES:
-            raise PccsConfigError(f"unknown PCCS setting {key!r}; this role writes {', '.join(SETTINGS)}")
+            raise PccsConfigError(
+                f"unknown PCCS setting {key!r}; this role writes {', '.join(SETTINGS)}", option=f"settings.{key}"
+            )
         if value is None:
             continue
         wanted = _TYPES[key]
         if (isinstance(value, bool) and wanted is not bool) or not isinstance(value, wanted):
-            raise PccsConfigError(f"PCCS setting {key} must be a {wanted.__name__}, got {value!r}")
+            raise PccsConfigError(
+                f"PCCS setting {key} must be a {wanted.__name__}, got {value!r}", option=f"settings.{key}"
+            )
 
 
 def config_problems(config: dict) -> list[str]:
@@ -205,7 +209,9 @@ def render_settings(settings: dict, secrets: dict) -> dict:
         members["AdminTokenHash"] = token_hash(secrets["admin_token"])
     if secrets.get("db_password") is not None:
         if not isinstance(members.get("mysql"), dict):
-            raise PccsConfigError("a database password needs the mysql block (DB_CONFIG: mysql)")
+            raise PccsConfigError(
+                "a database password needs the mysql block (DB_CONFIG: mysql)", option="secrets.db_password"
+            )
         members["mysql"] = dict(members["mysql"], password=secrets["db_password"])
     return members
 

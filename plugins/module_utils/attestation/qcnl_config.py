@@ -173,32 +173,41 @@ def check_settings(settings: dict) -> None:
     """Refuse a setting QCNL would ignore or misread, naming it and saying what it must be."""
     for key, value in settings.items():
         if key not in _TYPES:
-            raise QcnlConfigError(f"unknown QCNL setting {key!r}; QCNL reads {', '.join(SETTINGS)}")
+            raise QcnlConfigError(
+                f"unknown QCNL setting {key!r}; QCNL reads {', '.join(SETTINGS)}", option=f"settings.{key}"
+            )
         if value is None:
             continue
         if not _type_ok(_TYPES[key], value):
             limit = " within int32 (RapidJSON IsInt), or a decimal number" if _TYPES[key] == "number" else ""
             raise QcnlConfigError(
-                f"QCNL setting {key} (tdx_attestation_qcnl_settings) must be a JSON {_TYPES[key]}{limit}, got "
-                f"{value!r}: QCNL would ignore it and keep its default"
+                f"QCNL setting {key} must be a JSON {_TYPES[key]}{limit}, got {value!r}: QCNL would ignore it and keep "
+                "its default",
+                option=f"settings.{key}",
             )
     if settings.get("pccs_url") == "":
         raise QcnlConfigError(
-            "QCNL setting pccs_url (tdx_attestation_pccs_url) is empty: QCNL would send every collateral request to "
-            "an empty URL and every quote would fail; give the PCCS URL (https://<pccs>:8081/sgx/certification/v4/)"
+            "QCNL setting pccs_url is empty: QCNL would send every collateral request to an empty URL and every "
+            "quote would fail; give the PCCS URL (https://<pccs>:8081/sgx/certification/v4/)",
+            option="settings.pccs_url",
         )
     for key in ("pccs_url", "collateral_service", "local_pck_url"):
         url = settings.get(key)
         if url and not (url.startswith(("https://", "http://")) and url.endswith("/")):
             raise QcnlConfigError(
-                f"QCNL setting {key} {url!r} must be an http(s) URL ending in '/': QCNL appends 'pckcert?...' to it"
+                f"QCNL setting {key} {url!r} must be an http(s) URL ending in '/': QCNL appends 'pckcert?...' to it",
+                option=f"settings.{key}",
             )
     tcb = settings.get("tcb_update_type")
     if tcb is not None and tcb.lower() not in ("early", "standard"):
-        raise QcnlConfigError(f"tcb_update_type must be early or standard, got {tcb!r}")
+        raise QcnlConfigError(
+            f"tcb_update_type must be early or standard, got {tcb!r}", option="settings.tcb_update_type"
+        )
     version = settings.get("pccs_api_version")
     if version is not None and version not in ("3.0", "3.1"):
-        raise QcnlConfigError(f"pccs_api_version must be '3.0' or '3.1', got {version!r}")
+        raise QcnlConfigError(
+            f"pccs_api_version must be '3.0' or '3.1', got {version!r}", option="settings.pccs_api_version"
+        )
 
 
 def qcnl_warnings(settings: dict) -> list[str]:

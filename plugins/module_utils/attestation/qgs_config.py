@@ -27,7 +27,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_
     VSOCK_LAST_RESERVED_PORT,
     QgsBehaviour,
 )
-from ansible_collections.confidential.tee.plugins.module_utils.common.emit import keyvalue, systemd
+from ansible_collections.confidential.tee.plugins.module_utils.common.emit import EmitError, keyvalue, systemd
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 
@@ -263,24 +263,31 @@ def update_qgs_conf(
     settings: dict = {"port": None if transport in ("unix", "both") else vsock_port}
     if threads:
         settings["number_threads"] = threads
-    return keyvalue.qgs_edit(
-        current, settings, {"port": "tdx_attestation_qgs_vsock_port", "number_threads": "tdx_attestation_qgs_threads"}
-    )
+    try:
+        return keyvalue.qgs_edit(current, settings, {"port": "vsock_port", "number_threads": "number_threads"})
+    except EmitError as exc:
+        raise QgsConfigError(str(exc), option=exc.name) from None
 
 
 def check_vsock_port(behaviour: QgsBehaviour, port: object) -> int:
     """A vsock port this release accepts as such, or :class:`QgsConfigError` saying why not."""
     if isinstance(port, bool) or not isinstance(port, int):
-        raise QgsConfigError(f"the vsock port must be an integer, got {port!r}")
+        raise QgsConfigError(f"the vsock port must be an integer, got {port!r}", option="vsock_port")
     if port == 0 and behaviour.port_zero_means == "unix":
         raise QgsConfigError(
-            f"vsock port 0 cannot be configured on DCAP {behaviour.era}: port = 0 selects the Unix socket"
+            f"vsock port 0 cannot be configured on DCAP {behaviour.era}: port = 0 selects the Unix socket",
+            option="vsock_port",
         )
     if port == 0 and behaviour.port_zero_means == "fatal":
-        raise QgsConfigError(f"vsock port 0 cannot be configured on DCAP {behaviour.release}: QGS exits without a port")
+        raise QgsConfigError(
+            f"vsock port 0 cannot be configured on DCAP {behaviour.release}: QGS exits without a port",
+            option="vsock_port",
+        )
     upper = min(behaviour.max_port, UINT_MAX - 1)
     if not 0 <= port <= upper:
-        raise QgsConfigError(f"vsock port {port} is out of range for DCAP {behaviour.era} (0..{upper})")
+        raise QgsConfigError(
+            f"vsock port {port} is out of range for DCAP {behaviour.era} (0..{upper})", option="vsock_port"
+        )
     return port
 
 
@@ -322,8 +329,9 @@ def parse_kata_version(text: object) -> tuple[int, int] | None:
     match = _KATA_VERSION.match(str(text).strip())
     if not match or int(match.group(1)) < 1:
         raise QgsConfigError(
-            f"tdx_attestation_kata_version {text!r} is not a Kata Containers release: write it as '3.31.0' (or leave "
-            "it empty when unknown)"
+            f"kata_version {text!r} is not a Kata Containers release: write it as '3.31.0' (or leave it empty when "
+            "unknown)",
+            option="kata_version",
         )
     return int(match.group(1)), int(match.group(2))
 
@@ -360,7 +368,7 @@ def resolve_transport(transport: str, consumers: list[str], kata_version: object
     served = {"unix": {"unix"}, "vsock": {"vsock"}, "both": {"unix", "vsock"}}.get(transport, set())
     for consumer, kinds in needs.items():
         if len(kinds) == 1 and kinds[0] not in served:
-            raise QgsConfigError(_mismatch(consumer, kinds[0], transport, kata_version))
+            raise QgsConfigError(_mismatch(consumer, kinds[0], transport, kata_version), option="transport")
     return transport, notes
 
 
@@ -368,13 +376,13 @@ def _mismatch(consumer: str, needed: str, transport: str, kata_version: object) 
     if consumer == "kata" and needed == "vsock":
         return (
             f"Kata {kata_version} asks QGS on vsock port {KATA_FALLBACK_VSOCK_PORT} (its default before 3.32) but "
-            f"transport is {transport}: set tdx_attestation_qgs_transport to both or auto, or set "
+            f"transport is {transport}: set transport to both or auto, or set "
             "tdx_quote_generation_service_socket_port = 0 in Kata's configuration-qemu-tdx.toml"
         )
     if consumer == "kata":
         return (
             f"Kata {kata_version} asks QGS on the Unix socket {QGS_SOCKET} (its default from 3.32) but transport is "
-            f"{transport}: set tdx_attestation_qgs_transport to unix, both or auto"
+            f"{transport}: set transport to unix, both or auto"
         )
     return (
         "KubeVirt passes only a Unix socket path to QEMU (KubeVirt CR "
@@ -391,14 +399,17 @@ def served_consumers(transport: str, consumers: list[str], kata_version: object 
 
 def _check_request(transport: str, consumers: list[str], vsock_port: int) -> list[str]:
     if transport not in TRANSPORTS:
-        raise QgsConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        raise QgsConfigError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}", option="transport")
     unknown = [name for name in consumers if name not in CONSUMERS]
     if unknown or not consumers:
-        raise QgsConfigError(f"consumers must be a non-empty list of {', '.join(CONSUMERS)}, got {consumers!r}")
+        raise QgsConfigError(
+            f"consumers must be a non-empty list of {', '.join(CONSUMERS)}, got {consumers!r}", option="consumers"
+        )
     if "kubevirt" in consumers and transport == "vsock":
         raise QgsConfigError(
             "KubeVirt passes only a Unix socket path to QEMU (KubeVirt CR "
-            "spec.configuration.confidentialCompute.tdx.attestation.qgsSocketPath): choose transport unix or both"
+            "spec.configuration.confidentialCompute.tdx.attestation.qgsSocketPath): choose transport unix or both",
+            option="transport",
         )
     warnings = []
     if "kata" in consumers and transport == "vsock" and vsock_port != KATA_FALLBACK_VSOCK_PORT:
@@ -436,22 +447,23 @@ def qgs_plan(
     warnings = notes + _check_request(transport, consumers, vsock_port)
     refusal = behaviour.refusal(transport)
     if refusal:
-        raise QgsConfigError(refusal)
+        raise QgsConfigError(refusal, option="transport")
     if threads and not behaviour.reads_threads:
         raise QgsConfigError(
-            f"number_threads (tdx_attestation_qgs_threads) {threads}: DCAP {behaviour.release}'s QGS has no thread "
-            "setting (it arrived in 1.15) and would ignore it; leave it 0"
+            f"number_threads {threads}: DCAP {behaviour.release}'s QGS has no thread setting (it arrived in 1.15) "
+            "and would ignore it; leave it 0",
+            option="number_threads",
         )
     if transport != "unix":
         check_vsock_port(behaviour, vsock_port)
     if threads is not None and not (isinstance(threads, int) and 0 <= threads <= 255):
-        raise QgsConfigError(f"number_threads must be an integer 0..255, got {threads!r}")
+        raise QgsConfigError(f"number_threads must be an integer 0..255, got {threads!r}", option="number_threads")
     group = socket_group or default_socket_group(consumers)
     if not GROUP_NAME.match(group):
         raise QgsConfigError(
-            "socket_group (tdx_attestation_qgs_socket_group) %r is not a group name or number: use a name such as "
-            "qgsd or kvm (letters, digits, '_', '-' and '.', starting with a letter or '_', at most 32) or a gid"
-            % (group,)
+            "socket_group %r is not a group name or number: use a name such as qgsd or kvm (letters, digits, '_', "
+            "'-' and '.', starting with a letter or '_', at most 32) or a gid" % (group,),
+            option="socket_group",
         )
     files = {
         "/etc/qgs.conf": update_qgs_conf(current_conf, behaviour, transport, vsock_port, threads),

@@ -120,17 +120,25 @@ def _read_value(name: str, value: str) -> str:
 def check_mpa_settings(settings: dict) -> None:
     for key, value in settings.items():
         if key not in _LINE:
-            raise MpaConfigError(f"unknown MPA setting {key!r}; the agent reads {', '.join(_LINE)}")
+            raise MpaConfigError(
+                f"unknown MPA setting {key!r}; the agent reads {', '.join(_LINE)}", option=f"settings.{key}"
+            )
         if value is None:
             continue
         if not isinstance(value, str):
-            raise MpaConfigError(f"MPA setting {key} must be a string, got {type(value).__name__}")
+            raise MpaConfigError(
+                f"MPA setting {key} must be a string, got {type(value).__name__}", option=f"settings.{key}"
+            )
         line = _render_line(key, value)
         if not _MATCHERS[key].match(line):
             # The value is not repeated: it may be the subscription key or a proxy URL with credentials.
-            raise MpaConfigError(f"MPA setting {key} is not a value the agent accepts ({_hint(key)})")
+            raise MpaConfigError(
+                f"MPA setting {key} is not a value the agent accepts ({_hint(key)})", option=f"settings.{key}"
+            )
         if key in ("proxy_type", "log_level") and value.lower() not in (PROXY_TYPES + LOG_LEVELS):
-            raise MpaConfigError(f"MPA setting {key} must be one of {_hint(key)}, got {value!r}")
+            raise MpaConfigError(
+                f"MPA setting {key} must be one of {_hint(key)}, got {value!r}", option=f"settings.{key}"
+            )
 
 
 def _hint(key: str) -> str:

@@ -15,11 +15,13 @@
   and rewrites every line that *starts* with ``options`` as ``options <new arguments>``.
 
 The entry is read as the specification says: a tab or several blanks after the key, leading blanks, CRLF line
-ends, comments and an ``options`` key without a value. Before grubby runs, :func:`normalized` rewrites the
-``options`` line into the one shape all of them read alike (a plain file write, proven by reading it back), so
-grubby never meets a line it would read differently. Where the readers disagree about the arguments themselves
-(several ``options`` lines, another key that starts with ``options``), :func:`options_text` refuses with the
-file, the line and the fix, before anything is written or run.
+ends, comments and an ``options`` key without a value. Before grubby runs, :func:`with_options` writes the
+``options`` line with the planned arguments in the one shape all of them read alike and grubby writes itself (a
+plain file write, proven by reading it back), so grubby never meets a line it would read differently and the entry
+is the same before and after it (:func:`normalized` only reshapes, for entries whose arguments live in grubenv).
+Where the readers disagree about the arguments themselves (several ``options`` lines, another key that starts
+with ``options``), :func:`options_text` refuses with the file, the line and the fix, before anything is written or
+run.
 """
 
 from __future__ import annotations
@@ -69,6 +71,21 @@ def normalized(text: str) -> str:
         if key == "options" and (not raw.startswith("options ") or raw.endswith("\r")):
             lines[number - 1] = "options " + value
     return "\n".join(lines)
+
+
+def with_options(text: str, words: list[str]) -> str:
+    """``text`` with its ``options`` line written ``options <words joined by one space>``, every other byte as it was;
+    an entry without one gets it as its last line. This is the shape grubby writes (grubby-bls ``set_bls_value``:
+    ``options ${new_args}``, the words re-joined by the shell), so an entry already in it is one grubby leaves alone.
+    """
+    line = "options " + " ".join(words) if words else "options"
+    lines = text.split("\n")
+    found = [number for number, _line, key, _value in entry_lines(text) if key == "options"]
+    if found:
+        lines[found[0] - 1] = line
+        return "\n".join(lines)
+    ending = "" if text.endswith("\n") or not text else "\n"
+    return f"{text}{ending}{line}\n"
 
 
 def options_text(path: str, text: str, warnings: list[str] | None = None) -> str:

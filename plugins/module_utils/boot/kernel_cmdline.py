@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from ansible_collections.confidential.tee.plugins.module_utils.boot import bls, loader_entry
+from ansible_collections.confidential.tee.plugins.module_utils.boot import bls, kernel_install_layout, loader_entry
 from ansible_collections.confidential.tee.plugins.module_utils.boot import grub_config as grub
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import ChangeError, Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
@@ -285,6 +285,9 @@ class Plan:
     before_tools: object = None
     # Problems of what the tools wrote, checked after they ran (kernel-install's entry): (executor) -> [problem].
     after_tools: object = None
+    # What undoes a command's effect outside the files when the result is not as planned (rpm-ostree's new
+    # deployment): (executor) -> a sentence saying what was undone, or what is left and how to undo it.
+    undo: object = None
 
     @property
     def changed(self) -> bool:
@@ -545,12 +548,26 @@ def _bls_requests(per_entry: dict[str, list[Arg]], present: list[Arg], absent: l
     return remove, add
 
 
-def _prove_bls(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list[Arg]) -> dict[str, list[str]]:
-    """Every entry's arguments after the change, proven to meet the request before grubby may run."""
+def _grubby_words(tokens: list[Arg], present: list[Arg], absent: list[Arg], add: list[str]) -> list[str]:
+    """An entry's words once grubby has run with ``--remove-args`` and then ``--args=<add>``, in its order.
+
+    Removed arguments go; every argument of ``--args`` ends up at the end, in that order, where it was present
+    already or not (grubby-bls removes each added name and appends them; an older one appends the missing ones and
+    sets the others in place, which on a line already in this order changes nothing). Arguments after ``--`` stay
+    last. So an entry written this way is one no grubby changes.
+    """
+    kernel = kernel_args(tokens)
+    names = {raw.split("=", 1)[0] for raw in add}
+    kept = [t.raw for t in kernel if not conflicts(t, present, absent) and t.raw.split("=", 1)[0] not in names]
+    return [*kept, *add, *(t.raw for t in tokens[len(kernel) :])]
+
+
+def _prove_bls(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list[Arg], add: list[str]) -> dict:
+    """Every entry's words after the change, proven to meet the request before anything is written."""
     planned, problems = {}, []
     for path, tokens in per_entry.items():
         before = [t.raw for t in kernel_args(tokens)]
-        after = apply_to_list(tokens, plan_edits(tokens, present, absent))
+        after = _grubby_words(tokens, present, absent, add)
         problems += [f"{path}: {p}" for p in unmet(before, after, present, absent)]
         planned[path] = after
     if problems:
@@ -560,24 +577,27 @@ def _prove_bls(per_entry: dict[str, list[Arg]], present: list[Arg], absent: list
     return planned
 
 
-def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
-    warnings: list[str] = []
-    texts = bls_texts(reader)
-    per_entry = bls_entries(reader, warnings, texts)
-    remove, add = _bls_requests(per_entry, present, absent)
-    planned = _prove_bls(per_entry, present, absent)
-    entries = list(per_entry)
-    newest = entries[-1]  # Fedora/RHEL entry names sort by kernel version
-    tool = find_tool(reader, "grubby") or "/usr/sbin/grubby"
-    actions: list[Action] = []
-    if remove or add:
-        # First the options lines in the one shape every grubby reads as the specification does (proven below,
-        # before grubby runs), so that grubby never meets a tab, an indentation or a CR it would misread.
-        for path, text in texts.items():
-            action = write_action(path, text, bls.normalized(text), "options line in the shape grubby reads")
-            actions += [action] if action else []
-    # Two calls, removals first: grubby versions differ in the order they apply both options of one call, and one
-    # (the C grubby) removes by name, which would drop an argument the same call adds.
+def _bls_final_texts(texts: dict[str, str], planned: dict[str, list[str]]) -> tuple[dict[str, str], set[str]]:
+    """Every entry as the whole run leaves it, and the entries that take their arguments from grubenv.
+
+    The module writes these texts itself, before grubby runs: check mode's diff, the files written and the files
+    after grubby are one plan. An entry whose options are ``$kernelopts`` (RHEL 8) keeps them, only reshaped:
+    grubby changes the arguments in grubenv there.
+    """
+    shared = {path for path, text in texts.items() if "$kernelopts" in bls.options_text(path, text)}
+    final = {
+        path: bls.normalized(text) if path in shared else bls.with_options(text, planned[path])
+        for path, text in texts.items()
+    }
+    return final, shared
+
+
+def _bls_commands(tool: str, remove: list[str], add: list[str], backs_up: list[str]) -> list[Action]:
+    """grubby's two calls, removals first: grubby versions differ in the order they apply both options of one call,
+    and one (the C grubby) removes by name, which would drop an argument the same call adds. grubby rewrites the
+    entries, and depending on the version /etc/default/grub, /etc/kernel/cmdline and grubenv (kernelopts) too:
+    every one is kept first and restored when anything fails afterwards."""
+    actions = []
     if remove:
         argv = [tool, "--update-kernel=ALL", f"--remove-args={' '.join(remove)}"]
         actions.append(Action("command", f"remove {' '.join(remove)} from every boot entry", argv=argv))
@@ -585,16 +605,48 @@ def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
         argv = [tool, "--update-kernel=ALL", f"--args={' '.join(add)}"]
         actions.append(Action("command", f"add {' '.join(add)} to every boot entry", argv=argv))
     for action in actions:
-        # grubby rewrites the entries, and depending on the version /etc/default/grub, /etc/kernel/cmdline and
-        # grubenv (kernelopts) too: every one is kept first and restored when anything fails afterwards.
-        if action.kind == "command":
-            action.backs_up = [*entries, *GRUBBY_TOUCHES]
-    tokens = per_entry[newest]
+        action.backs_up = backs_up
+    return actions
+
+
+def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    warnings: list[str] = []
+    texts = bls_texts(reader)
+    per_entry = bls_entries(reader, warnings, texts)
+    remove, add = _bls_requests(per_entry, present, absent)
+    planned = _prove_bls(per_entry, present, absent, add)
+    entries = list(per_entry)
+    newest = entries[-1]  # Fedora/RHEL entry names sort by kernel version
+    tool = find_tool(reader, "grubby") or "/usr/sbin/grubby"
+    actions: list[Action] = []
+    final, shared = _bls_final_texts(texts, planned)
+    if remove or add:
+        # The entries as the run leaves them, written first in the one shape every grubby reads as the specification
+        # does and writes itself (proven below, before grubby runs): grubby then only updates its other files.
+        for path, text in texts.items():
+            action = write_action(path, text, final[path], "options line as grubby leaves it")
+            actions += [action] if action else []
+        actions += _bls_commands(tool, remove, add, [*entries, *GRUBBY_TOUCHES])
     source = f"options of {newest} (grubby updates all {len(entries)} entries)"
-    plan = Plan("bls", actions, [t.raw for t in tokens], planned[newest], source)
+    plan = Plan("bls", actions, [t.raw for t in per_entry[newest]], planned[newest], source)
     # grubby rewrites every entry when it changes one, which also fixes what GRUB alone misread.
     plan.warnings += [] if actions else warnings
+    _bls_checks(plan, per_entry, (final, shared), newest, (present, absent))
+    return plan
+
+
+def _bls_checks(plan: Plan, per_entry: dict, final_shared: tuple, newest: str, request: tuple) -> None:
+    """The entries must be byte for byte the plan once written and once grubby ran, and meet the request."""
     before_all = {path: [t.raw for t in kernel_args(args)] for path, args in per_entry.items()}
+    (final, shared), (present, absent) = final_shared, request
+
+    def differences(host_root: str) -> list[str]:
+        again = bls_texts(HostReader(host_root))
+        return [
+            f"{path} says {_options_line(again.get(path))!r} instead of {_options_line(text)!r}"
+            for path, text in final.items()
+            if path not in shared and again.get(path) != text
+        ]
 
     def readback(host_root: str, _run) -> list[str]:
         again = bls_entries(HostReader(host_root))
@@ -602,24 +654,22 @@ def plan_bls(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
         for path, args in again.items():
             raws = [t.raw for t in kernel_args(args)]
             problems += [f"{path}: {p}" for p in unmet(before_all.get(path, raws), raws, present, absent)]
+        problems += differences(host_root)
         if problems:
             raise CmdlineError("; ".join(problems))
         return [t.raw for t in again.get(newest, [])]
 
-    def before_tools(executor) -> list[str]:
-        """The normalized entries must still say exactly what they said: only their shape changed."""
-        again = bls_entries(HostReader(executor.host_root))
-        return [
-            f"{path} reads {' '.join(t.raw for t in again.get(path, []))!r} instead of "
-            f"{' '.join(t.raw for t in args)!r}"
-            for path, args in per_entry.items()
-            if [t.raw for t in again.get(path, [])] != [t.raw for t in args]
-        ]
-
     plan.readback = readback
-    plan.before_tools = before_tools
-    plan.exact = False
-    return plan
+    plan.before_tools = lambda executor: differences(executor.host_root)
+    # Exact where the newest entry holds its own arguments; from grubenv (kernelopts) grubby decides the order.
+    plan.exact = newest not in shared
+
+
+def _options_line(text: str | None) -> str:
+    if text is None:
+        return "(no file)"
+    lines = [line for _number, line, key, _value in bls.entry_lines(text) if key == "options"]
+    return lines[0] if lines else "(no options line)"
 
 
 # ------------------------------------------------------------------------------------------ kernel-install
@@ -644,61 +694,70 @@ def plan_kernel_install(reader: HostReader, present: list[Arg], absent: list[Arg
     return plan
 
 
-# Where kernel-install looks for the boot partition, in its order (systemd 252, kernel-install: "/efi /boot
-# /boot/efi"; XBOOTLDR or ESP).
-KERNEL_INSTALL_BOOT_ROOTS = loader_entry.BOOT_ROOTS
-
-
-def _add_kernel_install(reader: HostReader, plan: Plan, path: str) -> None:
+def _add_kernel_install(reader: HostReader, plan: Plan, path: str, env=None) -> None:
     release = (reader.read_text("/proc/sys/kernel/osrelease", record=False) or "").strip()
     tool = find_tool(reader, "kernel-install")
     argv = _kernel_install_add(reader, release) if tool else None
-    if tool and argv:
-        action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, *argv])
-        # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure,
-        # wherever it keeps them (Debian mounts the ESP at /boot/efi).
-        action.backs_up = [
-            f"{boot}/loader/entries/{name}"
-            for boot in KERNEL_INSTALL_BOOT_ROOTS
-            for name in reader.listdir(f"{boot}/loader/entries") or []
-            if name.endswith(".conf")
-        ]
-        plan.actions.append(action)
-        conf, settings = loader_entry.install_conf(reader)
-        if settings.get("layout", "bls") == "bls":
-            roots = loader_entry.boot_roots(settings)
-            plan.after_tools = _entry_check(plan, loader_entry.entry_tokens(reader), release, tool, roots)
-        else:
-            # Another layout (uki, other) writes no Type #1 entry to read back: say so rather than fail or claim it.
-            plan.warnings.append(
-                f"{conf} sets layout={settings['layout']}: kernel-install writes no Type #1 boot entry there, so "
-                "the new command line could not be confirmed in a loader entry; check what your boot loader reads"
-            )
-    else:
+    if not (tool and argv):
         plan.warnings.append(
             f"{path} is read when a kernel is installed; no kernel-install or vmlinuz for the running "
             f"kernel {release or '(unknown)'} was found, so run 'kernel-install add' or reinstall the "
             "kernel for the change to reach the boot entry"
         )
+        return
+    # kernel-install runs with this process's environment (through chroot too), so it decides with it.
+    layout = kernel_install_layout.detect(reader, tool, os.environ if env is None else env, image=argv[2])
+    action = Action("command", f"regenerate the boot entry of {release}", argv=[tool, *argv])
+    # kernel-install rewrites the running kernel's entry: the entries are kept and restored on failure, wherever
+    # it keeps them (Debian mounts the ESP at /boot/efi), and the entry it will create is removed again.
+    roots = dict.fromkeys([*loader_entry.BOOT_ROOTS, *([layout.boot_root] if layout.boot_root else [])])
+    action.backs_up = [
+        f"{boot}/loader/entries/{name}"
+        for boot in roots
+        for name in reader.listdir(f"{boot}/loader/entries") or []
+        if name.endswith(".conf")
+    ]
+    if layout.writes_entry:
+        tries = kernel_install_layout.first_line(reader, "/etc/kernel/tries")
+        names = layout.entry_names(release, tries if tries and tries.isdigit() else None)
+        action.backs_up += [f"{layout.boot_root}/loader/entries/{name}" for name in names]
+    plan.actions.append(action)
+    if layout.writes_entry and layout.token:
+        plan.after_tools = _entry_check(plan, layout, release, tool)
+    elif layout.writes_entry:
+        plan.warnings.append(
+            f"kernel-install writes a Type #1 entry into {layout.boot_root}/loader/entries ({layout.why()}), but names "
+            "it after a machine ID it generates afresh on every run (no /etc/machine-id), so the entry could not be "
+            "confirmed: initialize /etc/machine-id or set /etc/kernel/entry-token"
+        )
+    else:
+        # other, uki or a bypass: kernel-install writes no Type #1 entry, by design; say so rather than fail.
+        plan.warnings.append(
+            f"kernel-install uses layout={layout.layout} on this host ({layout.why()}): it writes no Type #1 boot "
+            "entry, so the new command line could not be confirmed in a loader entry; check what your boot loader "
+            "reads. If systemd-boot reads Type #1 entries from an ESP that is not mounted, mount it (for example "
+            "'mount /boot/efi') and run again"
+        )
 
 
-def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str, roots: tuple[str, ...]):
-    """After ``kernel-install add``: the running kernel's entry must carry the planned command line.
+def _entry_check(plan: Plan, layout: kernel_install_layout.Layout, release: str, tool: str):
+    """After ``kernel-install add`` on a ``bls`` layout: the running kernel's entry must carry the planned line.
 
-    kernel-install exits 0 and writes nothing when it finds no ``$BOOT`` with a Type #1 layout (an ESP that is not
-    mounted, say), so only the entry itself shows that the next boot gets the new line (:mod:`loader_entry`).
+    kernel-install exits 0 whatever its plugins did, so only the entry itself, where and under the name it was
+    decided (:mod:`kernel_install_layout`), shows that the next boot gets the new line (:mod:`loader_entry`).
     """
+    tokens, roots = [layout.token or ""], (layout.boot_root,)
 
     def problems(executor) -> list[str]:
         entries = loader_entry.find_entries(executor.host_root, tokens, release, roots)
         where = loader_entry.looked_in(tokens, release, roots)
-        fix = (
-            "kernel-install writes the entry only into a mounted ESP or XBOOTLDR partition (/efi, /boot or "
-            "/boot/efi) that holds loader/entries or a directory named after the entry token: mount it (for "
-            "example 'mount /boot/efi'), or set it up with 'bootctl install', then run again"
-        )
+        why = f"kernel-install decides layout=bls there: {layout.why()}"
         if not entries:
-            return [f"'{tool} add' exited 0 but wrote no boot entry for {release}: looked for {where}; {fix}"]
+            return [
+                f"'{tool} add' exited 0 but wrote no boot entry for {release}: looked for {where}; {why}. Check "
+                "its plugins in /etc/kernel/install.d and /usr/lib/kernel/install.d (90-loaderentry.install writes "
+                "the entry) and run 'kernel-install --verbose add' by hand"
+            ]
         found = []
         for entry, options in entries:
             args = [t.raw for t in kernel_args(tokenize(options))] if options is not None else None
@@ -709,7 +768,7 @@ def _entry_check(plan: Plan, tokens: list[str], release: str, tool: str, roots: 
         planned = " ".join(plan.configured) or "(nothing)"
         return [
             f"'{tool} add' exited 0 but the boot entry does not carry the planned command line {planned}: "
-            f"{', '.join(found)}; {fix}"
+            f"{', '.join(found)}; {why}"
         ]
 
     return problems
@@ -737,15 +796,47 @@ def _kernel_install_add(reader: HostReader, release: str) -> list[str] | None:
 # ------------------------------------------------------------------------------------------ ostree / bootc
 
 
-def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
-    current: list[Arg] = []
-    best = -1
+# ostree keeps a staged deployment in /run until shutdown finalizes it (ostree's sysroot, the file
+# 'ostree admin deploy --stage' writes); a deployment written at once is a new loader entry instead.
+OSTREE_STAGED = "/run/ostree/staged-deployment"
+_OSTREE_KARG = re.compile(r"(?:^|\s)ostree=(\S+)")
+
+
+def ostree_entries(reader: HostReader) -> dict[str, tuple[int, str]]:
+    """Every ostree loader entry: path -> (its ``version``, its ``options`` text)."""
+    found = {}
     for path in list_boot_dir(reader, "/boot/loader/entries", ".conf"):
         text = read_boot_file(reader, path) or ""
         version = re.search(r"^version\s+(\d+)", text, re.M)
-        number = int(version.group(1)) if version else 0
-        if number > best:
-            best, current = number, tokenize(_bls_options(path, text, None))
+        found[path] = (int(version.group(1)) if version else 0, _bls_options(path, text, None))
+    return found
+
+
+def ostree_pending(reader: HostReader) -> str | None:
+    """Why a deployment other than the booted one will boot next (None: the booted one will).
+
+    A staged deployment (``/run/ostree/staged-deployment``), or a default loader entry (the highest ``version``)
+    whose ``ostree=`` is not the running kernel's (``/proc/cmdline``): what ``rpm-ostree status`` calls pending.
+    """
+    if reader.exists(OSTREE_STAGED):
+        return f"{OSTREE_STAGED} exists (a staged deployment)"
+    entries = ostree_entries(reader)
+    if not entries:
+        return None
+    default = max(entries, key=lambda path: entries[path][0])
+    running = _OSTREE_KARG.search(reader.read_text("/proc/cmdline", record=False) or "")
+    configured = _OSTREE_KARG.search(entries[default][1])
+    if running is None:
+        return "the running deployment is unknown (/proc/cmdline has no ostree=)"
+    if configured is None or configured.group(1) != running.group(1):
+        return f"the default entry {default} is not the running deployment"
+    return None
+
+
+def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Plan:
+    entries = ostree_entries(reader)
+    default = max(entries, key=lambda path: entries[path][0]) if entries else None
+    current = tokenize(entries[default][1]) if default else []
     edit = plan_edits(current, present, absent)
     after = apply_to_list(current, edit)
     args: list[str] = [f"--delete-if-present={current[i].raw}" for i in sorted(edit.deletes | set(edit.replaces))]
@@ -774,8 +865,46 @@ def plan_ostree(reader: HostReader, present: list[Arg], absent: list[Arg]) -> Pl
             return [t.raw for t in tokenize(out if isinstance(out, str) else grub.decode(out))]
 
         plan.readback = readback
+        plan.undo = _ostree_undo(tool, ostree_pending(reader))
         plan.exact = False
     return plan
+
+
+def _ostree_undo(tool: str, pending_before: str | None):
+    """Undo 'rpm-ostree kargs' when its result cannot be confirmed: the deployment it made must not boot.
+
+    ``rpm-ostree cleanup --pending`` removes the pending deployment, staged or written (rpm-ostree(1): "-p,
+    --pending: Remove pending deployment"). That is exactly the one 'kargs' made only when none was pending before
+    the task; otherwise 'kargs' built on and replaced the earlier pending deployment (an update, say), which a
+    cleanup would discard too, so that case is left to the administrator with the commands that undo it.
+    """
+
+    def undo(executor) -> str:
+        if pending_before:
+            return (
+                f"; a deployment was already pending before this task ({pending_before}) and '{tool} kargs' replaced "
+                "it with one carrying the new arguments, which boots next: nothing was removed. Undo the arguments "
+                f"with '{tool} kargs' (the reverse --delete/--append) or discard both with '{tool} cleanup --pending'"
+            )
+        rc, out, err = executor.run_host_command([tool, "cleanup", "--pending"])
+        if rc != 0:
+            detail = (err or out or "no output").strip()[:200]
+            return (
+                f"; '{tool} cleanup --pending' failed with exit code {rc} ({detail}): the deployment with the new "
+                f"arguments is still pending and boots next; run '{tool} cleanup --pending' by hand"
+            )
+        left = ostree_pending(HostReader(executor.host_root))
+        if left:
+            return (
+                f"; '{tool} cleanup --pending' ran, but a deployment is still pending ({left}) and boots next; "
+                f"check '{tool} status' and run '{tool} cleanup --pending' again"
+            )
+        return (
+            f"; the deployment '{tool} kargs' made was removed again ('{tool} cleanup --pending', and none is "
+            "pending now): the next boot is the running deployment, with the arguments it had"
+        )
+
+    return undo
 
 
 # ------------------------------------------------------------------------------------------ entry points
@@ -931,9 +1060,10 @@ def verify(result: Plan, executor: Executor) -> None:
         problems = result.after_tools(executor)  # type: ignore[operator]
     if problems:
         executor.rollback()
-        raise CmdlineError(
-            f"after the change {result.source} is not as planned: {'; '.join(problems)}{executor.restored()}"
-        )
+        note = executor.restored()
+        if result.undo:  # a command changed the host outside its files: say what undoing it did, not "nothing"
+            note = (note if executor.changes.restored_paths else "") + result.undo(executor)  # type: ignore[operator]
+        raise CmdlineError(f"after the change {result.source} is not as planned: {'; '.join(problems)}{note}")
     result.configured = after
 
 

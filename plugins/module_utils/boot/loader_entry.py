@@ -1,66 +1,25 @@
 # Copyright: confidential.tee contributors
 # Apache License 2.0 (see LICENSE)
-"""Where ``kernel-install add`` writes the running kernel's Type #1 boot entry, and what that entry says.
+"""The running kernel's Type #1 boot entry as ``kernel-install add`` writes it, and what that entry says.
 
-``kernel-install add`` exits 0 without writing any entry when it finds no ``$BOOT`` it may write to, so its exit
-code proves nothing: the entry itself is read back. The rules below are systemd 252's (Debian 12, 252.38-1~deb12u1:
-``/usr/bin/kernel-install`` and ``/usr/lib/kernel/install.d/90-loaderentry.install``):
+Where it is written and under which entry token is decided by :mod:`kernel_install_layout`, from the same files as
+the host's ``kernel-install``. The name and the line are systemd's ``90-loaderentry.install`` (252: Debian 12's
+``/usr/lib/kernel/install.d/90-loaderentry.install``; the same in ``90-loaderentry.install.in`` 253 and later):
 
-* The entry token is the first line of ``/etc/kernel/entry-token`` when that file exists; otherwise the first of
-  the machine ID, ``IMAGE_ID`` and ``ID`` of ``os-release``, and ``Default`` whose directory exists in a boot root,
-  falling back to the machine ID.
-* ``$BOOT`` is the first of ``/efi``, ``/boot`` and ``/boot/efi`` that holds ``<token>/`` or ``loader/entries/``,
-  else ``/efi`` or ``/boot/efi`` when it is a mount point, else ``/boot``. ``install.conf`` (``/etc/kernel``, else
-  ``/usr/lib/kernel``; sourced as shell) may set ``BOOT_ROOT`` and ``layout`` instead.
-* The entry is written only for the ``bls`` layout (``loader/entries.srel`` saying ``type1``, or a ``<token>/``
-  directory in ``$BOOT``); for any other layout the plugin exits 0 having written nothing.
-* Its name is ``$BOOT/loader/entries/<token>-<release>.conf``, or ``<token>-<release>+<tries>.conf`` with
-  ``/etc/kernel/tries``; its ``options`` line is ``/etc/kernel/cmdline`` with whitespace runs squeezed, plus
-  ``systemd.machine_id=<id>`` when the token is the machine ID.
+* ``$BOOT/loader/entries/<token>-<release>.conf``, or ``<token>-<release>+<tries>.conf`` with ``/etc/kernel/tries``;
+* its ``options`` line is ``/etc/kernel/cmdline`` with whitespace runs squeezed, plus ``systemd.machine_id=<id>``
+  when the token is the machine ID.
 """
 
 from __future__ import annotations
 
-import re
-
 from ansible_collections.confidential.tee.plugins.module_utils.boot import bls
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
-# kernel-install's search order for $BOOT (systemd 252: BOOT_ROOT_SEARCH="/efi /boot /boot/efi").
+# Where an entry may have been kept before the task (systemd 252 kernel-install.in's BOOT_ROOT_SEARCH, and the
+# places find-esp.c 254+ looks for an ESP): its entries there are backed up before kernel-install runs.
 BOOT_ROOTS = ("/efi", "/boot", "/boot/efi")
 MAX_ENTRY = 64 * 1024
-_OS_RELEASE_KEY = re.compile(r"^(IMAGE_ID|ID)=[\"']?([^\"'\s]*)[\"']?\s*$", re.M)
-INSTALL_CONFS = ("/etc/kernel/install.conf", "/usr/lib/kernel/install.conf")
-_INSTALL_CONF_KEY = re.compile(r"^\s*(layout|BOOT_ROOT)=[\"']?([^\"'\s]*)[\"']?\s*$", re.M)
-
-
-def install_conf(reader: HostReader) -> tuple[str | None, dict[str, str]]:
-    """The ``install.conf`` kernel-install reads (its path, or None) and the ``layout``/``BOOT_ROOT`` it sets."""
-    for path in INSTALL_CONFS:
-        text = reader.read_text(path, record=False)
-        if text is not None:
-            return path, {key: value for key, value in _INSTALL_CONF_KEY.findall(text) if value}
-    return None, {}
-
-
-def boot_roots(settings: dict[str, str]) -> tuple[str, ...]:
-    """Where the entry can be: the configured ``BOOT_ROOT``, else kernel-install's search order."""
-    root = settings.get("BOOT_ROOT", "").rstrip("/")
-    return (root,) if root.startswith("/") else BOOT_ROOTS
-
-
-def entry_tokens(reader: HostReader) -> list[str]:
-    """The entry tokens kernel-install may use on this host, most likely first."""
-    configured = (reader.read_text("/etc/kernel/entry-token", record=False) or "").strip().split("\n")[0].strip()
-    if configured:
-        return [configured]
-    machine_id = (reader.read_text("/etc/machine-id", record=False) or "").strip()
-    os_release = reader.read_text("/etc/os-release", record=False) or reader.read_text(
-        "/usr/lib/os-release", record=False
-    )
-    found = dict(_OS_RELEASE_KEY.findall(os_release or ""))
-    candidates = [machine_id, found.get("IMAGE_ID", ""), found.get("ID", ""), "Default"]
-    return list(dict.fromkeys(token for token in candidates if token))
 
 
 def entry_names(tokens: list[str], release: str, names: list[str]) -> list[str]:

@@ -2,8 +2,9 @@
 # Apache License 2.0 (see LICENSE)
 """One pool per node: which extended resource advertises a node's TEE keys, and who charges it.
 
-This is the only place the collection decides key accounting. Every cluster role renders from the plan
-:func:`plan` returns; none re-derives it.
+This is the only place the collection plans key accounting, by the rules of the key-pool policy
+(``common/pool_policy.py``: the TEE resources, the advertisers, and per mode who draws from which and what it
+refuses). Every cluster role renders from the plan :func:`plan` returns; none re-derives it.
 
 A node's TEE keys are one hardware pool (``misc.capacity`` ``tdx``, or ``sev_es`` which SEV-ES and
 SEV-SNP guests charge). Two advertisers can turn it into two scheduler pools (verified upstream, 2026-08):
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.text import name_list
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
@@ -41,40 +42,12 @@ KUBEVIRT = tee.KUBEVIRT
 CONSUMERS = (KATA, KUBEVIRT)
 # How many node names a line of the plan's overview shows before it counts the rest.
 OVERVIEW_NAMES_SHOWN = 5
-MODES = ("auto", "kubevirt", "nfd", "kernel")
-# kernel: one pool per node under NFD's (Kata's) resource name, written into the Node's status by the node agent
-# (tee-key-agent, plugins/module_utils/agent) at what the kernel has free; VMIs request it through an admission policy.
-KERNEL = "kernel"
-AGENT = "agent"
-
-# Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
-VENDORS = {
-    tee.INTEL: {
-        "tee": "tdx",
-        "misc": tee.TDX,
-        "nfd_rule": "intel.tdx",
-        "nfd_resource": tee.NFD_TDX_KEYS,
-        "nfd_value": tee.NFD_FEATURE_TDX_KEYS,
-        "nfd_label": "intel.feature.node.kubernetes.io/tdx",
-        "nfd_match": "tdx.enabled",
-        "kubevirt_resource": tee.KUBEVIRT_TDX,
-        "kubevirt_counts_keys": True,
-        "kubevirt_gate": "WorkloadEncryptionTDX",
-    },
-    tee.AMD: {
-        "tee": "snp",
-        "misc": tee.SEV_ES,
-        "nfd_rule": "amd.sev-snp",
-        "nfd_resource": tee.NFD_SNP_ESIDS,
-        "nfd_value": tee.NFD_FEATURE_SEV_ESIDS,
-        "nfd_label": "amd.feature.node.kubernetes.io/snp",
-        "nfd_match": "sev.snp.enabled",
-        "kubevirt_resource": tee.KUBEVIRT_SEV,
-        "kubevirt_counts_keys": False,
-        "kubevirt_gate": "WorkloadEncryptionSEV",
-    },
-}
-KEY_RESOURCES = frozenset(v["nfd_resource"] for v in VENDORS.values())
+# The TEE resources, advertisers and modes: the one key-pool policy (common/pool_policy.py).
+TEE_RESOURCES = pool_policy.TEE_RESOURCES
+NFD = pool_policy.ADVERTISERS["nfd"]
+KUBEVIRT_PLUGIN = pool_policy.ADVERTISERS["kubevirt"]
+AGENT = pool_policy.ADVERTISERS["agent"]
+KEY_RESOURCES = frozenset(NFD.resources.values())
 
 
 class KeyPoolError(TeeError):
@@ -92,7 +65,7 @@ def _node_input(raw: object, index: int) -> dict:
             % (index, name)
         )
     vendor = raw.get("vendor")
-    if vendor not in VENDORS:
+    if vendor not in TEE_RESOURCES:
         raise KeyPoolError("node %s: vendor must be intel or amd, got %r (set tee_cpu_vendor)" % (name, vendor))
     consumers = raw.get("consumers", [])
     if isinstance(consumers, str) or not isinstance(consumers, (list, tuple)):
@@ -100,9 +73,11 @@ def _node_input(raw: object, index: int) -> dict:
     unknown = [c for c in consumers if c not in CONSUMERS]
     if unknown:
         raise KeyPoolError("node %s: unknown consumers %s; use kata and/or kubevirt" % (name, unknown))
-    mode = raw.get("mode") or "auto"
-    if mode not in MODES:
-        raise KeyPoolError("node %s: mode must be one of %s, got %r" % (name, ", ".join(MODES), mode))
+    mode = raw.get("mode") or pool_policy.AUTO
+    if mode not in pool_policy.mode_names():
+        raise KeyPoolError(
+            "node %s: mode must be one of %s, got %r" % (name, ", ".join(pool_policy.mode_names()), mode)
+        )
     return {
         "name": name,
         "vendor": vendor,
@@ -137,99 +112,127 @@ def _snp_asids(name: str, vendor: str, split: object) -> int | None:
     return snp
 
 
-def _fix_both(node: dict, info: dict) -> str:
-    kernel = (
-        "set tee_key_pool_mode: kernel for %s (one pool %s kept by the node agent at the keys the kernel has free, "
-        "which VMIs request too; it also sees VMs outside Kubernetes)" % (node["name"], info["nfd_resource"])
-    )
-    if info["kubevirt_counts_keys"]:
+def _fix_both(node: dict) -> str:
+    vendor = node["vendor"]
+    shared = pool_policy.shared_modes(vendor)
+    if shared:
+        choices = " or ".join(
+            "tee_key_pool_mode: %s (%s: Kata's RuntimeClass overhead then requests %s, and NFD publishes labels only)"
+            % (name, pool_policy.mode(name).summary, pool_policy.advertiser_of(name).resources[vendor])
+            for name in shared
+        )
+        slots = (
+            ""
+            if KUBEVIRT_PLUGIN.counts_keys[vendor]
+            else " (KubeVirt's own %s counts virt-handler --max-devices, not keys: Kata's overhead cannot share that)"
+            % KUBEVIRT_PLUGIN.resources[vendor]
+        )
         return (
-            "%s, or set tee_key_pool_mode: kubevirt for %s (Kata's RuntimeClass overhead then requests %s, and NFD "
-            "publishes labels only), or remove kubevirt from its tee_node_consumers (virt-handler is then kept "
-            "off the node and NFD's %s is the pool)"
-            % (kernel, node["name"], info["kubevirt_resource"], info["nfd_resource"])
+            "set %s for %s%s, or remove kubevirt from its tee_node_consumers (virt-handler is then kept off the node "
+            "and NFD's %s is the pool)" % (choices, node["name"], slots, NFD.resources[vendor])
         )
     return (
-        "%s, or run Kata and KubeVirt SEV-SNP guests on different nodes: remove kata or kubevirt from the "
+        "run Kata and KubeVirt SEV-SNP guests on different nodes: remove kata or kubevirt from the "
         "tee_node_consumers of %s (KubeVirt's %s counts virt-handler --max-devices, not keys, so Kata's "
-        "overhead cannot share it)" % (kernel, node["name"], info["kubevirt_resource"])
+        "overhead cannot share it)" % (node["name"], KUBEVIRT_PLUGIN.resources[vendor])
     )
 
 
-def _double_pool(node: dict, info: dict, rule_name: str) -> str:
+def _double_pool(node: dict, rule_name: str) -> str:
+    res = TEE_RESOURCES[node["vendor"]]
     return (
         "node %s: two pools for the same %s keys (misc.capacity %s): NodeFeatureRule %s (rule %s) advertises %s "
         "for Kata, and KubeVirt's %s device plugin in virt-handler (feature gate %s) advertises %s for VMIs; "
         "each counts the keys on its own, so the scheduler would admit more guests than the node has keys. Fix: %s"
         % (
             node["name"],
-            info["tee"].upper(),
-            info["misc"],
+            res.tee.upper(),
+            res.misc,
             rule_name,
-            info["nfd_rule"],
-            info["nfd_resource"],
-            info["tee"].upper(),
-            info["kubevirt_gate"],
-            info["kubevirt_resource"],
-            _fix_both(node, info),
+            res.nfd_rule,
+            NFD.resources[res.vendor],
+            res.tee.upper(),
+            KUBEVIRT_PLUGIN.gates[res.vendor],
+            KUBEVIRT_PLUGIN.resources[res.vendor],
+            _fix_both(node),
         )
     )
 
 
-def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict:
-    """The node's pool: which advertiser, which resource, whether virt-handler runs there."""
-    info = VENDORS[node["vendor"]]
-    kata, kubevirt = KATA in node["consumers"], KUBEVIRT in node["consumers"]
-    mode = node["mode"]
-    if mode == "auto":
-        mode = "kubevirt" if kubevirt and (info["kubevirt_counts_keys"] or not kata) else "nfd"
-        if kata and kubevirt and not info["kubevirt_counts_keys"]:
-            problems.append(_double_pool(node, info, rule_name))
-    elif mode == "nfd" and kubevirt:
-        problems.append(_double_pool(node, info, rule_name))
-    elif mode == "kubevirt" and kata and not info["kubevirt_counts_keys"]:
-        problems.append(
-            "node %s: mode kubevirt would point Kata's overhead at %s, which KubeVirt sizes from virt-handler "
-            "--max-devices (1000 by default), not from the node's %s keys: no key pool at all. Fix: %s"
-            % (node["name"], info["kubevirt_resource"], info["misc"], _fix_both(node, info))
-        )
-    if mode == "kubevirt" and not info["kubevirt_counts_keys"] and kubevirt:
-        warnings.append(
-            "node %s: KubeVirt advertises %s with virt-handler --max-devices devices, not the node's %s keys; "
-            "SEV-ES/SNP VMIs beyond the key count are scheduled and fail to start. KubeVirt's "
-            "spec.configuration.virtualMachineInstancesPerNode caps every VMI on every node, so use it as a key "
-            "limit only where all VMIs are confidential" % (node["name"], info["kubevirt_resource"], info["misc"])
-        )
-    if node["snp_asids"] is not None and kubevirt and mode == "kubevirt":
+def _refusals(node: dict, mode: str, rule_name: str) -> list:
+    """The policy's reasons ``mode`` cannot serve ``node``, as messages naming the objects and the fix."""
+    found = []
+    for kind, _consumer in pool_policy.problems_of(mode, node["vendor"], node["consumers"]):
+        if kind == "second_pool":
+            found.append(_double_pool(node, rule_name))
+        else:
+            advertiser = pool_policy.advertiser_of(mode)
+            found.append(
+                "node %s: mode %s would point Kata's overhead at %s, which KubeVirt sizes from virt-handler "
+                "--max-devices (1000 by default), not from the node's %s keys: no key pool at all. Fix: %s"
+                % (
+                    node["name"],
+                    mode,
+                    advertiser.resources[node["vendor"]],
+                    TEE_RESOURCES[node["vendor"]].misc,
+                    _fix_both(node),
+                )
+            )
+    return found
+
+
+def _uncounted_vmis(node: dict, mode: str) -> list:
+    """Warnings for VMIs drawing from a pool whose size is not the key count (KubeVirt's AMD slots)."""
+    advertiser = pool_policy.advertiser_of(mode)
+    vendor = node["vendor"]
+    drawn = KUBEVIRT in node["consumers"] and KUBEVIRT in pool_policy.mode(mode).draws
+    if not drawn or advertiser.counts_keys[vendor]:
+        return []
+    resource, misc = advertiser.resources[vendor], TEE_RESOURCES[vendor].misc
+    warnings = [
+        "node %s: KubeVirt advertises %s with virt-handler --max-devices devices, not the node's %s keys; "
+        "SEV-ES/SNP VMIs beyond the key count are scheduled and fail to start. KubeVirt's "
+        "spec.configuration.virtualMachineInstancesPerNode caps every VMI on every node, so use it as a key "
+        "limit only where all VMIs are confidential" % (node["name"], resource, misc)
+    ]
+    if node["snp_asids"] is not None:
         warnings.append(
             "node %s: ciphertext hiding gives SNP guests only %d ASIDs, but KubeVirt's %s counts --max-devices; "
-            "more SNP VMIs than that fail with EBUSY" % (node["name"], node["snp_asids"], info["kubevirt_resource"])
+            "more SNP VMIs than that fail with EBUSY" % (node["name"], node["snp_asids"], resource)
         )
-    if not node["consumers"]:
-        pool = None
-    elif mode == KERNEL:
-        pool = {"resource": info["nfd_resource"], "advertiser": AGENT, "counts_keys": True}
-    elif mode == "kubevirt":
+    return warnings
+
+
+def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict:
+    """The node's pool: which advertiser, which resource, whether virt-handler runs there."""
+    res = TEE_RESOURCES[node["vendor"]]
+    mode = node["mode"]
+    if mode == pool_policy.AUTO:
+        mode = pool_policy.auto_mode(node["vendor"], node["consumers"])
+    problems.extend(_refusals(node, mode, rule_name))
+    warnings.extend(_uncounted_vmis(node, mode))
+    advertiser = pool_policy.advertiser_of(mode)
+    pool = None
+    if node["consumers"]:
         pool = {
-            "resource": info["kubevirt_resource"],
-            "advertiser": "kubevirt",
-            "counts_keys": info["kubevirt_counts_keys"],
+            "resource": advertiser.resources[res.vendor],
+            "advertiser": advertiser.name,
+            "counts_keys": advertiser.counts_keys[res.vendor],
         }
-    else:
-        pool = {"resource": info["nfd_resource"], "advertiser": "nfd", "counts_keys": True}
     return {
         "name": node["name"],
         "vendor": node["vendor"],
-        "tee": info["tee"],
-        "misc_resource": info["misc"],
+        "tee": res.tee,
+        "misc_resource": res.misc,
         "consumers": node["consumers"],
         "mode": mode if node["consumers"] else "none",
         "pool": pool,
-        # virt-handler must run where KubeVirt's plugin is the pool, and must not where NFD's is; in kernel mode it
-        # runs for the node's VMIs (its plugin stays capacity-sized, the agent's pool binds).
-        "virt_handler": bool(node["consumers"]) and (mode == "kubevirt" or (mode == KERNEL and kubevirt)),
-        "nfd_extended_resource": bool(node["consumers"]) and mode == "nfd",
-        "key_agent": bool(node["consumers"]) and mode == KERNEL,
+        # virt-handler must run where KubeVirt's plugin is the pool and where the node's VMIs draw from the agent's
+        # (its plugin then stays capacity-sized, the agent's pool binds); never where NFD's is.
+        "virt_handler": pool is not None and (advertiser is KUBEVIRT_PLUGIN or KUBEVIRT in node["consumers"]),
+        "nfd_extended_resource": pool is not None and advertiser is NFD,
+        # The node agent writes the pool into the Node's status (role tee_key_agent or the DaemonSet).
+        "key_agent": pool is not None and advertiser is AGENT,
         # Ciphertext hiding: the SNP range the NFD pool must advertise instead of the joint sev_es count.
         "snp_asids": node["snp_asids"],
     }
@@ -255,39 +258,45 @@ def _kata_pools(nodes: list, problems: list) -> dict:
     return kata
 
 
-def _kernel_plan(nodes: list, problems: list) -> dict:
-    """Per TEE with kernel-mode nodes: the pool resource, the nodes the agent runs on, and KubeVirt's resource the
-    admission policy keys on (only where a kernel-mode node runs VMIs).
+def _agent_plan(nodes: list, problems: list) -> dict:
+    """Per TEE with nodes whose pool the node agent keeps: the pool resource, those nodes, and KubeVirt's resource
+    the admission policy keys on where such a node runs VMIs.
 
-    The policy cannot know where a launcher pod will land, so it adds the pool to every TDX (SEV) launcher pod:
-    a VMI then fits only on nodes that advertise the pool, and every KubeVirt node of that TEE must be in kernel mode.
+    The policy cannot know where a launcher pod will land, so it adds the pool to every TDX (SEV) launcher pod: a
+    VMI then fits only on nodes advertising the pool, and every KubeVirt node of that TEE must be such a node.
     """
-    kernel = {}
-    for vendor, info in sorted(VENDORS.items()):
+    kept = {}
+    for vendor, res in sorted(TEE_RESOURCES.items()):
         members = [n for n in nodes if n["vendor"] == vendor and n["key_agent"]]
         if not members:
             continue
-        entry = {"resource": info["nfd_resource"], "nodes": [n["name"] for n in members]}
+        entry = {"resource": AGENT.resources[vendor], "nodes": [n["name"] for n in members]}
         if any(KUBEVIRT in n["consumers"] for n in members):
-            entry["kubevirt_resource"] = info["kubevirt_resource"]
-            others = [n["name"] for n in nodes if n["vendor"] == vendor and KUBEVIRT in n["consumers"]]
-            outside = [name for name in others if name not in entry["nodes"]]
+            entry["kubevirt_resource"] = KUBEVIRT_PLUGIN.resources[vendor]
+            outside = [
+                n["name"]
+                for n in nodes
+                if n["vendor"] == vendor and KUBEVIRT in n["consumers"] and n["name"] not in entry["nodes"]
+            ]
             if outside:
+                modes = [m.name for m in pool_policy.MODES if m.advertiser == AGENT.name]
                 problems.append(
-                    "the admission policy of tee_key_pool_mode kernel adds %s to every %s VMI's launcher pod, but the "
-                    "KubeVirt %s nodes %s are in another mode (their VMIs could no longer be scheduled). Fix: give "
-                    "every KubeVirt %s node tee_key_pool_mode: kernel (now on %s)"
+                    "the admission policy adds %s to every %s VMI's launcher pod (tee_key_pool_mode %s on %s), but "
+                    "the KubeVirt %s nodes %s are in another mode: their VMIs could no longer be scheduled. Fix: give "
+                    "every KubeVirt %s node tee_key_pool_mode: %s"
                     % (
-                        info["nfd_resource"],
-                        info["tee"].upper(),
-                        info["tee"].upper(),
-                        ", ".join(outside),
-                        info["tee"].upper(),
-                        ", ".join(entry["nodes"]),
+                        entry["resource"],
+                        res.tee.upper(),
+                        modes[0],
+                        name_list(entry["nodes"], OVERVIEW_NAMES_SHOWN),
+                        res.tee.upper(),
+                        name_list(outside, OVERVIEW_NAMES_SHOWN),
+                        res.tee.upper(),
+                        modes[0],
                     )
                 )
-        kernel[info["tee"]] = entry
-    return kernel
+        kept[res.tee] = entry
+    return kept
 
 
 def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = False) -> dict:
@@ -306,7 +315,7 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
     warnings: list = []
     resolved = [_resolve(n, rule_name, problems, warnings) for n in sorted(parsed, key=lambda n: n["name"])]
     kata = _kata_pools(resolved, problems)
-    kernel = _kernel_plan(resolved, problems)
+    agent = _agent_plan(resolved, problems)
     if openshift and len(kata) > 1:
         problems.append(
             "OpenShift's kata-cc RuntimeClass serves TDX and SNP nodes alike but can request only one key "
@@ -320,7 +329,8 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
         "kata": kata,
         "nfd": _nfd_plan(resolved),
         "kubevirt": _kubevirt_plan(resolved),
-        "kernel": kernel,
+        # Read by the agent's renderer (DaemonSet, RBAC, admission policy): key "kernel", as in the mode's name.
+        "kernel": agent,
         "summary": [summary_line(n) for n in resolved],
         "overview": overview_lines(resolved),
         "warnings": warnings,
@@ -329,16 +339,16 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
 
 def _nfd_plan(nodes: list) -> dict:
     out = {}
-    for vendor, info in sorted(VENDORS.items()):
+    for vendor, res in sorted(TEE_RESOURCES.items()):
         members = [n for n in nodes if n["vendor"] == vendor]
         if members:
-            out[info["tee"]] = {
+            out[res.tee] = {
                 "vendor": vendor,
-                "rule": info["nfd_rule"],
-                "label": info["nfd_label"],
-                "match": info["nfd_match"],
-                "resource": info["nfd_resource"],
-                "value": info["nfd_value"],
+                "rule": res.nfd_rule,
+                "label": res.nfd_label,
+                "match": res.nfd_match,
+                "resource": NFD.resources[vendor],
+                "value": NFD.reads[vendor],
                 "resource_nodes": [n["name"] for n in members if n["nfd_extended_resource"]],
                 # Per node, a fixed count NFD must publish instead of the feature (ciphertext hiding's SNP range).
                 "static_values": {
@@ -354,7 +364,7 @@ def _kubevirt_plan(nodes: list) -> dict:
     handler = [n for n in nodes if n["virt_handler"]]
     return {
         # The gate starts the plugin; Kata-only nodes in kubevirt mode need it as much as VMI nodes.
-        "feature_gates": sorted({VENDORS[n["vendor"]]["kubevirt_gate"] for n in handler}),
+        "feature_gates": sorted({KUBEVIRT_PLUGIN.gates[n["vendor"]] for n in handler}),
         "nodes": [n["name"] for n in handler],
         # Every node where the TDX plugin is the pool: with attestation enforced, a missing QGS socket
         # marks all its devices Unhealthy, which blocks Kata pods charging it as well as TDX VMIs.
@@ -395,19 +405,17 @@ def _decision(node: dict) -> str:
         return "no consumers, no key pool; NFD labels only"
     pool = node["pool"]
     who = " and ".join(node["consumers"])
-    if pool["advertiser"] == AGENT:
-        source = "the node agent tee-key-agent (Node status, at the keys the kernel has free for Kubernetes)"
-        if KUBEVIRT in node["consumers"]:
-            source += "; VMIs request it through the admission policy"
-    elif pool["advertiser"] == "kubevirt":
-        source = "KubeVirt's virt-handler device plugin"
-    elif node.get("snp_asids") is not None:
+    advertiser = pool_policy.ADVERTISERS[pool["advertiser"]]
+    kept_off = "; virt-handler kept off the node" if KUBEVIRT in pool_policy.mode(node["mode"]).refuses else ""
+    if advertiser is NFD and node.get("snp_asids") is not None:
         source = (
             "NFD (NodeFeatureRule extended resource, fixed at %d: the SNP range of ciphertext hiding, not the joint "
-            "sev_es count); virt-handler kept off the node" % node["snp_asids"]
+            "sev_es count)%s" % (node["snp_asids"], kept_off)
         )
     else:
-        source = "NFD (NodeFeatureRule extended resource); virt-handler kept off the node"
+        source = advertiser.who + kept_off
+    if advertiser is AGENT and KUBEVIRT in node["consumers"]:
+        source += "; VMIs request it through the admission policy"
     return "one pool %s advertised by %s, charged by %s" % (pool["resource"], source, who)
 
 

@@ -23,3 +23,13 @@ class TeeError(ValueError):
     def __init__(self, *args, option: str | None = None):
         super().__init__(*args)
         self.option = option
+
+
+# The key of a failed module result that names the option the refused value came in as; the module's action plugin
+# (plugin_utils.module_refusal) names the role variable and the host from it, and removes it.
+REFUSED_OPTION = "refused_option"
+
+
+def refused_option(option: str | None) -> dict:
+    """What a module adds to its failure for a refusal of ``option`` (a :attr:`TeeError.option`); nothing for none."""
+    return {REFUSED_OPTION: option} if option else {}

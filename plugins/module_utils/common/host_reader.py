@@ -27,6 +27,7 @@ import errno
 import os
 import stat
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import refused_option
 from ansible_collections.confidential.tee.plugins.module_utils.common.record import Record
 
 # Linux gives up resolving a path after 40 symbolic links (ELOOP); so do we.
@@ -326,6 +327,7 @@ def open_host(module) -> HostReader:
     if not os.path.isdir(host_root):
         module.fail_json(
             msg=f"host_root {host_root} is not a directory: point it at the host's root (/), the DaemonSet's host "
-            "mount (for example /host) or a simulated node tree"
+            "mount (for example /host) or a simulated node tree",
+            **refused_option("host_root"),
         )
     return HostReader(host_root)

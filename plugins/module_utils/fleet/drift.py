@@ -27,7 +27,7 @@ Every finding has ``id``, ``node``, ``resource``, ``severity`` (``critical``: gu
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
     is_running,
     items,
@@ -244,33 +244,104 @@ def _total(counts):
 
 # What this collection does about each finding (docs/cluster.md, docs/key-pools.md), added to the finding's fix.
 # ``{node}`` is the node (``these nodes`` for fleet findings). Where the collection has no remedy, it says so.
+# The modes each remedy names come from the key-pool policy (common/pool_policy.py), never from prose here.
 _ONE_POOL = "run confidential.tee.cluster with tee_key_pool_mode set for {node}: "
-COLLECTION_REMEDY = {
-    ("double_pool", "tdx"): _ONE_POOL + "kernel (one pool tdx.intel.com/keys for Kata and VMIs that the node agent "
-    "tee-key-agent keeps at the keys the kernel has free, VMs outside Kubernetes included), or kubevirt (Kata's "
-    "RuntimeClass overhead then requests KubeVirt's devices.kubevirt.io/tdx and NFD publishes labels only), or nfd "
-    "where KubeVirt does not run; it refuses any plan with two pools for the same keys",
-    ("double_pool", None): "run confidential.tee.cluster with tee_key_pool_mode: kernel for {node}: Kata and KubeVirt "
-    "SNP guests then share one pool sev-snp.amd.com/esids that the node agent tee-key-agent keeps at the keys the "
-    "kernel has free (VMIs request it through an admission policy); or tee_node_consumers: [kata] and "
-    "tee_key_pool_mode: nfd (virt-handler kept off), KubeVirt VMs on other nodes",
-    ("external_usage", None): "run confidential.tee.cluster with tee_key_pool_mode: kernel for {node}: its node "
-    "agent tee-key-agent takes the keys used outside Kubernetes out of the pool the scheduler sees (its --reserve "
-    "keeps headroom for VMs still to start); in the other modes no pool counts them: keep such VMs off the nodes in "
-    "tee_nodes and gate on free keys with confidential.tee.tee_capacity_check (min_free)",
-    ("nfd_sev_prefix", None): "confidential.tee.cluster (role nfd_tee_rules) advertises AMD keys only as "
-    "sev-snp.amd.com/esids, never the sev prefix match; it does not delete rules it did not write: remove this one",
-    ("stale_advertiser", None): "with confidential.tee.cluster, tee_key_pool_mode: nfd for {node} (where KubeVirt "
-    "does not run) makes NFD the only pool, re-read every sleepInterval; no role restarts a device plugin",
-    ("snp_pool_exceeds_snp_range", None): "confidential.tee.cluster (role nfd_tee_rules) publishes the SNP range as "
-    "a fixed count on nodes with ciphertext hiding (tee_key_pool_mode: nfd, the default on AMD)",
-    ("sev_es_uncounted", None): "run confidential.tee.cluster with tee_key_pool_mode: nfd for {node}: it advertises "
-    "sev-snp.amd.com/esids and its kata-qemu-snp RuntimeClass requests it",
-    ("runtimeclass_unadvertised", None): "confidential.tee.cluster renders each node's advertiser and the "
-    "RuntimeClass overhead from one plan (tee_key_pool_mode per node), so the two cannot disagree",
-    ("gpu_operator_key_pool", None): "confidential.tee.cluster refuses such a foreign advertiser of the node's keys "
-    "until it is gone",
-}
+
+
+def _double_pool_remedies() -> dict:
+    """Per misc resource of a vendor where Kata and KubeVirt can share a pool, that mode; one remedy for the rest."""
+    remedies = {}
+    for vendor, res in sorted(pool_policy.TEE_RESOURCES.items()):
+        shared = pool_policy.shared_modes(vendor)
+        if shared:
+            # Every mode in which the two share one pool, in the policy's order.
+            choices = ", or ".join(
+                "%s (Kata's RuntimeClass overhead then requests %s's %s and NFD publishes labels only)"
+                % (name, pool_policy.advertiser_of(name).owner, pool_policy.advertiser_of(name).resources[vendor])
+                for name in shared
+            )
+            remedies[("double_pool", res.misc)] = _ONE_POOL + (
+                "%s, or %s where KubeVirt does not run; it refuses any plan with two pools for the same keys"
+                % (choices, pool_policy.apart_modes(vendor)[0])
+            )
+        else:
+            remedies[("double_pool", None)] = (
+                "on %s, Kata and KubeVirt cannot share one pool (KubeVirt's SEV device counts no ASIDs): run "
+                "confidential.tee.cluster with tee_node_consumers: [kata] and tee_key_pool_mode: %s for {node} "
+                "(virt-handler kept off), KubeVirt VMs on other nodes"
+                % (vendor.upper(), pool_policy.apart_modes(vendor)[0])
+            )
+    return remedies
+
+
+def _external_remedy() -> str:
+    counting = pool_policy.modes_drawing(pool_policy.EXTERNAL)
+    if counting:
+        return (
+            "run confidential.tee.cluster with tee_key_pool_mode: %s for {node}: its pool counts the keys of guests "
+            "outside Kubernetes" % counting[0]
+        )
+    return (
+        "confidential.tee.cluster has no reservation for guests outside Kubernetes (no pool mode counts them): keep "
+        "such VMs off the nodes in tee_nodes or run them as KubeVirt VMs, and gate on free keys with "
+        "confidential.tee.tee_capacity_check (min_free)"
+    )
+
+
+def _stale_remedy() -> str:
+    """A mode whose advertiser counts usage, else one the collection deploys, which re-reads the capacity."""
+    modes = pool_policy.MODES
+    usage = [m for m in modes if pool_policy.ADVERTISERS[m.advertiser].counts_usage]
+    if usage:
+        return (
+            "with confidential.tee.cluster, tee_key_pool_mode: %s for {node} makes %s the only pool, which counts "
+            "keys in use; no role restarts a device plugin"
+            % (usage[0].name, pool_policy.advertiser_of(usage[0].name).owner)
+        )
+    chosen = next(m for m in modes if pool_policy.ADVERTISERS[m.advertiser].brought_by is None)
+    where = " (where KubeVirt does not run)" if pool_policy.KUBEVIRT in chosen.refuses else ""
+    return (
+        "with confidential.tee.cluster, tee_key_pool_mode: %s for {node}%s makes %s the only pool, re-read every "
+        "sleepInterval; no role restarts a device plugin"
+        % (chosen.name, where, pool_policy.ADVERTISERS[chosen.advertiser].owner)
+    )
+
+
+def _snp_remedies() -> dict:
+    amd = pool_policy.TEE_RESOURCES[tee.AMD]
+    nfd_mode = next(m.name for m in pool_policy.MODES if m.advertiser == "nfd")
+    default = ", the default on AMD" if pool_policy.auto_mode(tee.AMD, (tee.KATA,)) == nfd_mode else ""
+    kata_pool = next(
+        m.name
+        for m in pool_policy.MODES
+        if tee.KATA in m.draws and not pool_policy.problems_of(m.name, tee.AMD, (tee.KATA,))
+    )
+    return {
+        ("snp_pool_exceeds_snp_range", None): "confidential.tee.cluster (role nfd_tee_rules) publishes the SNP range "
+        "as a fixed count on nodes with ciphertext hiding (tee_key_pool_mode: %s%s)" % (nfd_mode, default),
+        ("sev_es_uncounted", None): "run confidential.tee.cluster with tee_key_pool_mode: %s for {node}: it "
+        "advertises %s and its kata-qemu-%s RuntimeClass requests it"
+        % (kata_pool, pool_policy.advertiser_of(kata_pool).resources[tee.AMD], amd.tee),
+    }
+
+
+def collection_remedies() -> dict:
+    """(finding id, resource or ``None``) -> this collection's remedy, from the key-pool policy."""
+    return {
+        **_double_pool_remedies(),
+        ("external_usage", None): _external_remedy(),
+        ("nfd_sev_prefix", None): "confidential.tee.cluster (role nfd_tee_rules) advertises AMD keys only as "
+        "sev-snp.amd.com/esids, never the sev prefix match; it does not delete rules it did not write: remove this one",
+        ("stale_advertiser", None): _stale_remedy(),
+        **_snp_remedies(),
+        ("runtimeclass_unadvertised", None): "confidential.tee.cluster renders each node's advertiser and the "
+        "RuntimeClass overhead from one plan (tee_key_pool_mode per node), so the two cannot disagree",
+        ("gpu_operator_key_pool", None): "confidential.tee.cluster refuses such a foreign advertiser of the node's "
+        "keys until it is gone",
+    }
+
+
+COLLECTION_REMEDY = collection_remedies()
 
 
 def collection_remedy(finding_id, node, resource) -> str | None:

@@ -99,8 +99,9 @@ class Strategy:
     split_nodes: bool = False
     dra_overhead_served: bool | None = None
     reserve_external: bool = False  # NFD's count lowered by settings.reserved
-    # The collection's tee_key_pool_mode this strategy is, where it is one the collection deploys.
-    pool_mode: str | None = None
+    # The confidential.tee key-pool mode this strategy models (pool_policy.MODES names it back;
+    # tests/simulator/strategies/test_policy_modes.py checks that the two agree and match in shape).
+    models: str | None = None
 
     # -- what pods request ------------------------------------------------------------------------
     def vmi_key_name(self, misc_resource: str) -> str:
@@ -204,6 +205,7 @@ STRATEGIES: dict[str, Strategy] = {
             Advertiser.STATIC,
             "kubevirt",
             sev_es_requests_key=False,
+            models="kubevirt",
         ),
         Strategy(
             "split-nodes",
@@ -213,6 +215,7 @@ STRATEGIES: dict[str, Strategy] = {
             "kata",
             sev_es_requests_key=False,
             split_nodes=True,
+            models="nfd",
         ),
         Strategy(
             "unified-reconciling",
@@ -227,7 +230,7 @@ STRATEGIES: dict[str, Strategy] = {
             "kata",
             Advertiser.KERNEL,
             "kata",
-            pool_mode="kernel",
+            models="kernel",
         ),
         Strategy(
             "kernel-pool-reserved",
@@ -236,7 +239,6 @@ STRATEGIES: dict[str, Strategy] = {
             Advertiser.KERNEL,
             "kata",
             reserve_external=True,
-            pool_mode="kernel",
         ),
         Strategy(
             "dra-overhead-served",

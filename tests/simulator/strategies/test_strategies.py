@@ -325,7 +325,7 @@ def test_kernel_pool_runs_the_agents_own_decision_and_keeps_failures_in_the_race
     from teesim.plugins.kernel_agent import KernelPoolAgent, decision
 
     assert decision.__name__ == "ansible_collections.confidential.tee.plugins.module_utils.agent.decision"
-    assert get_strategy("kernel-pool").pool_mode == "kernel"
+    assert get_strategy("kernel-pool").models == "kernel" and get_strategy("kernel-pool-reserved").models is None
     world = _everyone(reserve=0)
     sim, kernel = _run(world, "kernel-pool")
     _, double = _run(world, "double-pool")

@@ -17,12 +17,17 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.errors imp
 
 
 class EmitError(TeeError):
-    """A value that has no safe form in the output language; the message names the variable."""
+    """A value that has no safe form in the output language; the message names the variable (``name``, which a
+    caller that passed its own option names can turn into :attr:`option`)."""
+
+    name: str | None = None
 
 
 def refuse(name: str, why: str) -> EmitError:
     """The refusal for variable ``name``: callers ``raise refuse(name, "...")``."""
-    return EmitError("%s %s" % (name, why))
+    refused = EmitError("%s %s" % (name, why))
+    refused.name = name
+    return refused
 
 
 # C0 controls, DEL and lone surrogates: what control_characters finds.

@@ -22,9 +22,15 @@ def test_transport_for_the_consumers(call_filter, transport, consumers, kata, ex
 @pytest.mark.parametrize(
     ("transport", "consumers", "kata", "fragment"),
     [
-        ("unix", ["kata"], "3.31.0", "vsock port 4050"),
+        ("unix", ["kata"], "3.31.0", "variable tdx_attestation_qgs_transport (argument transport): Kata 3.31"),
         ("auto", "kata", "", "as a list"),
-        ("auto", ["kata"], "x.y", "not a Kata Containers release"),
+        (
+            "auto",
+            ["kata"],
+            "x.y",
+            "inventory variable tdx_attestation_kata_version (argument kata_version): kata_version 'x.y' is not a "
+            "Kata Containers release",
+        ),
     ],
 )
 def test_refusals_name_the_variable(call_filter, transport, consumers, kata, fragment):

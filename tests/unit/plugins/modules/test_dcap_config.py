@@ -60,19 +60,35 @@ def test_pccs_secrets_never_in_the_result(run_module, tree):
 
 
 @pytest.mark.parametrize(
-    ("args", "fragment"),
+    ("args", "fragment", "option"),
     [
-        ({"component": "qgs", "consumers": "kubevirt,kata"}, "consumers must be a list"),
-        ({"component": "qgs", "dcap_version": "2.0"}, "not a DCAP release"),
-        ({"component": "qgs", "dcap_version": "1.26", "transport": "vsock"}, "KubeVirt passes only"),
-        ({"component": "pccs", "secrets": {"api_key": "k" * 32}}, "UserTokenHash is not 128 hex"),
-        ({"component": "qcnl", "settings": {"pccs_url": "https://x/v4"}}, "ending in '/'"),
-        ({"component": "mpa", "secrets": {"subscription_key": "short"}}, "32 hex digits"),
+        ({"component": "qgs", "consumers": "kubevirt,kata"}, "consumers must be a list", "consumers"),
+        ({"component": "qgs", "dcap_version": "2.0"}, "not a DCAP release", "dcap_version"),
+        ({"component": "qgs", "dcap_version": "1.26", "transport": "vsock"}, "KubeVirt passes only", "transport"),
+        ({"component": "qgs", "dcap_version": "1.26", "socket_group": "a b"}, "not a group name", "socket_group"),
+        (
+            {
+                "component": "qgs",
+                "dcap_version": "1.14",
+                "transport": "vsock",
+                "consumers": ["kata"],
+                "number_threads": 4,
+            },
+            "no thread setting",
+            "number_threads",
+        ),
+        ({"component": "pccs", "secrets": {"api_key": "k" * 32}}, "UserTokenHash is not 128 hex", None),
+        ({"component": "pccs", "settings": {"Bogus": 1}}, "unknown PCCS setting", "settings.Bogus"),
+        ({"component": "qcnl", "settings": {"pccs_url": "https://x/v4"}}, "ending in '/'", "settings.pccs_url"),
+        ({"component": "mpa", "secrets": {"subscription_key": "short"}}, "32 hex digits", "secrets.subscription_key"),
+        ({"component": "mpa", "settings": {"log_level": "loud"}}, "log_level must be one of", "settings.log_level"),
     ],
 )
-def test_refusals_say_what_and_how(run_module, tree, args, fragment):
+def test_refusals_say_what_and_how(run_module, tree, args, fragment, option):
     result = run_module(dcap_config, {"host_root": str(tree), **args})
     assert result["failed"] and fragment in result["msg"] and result.get("files", []) == []
+    # The option the value came in as, for the action plugin to name the role's variable (module_refusal).
+    assert result.get("refused_option") == option
     assert "short" not in result["msg"]
     assert sorted(p.name for p in (tree / "etc").iterdir()) == ["group", "passwd"]  # nothing written
 

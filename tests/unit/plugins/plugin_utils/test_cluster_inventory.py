@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy
 from ansible_collections.confidential.tee.plugins.plugin_utils import cluster_inventory as ci
+
+# The inventory check lists the key-pool policy's modes (plugins/module_utils/common/pool_policy.py).
+MODES = ", ".join(pool_policy.mode_names())
 
 
 class HostVars:
@@ -57,10 +61,20 @@ def test_summary_plans_without_the_node_map_and_keeps_the_group_order():
 def test_summary_with_problems_plans_nothing_and_names_node_and_variable():
     seen = {"node-04999": {"tee_key_pool_mode": "shared"}}
     found = ci.summary(seen, {"tee_cluster_gather_host_facts": ci.UNSET})
-    assert found["errors"] == ["tee_key_pool_mode must be one of auto, kubevirt, nfd, got 'shared' for node node-04999"]
+    assert found["errors"] == [f"tee_key_pool_mode must be one of {MODES}, got 'shared' for node node-04999"]
     assert (found["plan"], found["gpu_hosts"]) == (None, [])
 
 
 def test_unknown_vendor_plans_nothing():
     found = ci.summary({"a": {}})
     assert (found["unknown_vendor"], found["plan"]) == (["a"], None)
+
+
+def test_summary_keeps_a_refused_plan_as_data_for_the_cluster_playbooks_own_fail_task():
+    # The filters raise it (filter/cluster.py accepted, tests/unit/plugins/filter/test_key_pools_plan.py).
+    nodes = {
+        "tdx-1": {"tee_cpu_vendor": "intel", "tee_node_consumers": ["kata", "kubevirt"], "tee_key_pool_mode": "nfd"}
+    }
+    refused = ci.summary(nodes)["plan"]
+    assert set(refused) == {"refused"}
+    assert refused["refused"].startswith("node tdx-1: two pools for the same TDX keys")

@@ -111,7 +111,7 @@ def test_update_refuses_a_file_it_cannot_read():
         ({"tcb_update_type": "late"}, "early or standard"),
         ({"pccs_api_version": "4.0"}, "'3.0' or '3.1'"),
         ({"pccs_uri": "x"}, "unknown QCNL setting"),
-        ({"pccs_url": ""}, "pccs_url (tdx_attestation_pccs_url) is empty"),
+        ({"pccs_url": ""}, "QCNL setting pccs_url is empty"),
         # RapidJSON stores 2**31 as int64: neither IsInt() nor IsDouble(), so qcnl_config.cpp ignores it.
         ({"pck_cache_expire_hours": 2**31}, "within int32"),
         ({"verify_collateral_cache_expire_hours": -(2**31) - 1}, "within int32"),
@@ -121,6 +121,7 @@ def test_settings_qcnl_would_misread_are_refused(settings, fragment):
     with pytest.raises(QcnlConfigError) as raised:
         check_settings(settings)
     assert fragment in str(raised.value)
+    assert raised.value.option == f"settings.{next(iter(settings))}"  # the key of the module's settings option
 
 
 def test_int32_limit_of_expiry_hours_as_qcnl_reads_them():

@@ -171,9 +171,11 @@ def test_thread_count_checked():
 
 
 @pytest.mark.parametrize("group", ["qgsd 0777 x", "a\nExecStartPre=/bin/sh", "kvm;id", "%n", "-x", "a" * 40, "grp\x00"])
-def test_a_socket_group_that_is_not_a_group_name_is_refused_naming_the_variable(group):
-    with pytest.raises(QgsConfigError, match="tdx_attestation_qgs_socket_group"):
+def test_a_socket_group_that_is_not_a_group_name_is_refused_naming_the_option(group):
+    # The option, for the module's action plugin to name the role variable (tdx_attestation_qgs_socket_group).
+    with pytest.raises(QgsConfigError, match=r"^socket_group ") as refused:
         qgs_plan(V126, "unix", ["kubevirt"], socket_group=group)
+    assert refused.value.option == "socket_group"
 
 
 @pytest.mark.parametrize("group", ["qgsd", "kvm", "_x", "svc-qemu.1", "107", "machine$"])

@@ -104,7 +104,11 @@ def test_options_key_without_a_value_reads_as_empty_and_gets_the_arguments(tmp_p
 def test_a_tab_entry_with_removals_and_additions_is_normalized_once_then_edited(tmp_path):
     root = make_root(tmp_path, "options\troot=UUID=1 kvm_intel.tdx=0 rhgb")
     result = kc.plan(root, ["kvm_intel.tdx=1"], ["rhgb"])
-    assert [a.path for a in result.actions if a.kind == "write"] == [str(Path("/boot/loader/entries/m-6.9.7.conf"))]
+    # Both entries are written as grubby leaves them (the old one gains kvm_intel.tdx=1 too), then grubby runs.
+    assert [a.path for a in result.actions if a.kind == "write"] == [
+        "/boot/loader/entries/m-6.8.5.conf",
+        "/boot/loader/entries/m-6.9.7.conf",
+    ]
     assert [a.argv for a in result.actions if a.kind == "command"] == [
         ["/usr/sbin/grubby", "--update-kernel=ALL", "--remove-args=kvm_intel.tdx=0 rhgb"],
         ["/usr/sbin/grubby", "--update-kernel=ALL", "--args=kvm_intel.tdx=1"],
@@ -165,7 +169,9 @@ def test_a_grubby_whose_result_is_wrong_is_undone_everywhere(tmp_path):
     def wrong(argv):
         for path in TOUCHED:
             (tmp_path / path.lstrip("/")).write_text("changed by grubby\n")
-        return 0, "", ""  # claims success, changes nothing in the entries
+        entry = tmp_path / "boot/loader/entries/m-6.9.7.conf"
+        entry.write_text(entry.read_text().replace("options root=UUID=1 ro", "options ro root=UUID=1"))
+        return 0, "", ""  # claims success, writes the entry in an order of its own
 
     result = kc.plan(root, [], ["iommu=pt"])
     executor = kc.Executor(root, False, wrong)
@@ -267,3 +273,64 @@ def test_a_drop_in_name_too_long_for_a_file_name_is_refused_before_anything(tmp_
     with pytest.raises(kc.CmdlineError, match=r"must fit a file name .255 bytes, NAME_MAX.; choose a shorter name"):
         kc.plan(root, ["nohibernate"], [], name="n" * 252)
     assert kc.plan(root, ["nohibernate"], [], name="n" * 251).actions
+
+
+# ---------------------------------------------------------------------------------------------- check mode = real run
+
+# Every separator the specification (whitespace: spaces or tabs) and GRUB's blscfg (the key ends at the first space,
+# at the first tab on a line without one) accept, between the key and its value and between the arguments.
+SEPARATORS = {
+    **SHAPES,
+    "tabs between arguments": "options root=UUID=1\tiommu=pt\tro",
+    "tab key, tabs between arguments": "options\troot=UUID=1\tiommu=pt\tro",
+    "runs of blanks": "options  root=UUID=1 \t iommu=pt  \tro \t",
+    "tab key, spaces between arguments, CRLF": "options\troot=UUID=1 iommu=pt ro\r",
+}
+
+
+def grubby_modern(root, calls):
+    """grubby-bls as Fedora ships it: removes exact words, removes each added name and appends the added ones."""
+
+    def run(argv):
+        argv = argv[2:] if argv[0] == "chroot" else argv
+        calls.append(argv)
+        opts = dict(arg.split("=", 1) for arg in argv[1:])
+        added = opts.get("--args", "").split()
+        for entry in (Path(root) / "boot/loader/entries").glob("*.conf"):
+            text = entry.read_text()
+            found = [line for line in text.split("\n") if re.match(r"^options[ \t]", line)]
+            words = " ".join(re.sub(r"^options[ \t]*", "", line) for line in found).split()
+            words = [w for w in words if w not in opts.get("--remove-args", "").split()]
+            words = [w for w in words if w.split("=", 1)[0] not in {a.split("=", 1)[0] for a in added}] + added
+            entry.write_text(re.sub(r"(?m)^options.*$", "options " + " ".join(words), text))
+        return 0, "", ""
+
+    return run
+
+
+@pytest.mark.parametrize("shape", sorted(SEPARATORS))
+@pytest.mark.parametrize("grubby_kind", ["appends missing", "modern"])
+@pytest.mark.parametrize(("present", "absent"), [([], ["iommu=pt"]), (["kvm_intel.tdx=1", "ro"], ["iommu=pt"])])
+def test_check_mode_diff_is_the_file_the_real_run_leaves(tmp_path, shape, grubby_kind, present, absent):
+    """One plan: the files check mode shows are, byte for byte, the files after the real run and grubby."""
+    checked_root = make_root(tmp_path / "checked", SEPARATORS[shape])
+    real_root = make_root(tmp_path / "real", SEPARATORS[shape])
+    checked = kc.plan(checked_root, present, absent)
+    shown = kc.Executor(checked_root, True, None)
+    shown.plan(checked)
+    before = snapshot(checked_root)
+    shown.execute(checked)
+    assert snapshot(checked_root) == before  # check mode wrote nothing
+    planned = {change.path: change.after for change in shown.changes.files if change.changed}
+    assert planned  # the entries are part of the diff, whatever their shape
+
+    calls = []
+    runner = grubby(real_root, calls) if grubby_kind == "appends missing" else grubby_modern(real_root, calls)
+    real = kc.plan(real_root, present, absent)
+    executor = kc.Executor(real_root, False, runner)
+    executor.execute(real)
+    kc.verify(real, executor)
+    for path, after in planned.items():
+        assert (Path(real_root) / path.lstrip("/")).read_bytes() == after, path
+    assert real.configured == checked.configured  # the arguments' diff is the run's too
+    assert [c for c in calls if c[0].endswith("grubby")] == [a.argv for a in real.actions if a.kind == "command"]

@@ -156,7 +156,9 @@ RELEASE = "6.1.0-50-amd64"
 MACHINE_ID = "0123456789abcdef0123456789abcdef"
 
 
-def kernel_install_root(tmp_path, entry_root="/boot/efi", token=None):
+def kernel_install_root(tmp_path, entry_root="/boot/efi", token=None, type1=True):
+    """A Debian host with kernel-install; ``entry_root`` holds loader/entries and, with ``type1``, the
+    loader/entries.srel saying ``type1`` that 'bootctl install' writes (systemd 252 bootctl.c)."""
     files = {
         "/etc/kernel/cmdline": "root=UUID=1 ro quiet kvm_intel.tdx=0\n",
         "/etc/machine-id": MACHINE_ID + "\n",
@@ -167,28 +169,30 @@ def kernel_install_root(tmp_path, entry_root="/boot/efi", token=None):
     }
     if token:
         files["/etc/kernel/entry-token"] = token + "\n"
+    if entry_root and type1:
+        files[f"{entry_root}/loader/entries.srel"] = "type1\n"
     root = tree(tmp_path, files, executables=["/usr/bin/kernel-install"])
     if entry_root:
         (tmp_path / entry_root.lstrip("/") / "loader/entries").mkdir(parents=True)
     return root
 
 
-def stand_in_kernel_install(tmp_path, token=MACHINE_ID, tries=""):
-    """What systemd 252's kernel-install add does on Debian: the entry in the first boot root with loader/entries,
-    options from /etc/kernel/cmdline plus systemd.machine_id= (token = machine ID); nothing without such a root."""
+def stand_in_kernel_install(tmp_path, boot="/boot/efi", token=MACHINE_ID, tries=""):
+    """What kernel-install add does where its layout is bls (90-loaderentry.install, systemd 252): the entry
+    ``<token>-<release>.conf`` in ``$BOOT/loader/entries``, its options /etc/kernel/cmdline squeezed plus
+    systemd.machine_id= when the token is the machine ID. The test says where $BOOT is; None writes nothing."""
     calls = []
 
     def run(argv):
         calls.append(argv)
-        for boot in ("efi", "boot", "boot/efi"):
-            entries = tmp_path / boot / "loader/entries"
-            if entries.is_dir():
-                options = " ".join((tmp_path / "etc/kernel/cmdline").read_text().split())
-                if token == MACHINE_ID:
-                    options += f" systemd.machine_id={MACHINE_ID}"
-                entry = entries / f"{token}-{RELEASE}{tries}.conf"
-                entry.write_text(f"title Debian\nversion {RELEASE}\noptions    {options}\nlinux /x/linux\n")
-                break
+        if boot:
+            entries = tmp_path / boot.lstrip("/") / "loader/entries"
+            entries.mkdir(parents=True, exist_ok=True)
+            options = " ".join((tmp_path / "etc/kernel/cmdline").read_text().split())
+            if token == MACHINE_ID:
+                options += f" systemd.machine_id={MACHINE_ID}"
+            entry = entries / f"{token}-{RELEASE}{tries}.conf"
+            entry.write_text(f"title Debian\nversion {RELEASE}\noptions    {options}\nlinux /x/linux\n")
         return 0, "", ""
 
     return run, calls
@@ -208,28 +212,47 @@ def run_kernel_install(root, runner, requests=(TDX, IOMMU)):
 )
 def test_kernel_install_entry_carrying_the_line_is_confirmed(tmp_path, entry_root, token, tries):
     root = kernel_install_root(tmp_path, entry_root, token)
-    runner, calls = stand_in_kernel_install(tmp_path, token or MACHINE_ID, tries)
+    runner, calls = stand_in_kernel_install(tmp_path, entry_root, token or MACHINE_ID, tries)
     result, _ = run_kernel_install(root, runner)
     assert len(calls) == 1  # both requests, one kernel-install add
+    assert result.after_tools is not None and result.warnings == []
     assert (tmp_path / "etc/kernel/cmdline").read_text() == (
         "root=UUID=1 ro quiet kvm_intel.tdx=1 nohibernate intel_iommu=on\n"
     )
     assert result.configured[-3:] == ["kvm_intel.tdx=1", "nohibernate", "intel_iommu=on"]
 
 
-def test_kernel_install_that_exits_0_but_writes_no_entry_restores_and_says_how_to_fix(tmp_path):
-    root = kernel_install_root(tmp_path, entry_root=None)  # no ESP mounted: no loader/entries anywhere
+def test_kernel_install_on_a_bls_layout_that_writes_no_entry_restores_and_says_why(tmp_path):
+    root = kernel_install_root(tmp_path)  # /boot/efi says type1: kernel-install must write the entry there
     before = files_of(tmp_path)
-    runner, calls = stand_in_kernel_install(tmp_path)
+    runner, calls = stand_in_kernel_install(tmp_path, boot=None)  # a plugin that failed silently
     with pytest.raises(kc.CmdlineError) as caught:
         run_kernel_install(root, runner)
     message = str(caught.value)
     assert len(calls) == 1
     assert f"exited 0 but wrote no boot entry for {RELEASE}" in message
-    assert f"{MACHINE_ID}-{RELEASE}.conf or debian-{RELEASE}.conf" in message
-    assert "/efi/loader/entries, /boot/loader/entries, /boot/efi/loader/entries" in message
-    assert "mount /boot/efi" in message and "every file of the task was restored" in message
+    assert f"{MACHINE_ID}-{RELEASE}.conf in /boot/efi/loader/entries;" in message
+    assert "/boot/efi/loader/entries.srel says 'type1', so layout=bls" in message
+    assert "every file of the task was restored" in message
     assert files_of(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("entry_root", "type1", "why"),
+    [
+        (None, False, "$BOOT is /boot (the fallback: no candidate holds"),
+        ("/boot/efi", False, "neither /boot/efi/loader/entries.srel nor an entry-token directory"),
+    ],
+)
+def test_kernel_install_on_layout_other_succeeds_with_a_warning(tmp_path, entry_root, type1, why):
+    """No $BOOT holds Type #1 entries: kernel-install writes none by design, and the task must not fail on it."""
+    root = kernel_install_root(tmp_path, entry_root, type1=type1)
+    runner, calls = stand_in_kernel_install(tmp_path, boot=None)
+    result, executor = run_kernel_install(root, runner)
+    assert len(calls) == 1 and result.after_tools is None
+    assert "kernel-install uses layout=other on this host" in result.warnings[0] and why in result.warnings[0]
+    assert (tmp_path / "etc/kernel/cmdline").read_text().endswith("nohibernate intel_iommu=on\n")
+    assert executor.backups  # the change stays: only the backup of /etc/kernel/cmdline was made
 
 
 def test_kernel_install_that_leaves_the_old_entry_restores_it_all(tmp_path):
@@ -287,4 +310,5 @@ def test_kernel_install_with_another_layout_warns_instead_of_reading_an_entry(tm
     calls = []
     result, _ = run_kernel_install(root, lambda argv: calls.append(argv) or (0, "", ""))
     assert len(calls) == 1 and result.after_tools is None
-    assert "install.conf sets layout=uki" in result.warnings[0]
+    assert "kernel-install uses layout=uki on this host" in result.warnings[0]
+    assert "/usr/lib/kernel/install.conf sets layout=uki" in result.warnings[0]

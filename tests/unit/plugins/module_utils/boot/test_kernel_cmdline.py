@@ -326,14 +326,17 @@ def bls_root(tmp_path, extra_new="kvm_amd.sev=0", extra_old=""):
 def test_bls_uses_grubby_for_all_entries_and_backs_them_up(tmp_path):
     root = bls_root(tmp_path)
     result = kc.plan(root, ["kvm_amd.sev=1", "nohibernate"], ["rhgb"])
-    assert [a.argv for a in result.actions] == [
+    commands = [a.argv for a in result.actions if a.kind == "command"]
+    assert commands == [
         ["/usr/bin/grubby", "--update-kernel=ALL", "--remove-args=rhgb kvm_amd.sev=0"],
         ["/usr/bin/grubby", "--update-kernel=ALL", "--args=kvm_amd.sev=1 nohibernate"],
     ]
+    # Both entries are written as grubby leaves them first; grubby then keeps its other files in step.
+    assert [a.kind for a in result.actions] == ["write", "write", "command", "command"]
     assert result.configured == ["root=UUID=0b1c", "ro", "quiet", "kvm_amd.sev=1", "nohibernate"]
     calls = []
     executor = apply_plan(root, result, calls=calls)
-    assert calls == [["chroot", root, *a.argv] for a in result.actions]
+    assert calls == [["chroot", root, *argv] for argv in commands]
     # Two entries and /etc/default/grub, each copied once, before the first grubby call.
     assert len(executor.backups) == 3
     assert sorted(os.path.basename(b).rsplit(".", 1)[0] for b in executor.backups)[0].startswith("abc-6.8.5")
@@ -394,6 +397,10 @@ def test_kernel_install_on_debian_passes_the_boot_image_and_its_initramfs(tmp_pa
         "/etc/kernel/cmdline": "root=UUID=1 ro quiet\n",
         "/proc/sys/kernel/osrelease": "6.1.0-50-amd64\n",
         "/boot/vmlinuz-6.1.0-50-amd64": "",
+        "/etc/machine-id": "0123456789abcdef0123456789abcdef\n",
+        # systemd-boot installed on the ESP (bootctl install): kernel-install's $BOOT is /boot/efi, its layout bls.
+        "/boot/efi/loader/entries.srel": "type1\n",
+        "/boot/efi/loader/entries/0123456789abcdef0123456789abcdef-6.1.0-49-amd64.conf": "options ro\n",
     }
     if with_initrd:
         files["/boot/initrd.img-6.1.0-50-amd64"] = ""
@@ -634,7 +641,7 @@ def grubby_bls(root):
 def test_bls_removes_the_dash_spelling_that_is_really_there(tmp_path):
     root = bls_root(tmp_path, extra_new="kvm-intel.tdx=0", extra_old="kvm-intel.tdx=0")
     result = kc.plan(root, ["kvm_intel.tdx=1"], [])
-    assert result.actions[0].argv[-1] == "--remove-args=kvm-intel.tdx=0"
+    assert next(a.argv for a in result.actions if a.kind == "command")[-1] == "--remove-args=kvm-intel.tdx=0"
     executor = kc.Executor(root, False, grubby_bls(root))
     executor.execute(result)
     kc.verify(result, executor)

@@ -209,9 +209,10 @@ def test_the_admission_policy_needs_every_kubevirt_node_of_the_tee_in_kernel_mod
             [node("a", consumers=("kubevirt",), mode="kernel"), node("b", consumers=("kubevirt",), mode="kubevirt")]
         )
     assert "KubeVirt TDX nodes b are in another mode" in str(raised.value)
-    assert "give every KubeVirt TDX node tee_key_pool_mode: kernel (now on a)" in str(raised.value)
+    assert "(tee_key_pool_mode kernel on a)" in str(raised.value)
+    assert str(raised.value).endswith("Fix: give every KubeVirt TDX node tee_key_pool_mode: kernel")
 
 
 def test_the_double_pool_refusal_offers_the_kernel_mode():
-    with pytest.raises(kp.KeyPoolError, match="set tee_key_pool_mode: kernel for snp-1"):
+    with pytest.raises(kp.KeyPoolError, match=r"set tee_key_pool_mode: kernel \(one pool the node agent keeps"):
         kp.plan([node("snp-1", "amd", ("kata", "kubevirt"))])

@@ -344,13 +344,17 @@ class FakeModule:
         self.params = {"host_root": host_root}
 
     def fail_json(self, msg, **kwargs):
+        self.failed_with = kwargs
         raise SystemExit(msg)
 
 
 def test_open_host_is_the_one_guard(tmp_path):
     assert open_host(FakeModule(str(tmp_path))).host_root == str(tmp_path)
+    module = FakeModule(str(tmp_path / "missing"))
     with pytest.raises(SystemExit, match=r"host_root .*missing is not a directory"):
-        open_host(FakeModule(str(tmp_path / "missing")))
+        open_host(module)
+    # The option, for the module's action plugin to name the role's <role>_host_root (plugin_utils.module_refusal).
+    assert module.failed_with == {"refused_option": "host_root"}
 
 
 def test_a_backup_name_is_one_fat_accepts(root):

@@ -7,7 +7,11 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster import ku
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_objects, runtimeclasses
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.gpu_cc import kubelet_dropin, kubelet_gates
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
-from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import refusal, variable_for
+from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import (
+    module_refusal,
+    refusal,
+    variable_for,
+)
 
 KUBEVIRT_VARS = {"kubevirt_cc_qgs_socket_path", "kubevirt_cc_tdx_attestation", "kubevirt_cc_version"}
 
@@ -71,3 +75,62 @@ def test_the_kubevirt_render_refuses_a_relative_socket_as_its_option():
             {"name": "kubevirt", "namespace": "kubevirt", "qgs_socket_path": "run/qgs.socket"},
         )
     assert caught.value.option == "qgs_socket_path"
+
+
+TDX_ATTESTATION_VARS = {
+    "tdx_attestation_qgs_socket_group",
+    "tdx_attestation_consumers",
+    "tdx_attestation_pccs_url",
+    "tdx_attestation_qcnl_settings",
+    "tdx_attestation_pccs_settings",
+    "tdx_attestation_pccs_port",
+    "tdx_attestation_mpa_settings",
+    "tdx_attestation_mpa_subscription_key",
+}
+
+
+@pytest.mark.parametrize(
+    ("option", "component", "variable"),
+    [
+        ("socket_group", "qgs", "tdx_attestation_qgs_socket_group"),  # an alias
+        ("consumers", "qgs", "tdx_attestation_consumers"),  # <role>_<option>
+        ("settings.pccs_url", "qcnl", "tdx_attestation_pccs_url"),  # a key the role fills from its own variable
+        ("settings.retry_times", "qcnl", "tdx_attestation_qcnl_settings"),  # any other key: the role's dict
+        ("settings.HTTPS_PORT", "pccs", "tdx_attestation_pccs_port"),
+        ("settings.uri", "pccs", "tdx_attestation_pccs_settings"),  # the same option, another component's variable
+        ("settings.log_level", "mpa", "tdx_attestation_mpa_settings"),
+        ("secrets.subscription_key", "mpa", "tdx_attestation_mpa_subscription_key"),
+        ("settings.retry_times", None, None),  # no component: a settings key is not guessed
+        ("timeout", None, None),  # no variable of the role holds it
+    ],
+)
+def test_a_module_option_is_named_by_the_variable_the_role_fills_it_from(option, component, variable):
+    found = variable_for("confidential.tee.tdx_attestation", option, TDX_ATTESTATION_VARS.__contains__, component)
+    assert found == variable
+
+
+def test_a_module_refusal_names_host_variable_and_option_and_outside_a_role_the_option():
+    def message(role):
+        return module_refusal(
+            "dcap_config",
+            "QCNL setting retry_times must be a JSON int",
+            "settings.retry_times",
+            role,
+            "tdx-1",
+            "node-a",
+            TDX_ATTESTATION_VARS.__contains__,
+            "qcnl",
+        )
+
+    assert message("tdx_attestation") == (
+        "confidential.tee.dcap_config on host tdx-1 (Kubernetes node node-a): inventory variable "
+        "tdx_attestation_qcnl_settings (option settings.retry_times): QCNL setting retry_times must be a JSON int"
+    )
+    assert message(None) == (
+        "confidential.tee.dcap_config on host tdx-1 (Kubernetes node node-a): option settings.retry_times: QCNL "
+        "setting retry_times must be a JSON int"
+    )
+    # A variable the role does not define (a role of the user's own of the same name) is never named.
+    assert "inventory variable" not in module_refusal(
+        "dcap_config", "bad", "socket_group", "tdx_attestation", "tdx-1", None, lambda _name: False
+    )

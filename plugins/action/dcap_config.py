@@ -1,0 +1,12 @@
+# Copyright: confidential.tee contributors
+# Apache License 2.0 (see LICENSE)
+"""Action plugin for confidential.tee.dcap_config: the module as usual; a refusal names the role's variable and the
+host (``plugin_utils.module_refusal``)."""
+
+from __future__ import annotations
+
+from ansible_collections.confidential.tee.plugins.plugin_utils.module_refusal import RefusalNamingAction
+
+
+class ActionModule(RefusalNamingAction):
+    COMPONENT_OPTION = "component"
