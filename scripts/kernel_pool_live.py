@@ -52,13 +52,11 @@ class AgentNode:
         self.client = kube.KubeClient(kube.from_kubeconfig(str(plane.admin_kubeconfig)))
         self.process: subprocess.Popen | None = None
         self.log = workdir / "agent.log"
-        teesim = Path(sys.executable).with_name("teesim")
-        command = [str(teesim)] if teesim.exists() else [sys.executable, "-m", "teesim.cli"]
-        subprocess.run(
-            [*command, "node", "build", "--vendor", "intel", "--capacity", f"tdx={capacity}", "--out", str(self.root)],
-            check=True,
-            capture_output=True,
-        )
+        # This checkout's teesim (not whichever the interpreter's environment installed).
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "simulator"), str(COLLECTIONS)]))
+        command = [sys.executable, "-m", "teesim.cli", "node", "build", "--vendor", "intel"]
+        command += ["--capacity", f"tdx={capacity}", "--out", str(self.root)]
+        subprocess.run(command, check=True, capture_output=True, env=env)
         node = k8s_objects.node(name, "10.0.0.21", {}, {}, "6.16.0", "Debian GNU/Linux 13 (trixie)")
         runtime = k8s_objects.runtime_class(RUNTIME_CLASS, RUNTIME_CLASS, {KEYS: "1"}, {})
         plane.load_objects([runtime, node])
