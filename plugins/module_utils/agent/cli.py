@@ -43,7 +43,7 @@ def collection_version(root: str = COLLECTION_ROOT) -> str:
 
 
 def _reserve(text: str) -> tuple[str, int]:
-    name, _, count = text.partition("=")
+    name, _equals, count = text.partition("=")
     misc = misc_cgroup.canonical_resource(decision.MISC_OF_POOL.get(name.strip(), name.strip()))
     if misc not in decision.POOL_RESOURCES or not count.strip().isdigit():
         names = ", ".join(list(decision.POOL_RESOURCES) + list(decision.MISC_OF_POOL) + ["snp"])
@@ -110,24 +110,33 @@ def _client(args: argparse.Namespace, version: str) -> kube.KubeClient:
     return kube.KubeClient(credentials, user_agent=f"tee-key-agent/{version}")
 
 
+def _say(stream, text: str) -> None:
+    """One line to stdout or stderr (this is a program, not a module: no module.log here)."""
+    stream.write(text + "\n")
+    stream.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     _logging(args.log_format)
     if not os.path.isdir(args.host_root):
-        print(f"tee-key-agent: --host-root {args.host_root} is not a directory", file=sys.stderr)
+        _say(sys.stderr, f"tee-key-agent: --host-root {args.host_root} is not a directory")
         return 2
     version = collection_version()
     try:
         client = _client(args, version)
     except kube.KubeError as exc:
         if args.kubeconfig or not args.once:
-            print(f"tee-key-agent: {exc}", file=sys.stderr)
+            _say(sys.stderr, f"tee-key-agent: {exc}")
             return 1
         client = None  # --once outside a pod without --kubeconfig: decide from the kernel alone
     agent = Agent(args.node, args.host_root, client, dict(args.reserve), dry_run=args.dry_run or args.once)
     if args.once:
         agent.refresh_node(force=True)
-        print(json.dumps(dict(agent.step().as_dict(), node=args.node, version=version), indent=2, sort_keys=True))
+        _say(
+            sys.stdout,
+            json.dumps(dict(agent.step().as_dict(), node=args.node, version=version), indent=2, sort_keys=True),
+        )
         return 0
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -147,4 +156,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
