@@ -2,11 +2,12 @@
 ``meta/runtime.yml``'s ``requires_ansible`` admits and the newest release tested, each on the oldest and newest Python
 that release supports (its PyPI classifiers). Each cell is a virtualenv of ansible-core alone from PyPI, cached under
 ``~/.cache/confidential-tee/`` by both versions (installed_artifact.core_only_venv); a Python that is not installed
-skips its cell. Each cell runs ``confidential.tee.cluster`` twice, all cells' runs in parallel: once without
-``tee_output`` and without a kubeconfig (it must refuse naming ``tee_output``; on ansible-core 2.19.0 to 2.19.3 this
-run could die with ``KeyError`` in Ansible's results thread and then hang, issue 43) and once rendering manifests
-(every cell must write the same files, byte for byte). A run that does not end within ``RUN_TIMEOUT`` is killed and
-fails its cell: a hang is a failure, never a stuck suite."""
+skips its cell. Each cell runs ``confidential.tee.cluster`` three times, all cells' runs in parallel: without
+``tee_output`` and without a kubeconfig (it must refuse naming ``tee_output``), rendering manifests (every cell must
+write the same files, byte for byte), and with an empty node group while every worker lingers after sending its
+result (slow_worker_exit/sitecustomize.py): the race that made ansible-core 2.19.0 to 2.19.3 die with ``KeyError`` in
+the results thread and hang (issue 43), made certain; the oldest claimed release must refuse cleanly. A run that does
+not end within its timeout is killed and fails its cell: a hang is a failure, never a stuck suite."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ CONTROLLER_PYTHONS = {"2.19": ["3.11", "3.12", "3.13"], "2.21": ["3.12", "3.13",
 # Generous: a cluster run takes 10 to 30 CPU-s, and all cells run at once on a machine that may be busy. Only a run
 # that hangs (the failure this file guards against) comes near it.
 RUN_TIMEOUT = 1200
+# The lingering run stops in the second play (4 tasks, half a second more per worker): 6 s on a quiet machine.
+LINGER_TIMEOUT = 600
+SLOW_WORKER_EXIT = Path(__file__).parent / "slow_worker_exit"
 INVENTORY = {
     "all": {
         "vars": {
@@ -101,18 +105,21 @@ def find_python(wanted: str) -> str | None:
 
 @dataclasses.dataclass
 class Run:
-    returncode: int | None  # None: killed after RUN_TIMEOUT
+    returncode: int | None  # None: killed after timeout seconds
     output: str
     workdir: Path
+    timeout: int
 
 
-def run_cluster(installed: Installed, workdir: Path, **variables: str) -> Run:
+def run_cluster(
+    installed: Installed, workdir: Path, variables: dict[str, str], timeout: int = RUN_TIMEOUT, **extra_env: str
+) -> Run:
     """``ansible-playbook -i inventory.yml confidential.tee.cluster`` from ``workdir`` as an operator runs it, its
     output in a file (a pipe could be held open by a stray worker), in its own session so that a hang is killed
     whole."""
     workdir.mkdir(parents=True)
     (workdir / "inventory.yml").write_text(yaml.safe_dump(INVENTORY))
-    env = installed.env(KUBECONFIG=str(workdir / "no-kubeconfig"))
+    env = installed.env(KUBECONFIG=str(workdir / "no-kubeconfig"), **extra_env)
     for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):  # no in-cluster configuration either
         env.pop(name, None)
     extra = [arg for name, value in variables.items() for arg in ("-e", f"{name}={value}")]
@@ -128,12 +135,12 @@ def run_cluster(installed: Installed, workdir: Path, **variables: str) -> Run:
             start_new_session=True,
         )
         try:
-            returncode = process.wait(timeout=RUN_TIMEOUT)
+            returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             returncode = None
-    return Run(returncode, log.read_text(), workdir)
+    return Run(returncode, log.read_text(), workdir, timeout)
 
 
 @dataclasses.dataclass
@@ -141,6 +148,7 @@ class CellRuns:
     venv: Path
     refuse: Run
     manifests: Run
+    linger: Run
 
 
 @pytest.fixture(scope="module")
@@ -157,13 +165,18 @@ def cell_runs(installed: Installed, tmp_path_factory) -> dict[Cell, CellRuns]:
             where = base / f"{cell.core}-py{cell.python}"
             jobs[cell] = (
                 venv,
-                pool.submit(run_cluster, on_cell, where / "refuse"),
-                pool.submit(run_cluster, on_cell, where / "manifests", tee_output="manifests"),
+                pool.submit(run_cluster, on_cell, where / "refuse", {}),
+                pool.submit(run_cluster, on_cell, where / "manifests", {"tee_output": "manifests"}),
+                pool.submit(
+                    run_cluster,
+                    on_cell,
+                    where / "linger",
+                    {"tee_cluster_group": "no_such_group"},
+                    LINGER_TIMEOUT,
+                    PYTHONPATH=str(SLOW_WORKER_EXIT),
+                ),
             )
-        return {
-            cell: CellRuns(venv, refuse.result(), manifests.result())
-            for cell, (venv, refuse, manifests) in jobs.items()
-        }
+        return {cell: CellRuns(venv, *(job.result() for job in runs)) for cell, (venv, *runs) in jobs.items()}
 
 
 def runs_of(cell_runs: dict[Cell, CellRuns], cell: Cell) -> CellRuns:
@@ -175,7 +188,7 @@ def runs_of(cell_runs: dict[Cell, CellRuns], cell: Cell) -> CellRuns:
 
 
 def describe(run: Run) -> str:
-    ended = f"rc {run.returncode}" if run.returncode is not None else f"killed after {RUN_TIMEOUT} s (hung)"
+    ended = f"rc {run.returncode}" if run.returncode is not None else f"killed after {run.timeout} s (hung)"
     return f"{ended}, in {run.workdir}:\n{run.output[-4000:]}"
 
 
@@ -239,3 +252,13 @@ def test_readme_states_the_minimum_and_the_matrix():
     assert f"ansible-core {oldest_core()} or later" in readme
     assert f"on ansible-core {oldest_core()} with Python" in readme
     assert f"on {NEWEST_CORE} with Python" in readme
+
+
+@pytest.mark.parametrize("cell", matrix(), ids=str)
+def test_worker_lingering_after_its_result_does_not_hang_the_run(cell_runs, cell: Cell):
+    run = runs_of(cell_runs, cell).linger
+    assert_clean(run, cell)
+    assert run.returncode == 2, f"{cell}: {describe(run)}"
+    assert "the node group (tee_cluster_group, default tee_nodes) must list at least one node" in run.output, (
+        f"{cell}: {describe(run)}"
+    )
