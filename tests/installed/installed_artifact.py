@@ -28,15 +28,20 @@ DEV_BIN = Path(sys.executable).parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "confidential-tee"
 
 
-def core_only_venv() -> Path:
-    """A virtualenv with ansible-core only, the version the tests run (built atomically, cached by version)."""
-    core = version("ansible-core")
-    target = CACHE / f"ansible-core-only-{core}-py{sys.version_info.major}.{sys.version_info.minor}"
+def core_only_venv(core: str | None = None, python: str = sys.executable) -> Path:
+    """A virtualenv of ``python`` with ansible-core ``core`` only (default: the version the tests run), installed from
+    PyPI, built atomically and cached by both versions, so that a warm run creates nothing."""
+    core = core or version("ansible-core")
+    target = CACHE / f"ansible-core-only-{core}-py{python_version(python)}"
     if (target / "bin" / "ansible-playbook").exists():
-        return target
+        if (target / "bin" / "python").exists():
+            return target
+        shutil.rmtree(
+            target, ignore_errors=True
+        )  # its interpreter was removed (a pyenv version uninstalled): build it again
     CACHE.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=CACHE))
-    subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
+    subprocess.run([python, "-m", "venv", str(building)], check=True)
     pip = [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run([*pip, f"ansible-core=={core}"], check=True, timeout=900)
     # A venv records its own path in its scripts' first lines: point them at the final place, then rename.
@@ -48,6 +53,16 @@ def core_only_venv() -> Path:
         if not (target / "bin" / "ansible-playbook").exists():
             raise
     return target
+
+
+def python_version(python: str) -> str:
+    """``X.Y`` of the interpreter ``python``."""
+    if python == sys.executable:
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    completed = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True, check=True
+    )
+    return completed.stdout.strip()
 
 
 def _rewrite_venv_paths(venv: Path, old: Path, new: Path) -> None:
