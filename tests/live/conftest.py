@@ -29,7 +29,7 @@ import yaml
 from teesim.fixtures import k8s_objects
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# A test file written but not yet green against the built control plane goes here until it is.
+# A test file written but not yet green against the built control plane goes here until it is (none now).
 collect_ignore = []
 CLUSTER_PLAYBOOK = REPO_ROOT / "playbooks" / "cluster.yml"
 RULE = "confidential-tee-keys"
