@@ -23,13 +23,14 @@ from teesim._collection import pool_policy
 
 NODE = "sim-tdx-node"
 VENDOR = "intel"
-# Where strategies tie, the conclusion names first the recommendation of docs/simulator.md.
-PREFERRED = ("unified-reconciling",)
 # The collection's modes for the demo node (Kata and KubeVirt on one TDX node), by the strategy that models each
 # (the key-pool policy, plugins/module_utils/common/pool_policy.py): the conclusion reports each one's failures.
 COLLECTION_MODES = {
     pool_policy.mode(name).strategy: pool_policy.mode(name) for name in pool_policy.shared_modes(VENDOR)
 }
+# Where strategies tie, the conclusion names first a mode the collection deploys (in the policy's order), then the
+# recommendation of docs/simulator.md.
+PREFERRED = (*COLLECTION_MODES, "unified-reconciling")
 WHAT = {
     "unified-reconciling": "one pool that reads misc.current",
     "reconciling": "KubeVirt's pool reconciled with misc.current",

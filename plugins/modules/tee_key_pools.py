@@ -54,8 +54,11 @@ options:
         description:
           - Which advertiser holds the node's pool (the modes of docs/key-pools.md).
           - The choices are the key-pool policy's modes (module_utils/common/pool_policy.py); a test keeps them equal.
+          - C(kernel) is one pool under NFD's (Kata's) resource name that the node agent C(tee-key-agent) writes into
+            the Node's status at the keys the kernel has free for Kubernetes; KubeVirt VMIs request it through a
+            MutatingAdmissionPolicy (RV(kernel)). C(auto) never chooses it.
         type: str
-        choices: [auto, kubevirt, nfd]
+        choices: [auto, kernel, kubevirt, nfd]
         default: auto
       qgs:
         description:
@@ -129,6 +132,13 @@ kubevirt:
       C(excluded_nodes) where virt-handler must not run.
   returned: always
   type: dict
+kernel:
+  description:
+    - Per TEE with nodes in C(kernel) mode, the pool C(resource), the C(nodes) the agent runs on, and
+      C(kubevirt_resource) (the KubeVirt resource the admission policy keys on) where such a node runs VMIs.
+  returned: always
+  type: dict
+  sample: {tdx: {resource: tdx.intel.com/keys, nodes: [tdx-1], kubevirt_resource: devices.kubevirt.io/tdx}}
 summary:
   description: One line per node saying which resource is its pool and who charges it.
   returned: always

@@ -46,6 +46,7 @@ OVERVIEW_NAMES_SHOWN = 5
 TEE_RESOURCES = pool_policy.TEE_RESOURCES
 NFD = pool_policy.ADVERTISERS["nfd"]
 KUBEVIRT_PLUGIN = pool_policy.ADVERTISERS["kubevirt"]
+AGENT = pool_policy.ADVERTISERS["agent"]
 KEY_RESOURCES = frozenset(NFD.resources.values())
 
 
@@ -115,16 +116,20 @@ def _fix_both(node: dict) -> str:
     vendor = node["vendor"]
     shared = pool_policy.shared_modes(vendor)
     if shared:
+        choices = " or ".join(
+            "tee_key_pool_mode: %s (%s: Kata's RuntimeClass overhead then requests %s, and NFD publishes labels only)"
+            % (name, pool_policy.mode(name).summary, pool_policy.advertiser_of(name).resources[vendor])
+            for name in shared
+        )
+        slots = (
+            ""
+            if KUBEVIRT_PLUGIN.counts_keys[vendor]
+            else " (KubeVirt's own %s counts virt-handler --max-devices, not keys: Kata's overhead cannot share that)"
+            % KUBEVIRT_PLUGIN.resources[vendor]
+        )
         return (
-            "set tee_key_pool_mode: %s for %s (Kata's RuntimeClass overhead then requests %s, and NFD "
-            "publishes labels only), or remove kubevirt from its tee_node_consumers (virt-handler is then kept "
-            "off the node and NFD's %s is the pool)"
-            % (
-                shared[0],
-                node["name"],
-                pool_policy.advertiser_of(shared[0]).resources[vendor],
-                NFD.resources[vendor],
-            )
+            "set %s for %s%s, or remove kubevirt from its tee_node_consumers (virt-handler is then kept off the node "
+            "and NFD's %s is the pool)" % (choices, node["name"], slots, NFD.resources[vendor])
         )
     return (
         "run Kata and KubeVirt SEV-SNP guests on different nodes: remove kata or kubevirt from the "
@@ -222,9 +227,12 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
         "consumers": node["consumers"],
         "mode": mode if node["consumers"] else "none",
         "pool": pool,
-        # virt-handler must run where KubeVirt's plugin is the pool, and must not where NFD's is.
-        "virt_handler": pool is not None and advertiser is KUBEVIRT_PLUGIN,
+        # virt-handler must run where KubeVirt's plugin is the pool and where the node's VMIs draw from the agent's
+        # (its plugin then stays capacity-sized, the agent's pool binds); never where NFD's is.
+        "virt_handler": pool is not None and (advertiser is KUBEVIRT_PLUGIN or KUBEVIRT in node["consumers"]),
         "nfd_extended_resource": pool is not None and advertiser is NFD,
+        # The node agent writes the pool into the Node's status (role tee_key_agent or the DaemonSet).
+        "key_agent": pool is not None and advertiser is AGENT,
         # Ciphertext hiding: the SNP range the NFD pool must advertise instead of the joint sev_es count.
         "snp_asids": node["snp_asids"],
     }
@@ -250,6 +258,47 @@ def _kata_pools(nodes: list, problems: list) -> dict:
     return kata
 
 
+def _agent_plan(nodes: list, problems: list) -> dict:
+    """Per TEE with nodes whose pool the node agent keeps: the pool resource, those nodes, and KubeVirt's resource
+    the admission policy keys on where such a node runs VMIs.
+
+    The policy cannot know where a launcher pod will land, so it adds the pool to every TDX (SEV) launcher pod: a
+    VMI then fits only on nodes advertising the pool, and every KubeVirt node of that TEE must be such a node.
+    """
+    kept = {}
+    for vendor, res in sorted(TEE_RESOURCES.items()):
+        members = [n for n in nodes if n["vendor"] == vendor and n["key_agent"]]
+        if not members:
+            continue
+        entry = {"resource": AGENT.resources[vendor], "nodes": [n["name"] for n in members]}
+        if any(KUBEVIRT in n["consumers"] for n in members):
+            entry["kubevirt_resource"] = KUBEVIRT_PLUGIN.resources[vendor]
+            outside = [
+                n["name"]
+                for n in nodes
+                if n["vendor"] == vendor and KUBEVIRT in n["consumers"] and n["name"] not in entry["nodes"]
+            ]
+            if outside:
+                modes = [m.name for m in pool_policy.MODES if m.advertiser == AGENT.name]
+                problems.append(
+                    "the admission policy adds %s to every %s VMI's launcher pod (tee_key_pool_mode %s on %s), but "
+                    "the KubeVirt %s nodes %s are in another mode: their VMIs could no longer be scheduled. Fix: give "
+                    "every KubeVirt %s node tee_key_pool_mode: %s"
+                    % (
+                        entry["resource"],
+                        res.tee.upper(),
+                        modes[0],
+                        name_list(entry["nodes"], OVERVIEW_NAMES_SHOWN),
+                        res.tee.upper(),
+                        name_list(outside, OVERVIEW_NAMES_SHOWN),
+                        res.tee.upper(),
+                        modes[0],
+                    )
+                )
+        kept[res.tee] = entry
+    return kept
+
+
 def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = False) -> dict:
     """The key-pool plan for ``nodes`` (dicts with name, vendor, consumers, mode), or :class:`KeyPoolError`.
 
@@ -266,6 +315,7 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
     warnings: list = []
     resolved = [_resolve(n, rule_name, problems, warnings) for n in sorted(parsed, key=lambda n: n["name"])]
     kata = _kata_pools(resolved, problems)
+    agent = _agent_plan(resolved, problems)
     if openshift and len(kata) > 1:
         problems.append(
             "OpenShift's kata-cc RuntimeClass serves TDX and SNP nodes alike but can request only one key "
@@ -279,6 +329,8 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
         "kata": kata,
         "nfd": _nfd_plan(resolved),
         "kubevirt": _kubevirt_plan(resolved),
+        # Read by the agent's renderer (DaemonSet, RBAC, admission policy): key "kernel", as in the mode's name.
+        "kernel": agent,
         "summary": [summary_line(n) for n in resolved],
         "overview": overview_lines(resolved),
         "warnings": warnings,
@@ -362,6 +414,8 @@ def _decision(node: dict) -> str:
         )
     else:
         source = advertiser.who + kept_off
+    if advertiser is AGENT and KUBEVIRT in node["consumers"]:
+        source += "; VMIs request it through the admission policy"
     return "one pool %s advertised by %s, charged by %s" % (pool["resource"], source, who)
 
 

@@ -111,6 +111,22 @@ ADVERTISERS = {
             owner="KubeVirt",
             gates={tee.INTEL: "WorkloadEncryptionTDX", tee.AMD: "WorkloadEncryptionSEV"},
         ),
+        # plugins/module_utils/agent (tee-key-agent): the Node's status at misc.capacity - keys held outside
+        # Kubernetes - --reserve, every interval (agent/decision.py is the rule); Kata's names, so Kata's shipped
+        # RuntimeClasses request it unchanged and VMIs through the admission policy the cluster role renders.
+        Advertiser(
+            "agent",
+            "the node agent tee-key-agent (Node status: the keys the kernel has free for Kubernetes)",
+            {tee.INTEL: tee.NFD_TDX_KEYS, tee.AMD: tee.NFD_SNP_ESIDS},
+            {tee.INTEL: True, tee.AMD: True},
+            {
+                tee.INTEL: "misc.capacity tdx - keys held outside Kubernetes",
+                tee.AMD: "misc.capacity sev_es (ciphertext hiding: the SNP range) - keys held outside Kubernetes",
+            },
+            key_resources=tee.NFD_KEYS,
+            counts_usage=True,
+            owner="the node agent",
+        ),
     )
 }
 
@@ -133,6 +149,17 @@ class PoolMode(Record):
 
 
 MODES = (
+    # First: the one pool every consumer draws from, VMs outside Kubernetes included (remedies name it first).
+    # Never chosen by auto: it needs the agent deployed (role tee_key_agent or the DaemonSet).
+    PoolMode(
+        "kernel",
+        "agent",
+        (KATA, KUBEVIRT, EXTERNAL),
+        (),
+        "kernel-pool",
+        auto=False,
+        summary="one pool the node agent keeps at what the kernel has free",
+    ),
     PoolMode(
         "kubevirt",
         "kubevirt",

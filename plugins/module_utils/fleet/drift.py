@@ -254,11 +254,15 @@ def _double_pool_remedies() -> dict:
     for vendor, res in sorted(pool_policy.TEE_RESOURCES.items()):
         shared = pool_policy.shared_modes(vendor)
         if shared:
-            advertiser = pool_policy.advertiser_of(shared[0])
+            # Every mode in which the two share one pool, in the policy's order.
+            choices = ", or ".join(
+                "%s (Kata's RuntimeClass overhead then requests %s's %s and NFD publishes labels only)"
+                % (name, pool_policy.advertiser_of(name).owner, pool_policy.advertiser_of(name).resources[vendor])
+                for name in shared
+            )
             remedies[("double_pool", res.misc)] = _ONE_POOL + (
-                "%s (Kata's RuntimeClass overhead then requests %s's %s and NFD publishes labels only), or %s where "
-                "KubeVirt does not run; it refuses any plan with two pools for the same keys"
-                % (shared[0], advertiser.owner, advertiser.resources[vendor], pool_policy.apart_modes(vendor)[0])
+                "%s, or %s where KubeVirt does not run; it refuses any plan with two pools for the same keys"
+                % (choices, pool_policy.apart_modes(vendor)[0])
             )
         else:
             remedies[("double_pool", None)] = (

@@ -248,7 +248,12 @@ class Simulation:
     def _plugin_options(self) -> PluginOptions:
         s = self.settings
         return PluginOptions(
-            s.min_list_interval, s.plugin_list_latency, s.plugin_tracks_allocate, s.external_reserve, s.api_latency
+            s.min_list_interval,
+            s.plugin_list_latency,
+            s.plugin_tracks_allocate,
+            s.external_reserve,
+            s.api_latency,
+            s.reserved,
         )
 
     def _setup(self) -> None:
@@ -416,7 +421,7 @@ class Simulation:
         """Keys the VMI pool's advertiser keeps for VMs outside Kubernetes."""
         if self.strategy.reserve_external:
             return self.settings.reserved.get(resource, 0)
-        if self.strategy.advertiser in (Advertiser.UNIFIED, Advertiser.DRA):
+        if self.strategy.advertiser in (Advertiser.UNIFIED, Advertiser.DRA, Advertiser.KERNEL):
             return self.settings.external_reserve.get(resource, 0)
         return 0
 

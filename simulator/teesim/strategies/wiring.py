@@ -16,6 +16,7 @@ from teesim.cluster.dra import DRAPool
 from teesim.cluster.nfd import NFD_RESOURCES
 from teesim.cluster.node import SimNode
 from teesim.engine.clock import VirtualClock
+from teesim.plugins.kernel_agent import KernelPoolAgent
 from teesim.plugins.models import (
     DRADriver,
     GenericPlugin,
@@ -26,8 +27,8 @@ from teesim.plugins.models import (
 )
 from teesim.strategies.base import DRA_DRIVER, SEV_DEVICE, SEV_DEVICE_SLOTS, Advertiser, Role, Strategy
 
-Advertising = InProcessPlugin | DRADriver
-Poller = ReconcilingPlugin | DRADriver  # advertisers that read misc.current every poll_interval
+Advertising = InProcessPlugin | DRADriver | KernelPoolAgent
+Poller = ReconcilingPlugin | DRADriver | KernelPoolAgent  # advertisers that read misc.current every poll_interval
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class PluginOptions:
     track_allocate: bool = True
     external_reserve: Mapping[str, int] = field(default_factory=dict)
     api_latency: float = 0.0  # a DRA driver's ResourceSlice write reaching the scheduler
+    # The operator's planned headroom for VMs outside Kubernetes (settings.reserved): the kernel-pool agent's
+    # --reserve in the strategies that set reserve_external.
+    reserved: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,10 +68,19 @@ def node_roles(strategy: Strategy, names: Sequence[str], kata_nodes: Sequence[st
 
 
 def _key_plugin(
-    kind: Advertiser, node: SimNode, clock: VirtualClock, name: str, misc: str, options: PluginOptions
+    kind: Advertiser,
+    node: SimNode,
+    clock: VirtualClock,
+    name: str,
+    misc: str,
+    options: PluginOptions,
+    headroom: bool = False,
 ) -> Advertising:
     if kind is Advertiser.STATIC:
         return StaticPlugin(node, clock, name, misc)
+    if kind is Advertiser.KERNEL:
+        reserve = (options.reserved if headroom else options.external_reserve).get(misc, 0)
+        return KernelPoolAgent(node, clock, name, misc, reserve=reserve, publish_latency=options.api_latency)
     if kind is Advertiser.DRA:
         pool = node.dra.setdefault(name, DRAPool(DRA_DRIVER, name))
         return DRADriver(
@@ -98,9 +111,10 @@ def wire_node(
             wiring.nfd_reserved = wiring.nfd_reserved or layout.nfd_reserved
         if layout.plugin is None:
             continue
-        plugin = _key_plugin(layout.plugin, node, clock, strategy.vmi_key_name(misc), misc, options)
+        name = strategy.vmi_key_name(misc)
+        plugin = _key_plugin(layout.plugin, node, clock, name, misc, options, strategy.reserve_external)
         wiring.plugins.append(plugin)
-        if isinstance(plugin, ReconcilingPlugin | DRADriver):
+        if isinstance(plugin, ReconcilingPlugin | DRADriver | KernelPoolAgent):
             wiring.pollers.append(plugin)
     if sev_device:
         wiring.plugins.append(GenericPlugin(node, clock, SEV_DEVICE, "sev", SEV_DEVICE_SLOTS))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from teesim._collection import TDX, pool_policy
 from teesim.strategies.base import STRATEGIES, Advertiser, Strategy
 
-USAGE_AWARE = {Advertiser.RECONCILING, Advertiser.UNIFIED, Advertiser.DRA}
+USAGE_AWARE = {Advertiser.RECONCILING, Advertiser.UNIFIED, Advertiser.DRA, Advertiser.KERNEL}
 
 
 def _shape_problems(strategy: Strategy, mode) -> list[str]:

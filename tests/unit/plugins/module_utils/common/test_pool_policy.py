@@ -18,7 +18,7 @@ CONSUMER_SETS = [c for n in range(3) for c in itertools.combinations((tee.KATA, 
 
 
 def test_the_mode_list_is_auto_then_the_policy_modes():
-    assert pool_policy.mode_names() == ("auto", "kubevirt", "nfd")
+    assert pool_policy.mode_names() == ("auto", "kernel", "kubevirt", "nfd")
     assert len(set(pool_policy.mode_names())) == len(pool_policy.mode_names())
 
 
@@ -37,9 +37,12 @@ def test_what_each_mode_refuses():
     assert pool_policy.problems_of("kubevirt", tee.INTEL, both) == []
     assert pool_policy.problems_of("kubevirt", tee.AMD, both) == [("no_key_count", tee.KATA)]
     assert pool_policy.problems_of("kubevirt", tee.AMD, (tee.KUBEVIRT,)) == []
-    assert pool_policy.shared_modes(tee.INTEL) == ["kubevirt"] and pool_policy.shared_modes(tee.AMD) == []
+    assert pool_policy.shared_modes(tee.INTEL) == ["kernel", "kubevirt"]
+    # The node agent's pool counts keys on AMD too: the one mode where SNP Kata and KubeVirt share a node.
+    assert pool_policy.shared_modes(tee.AMD) == ["kernel"]
+    assert pool_policy.problems_of("kernel", tee.AMD, both) == []
+    assert pool_policy.modes_drawing(tee.EXTERNAL) == ["kernel"]
     assert pool_policy.apart_modes(tee.AMD) == ["nfd"]
-    assert pool_policy.modes_drawing(tee.EXTERNAL) == []
 
 
 def test_kubevirt_on_amd_renders_the_sev_slots_and_counts_keys_as_sev_esids():

@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[5]
 POLICY = Path("plugins", "module_utils", "common", "pool_policy.py")
 # What the derived code reads: the collection's Python, the demo script and teesim.
 COPIED = ("plugins", "scripts", "simulator")
-ANCHOR = '    PoolMode("nfd",'
+# The toy goes first, before the kernel mode (which also counts external VMs), so that it is what every derived
+# table shows first.
+ANCHOR = "    # First: the one pool every consumer draws from"
 # Kata, KubeVirt and external VMs share KubeVirt's pool; auto never picks it; modelled by an existing strategy.
 TOY = (
     '    PoolMode("toy", "kubevirt", (KATA, KUBEVIRT, EXTERNAL), (), "reconciling", auto=False,'
@@ -89,7 +91,7 @@ def test_a_toy_mode_in_the_policy_alone_reaches_every_consumer_of_it(tmp_path):
     for top in COPIED:
         shutil.copytree(ROOT / top, tree / top, ignore=_ignore)
     policy = (tree / POLICY).read_text()
-    assert policy.count(ANCHOR) == 1, "the toy mode goes before the nfd entry of MODES"
+    assert policy.count(ANCHOR) == 1, "the toy mode goes before the first entry of MODES"
     (tree / POLICY).write_text(policy.replace(ANCHOR, TOY + ANCHOR))
 
     pristine = tmp_path / "pristine"
@@ -109,7 +111,7 @@ def test_a_toy_mode_in_the_policy_alone_reaches_every_consumer_of_it(tmp_path):
     # The copy's modules answered, not the checkout's.
     assert seen["policy"].startswith(str(tree)) and seen["teesim"].startswith(str(tree))
 
-    assert seen["modes"] == ["auto", "kubevirt", "toy", "nfd"]
+    assert seen["modes"] == ["auto", "toy", "kernel", "kubevirt", "nfd"]
     assert seen["plan"]["mode"] == "toy"
     assert seen["plan"]["pool"] == {
         "resource": "devices.kubevirt.io/tdx",
@@ -125,6 +127,11 @@ def test_a_toy_mode_in_the_policy_alone_reaches_every_consumer_of_it(tmp_path):
         "run confidential.tee.cluster with tee_key_pool_mode: toy for n1: its pool counts the keys of guests "
         "outside Kubernetes"
     )
-    assert seen["strategies"] == {"kubevirt": "kata-overhead-on-kubevirt", "toy": "reconciling", "nfd": "split-nodes"}
+    assert seen["strategies"] == {
+        "toy": "reconciling",
+        "kernel": "kernel-pool",
+        "kubevirt": "kata-overhead-on-kubevirt",
+        "nfd": "split-nodes",
+    }
     assert seen["strategy_exists"] is True
     assert ", reconciling (one toy pool: confidential.tee.cluster with tee_key_pool_mode: toy) 3;" in seen["conclusion"]
