@@ -14,7 +14,12 @@ from collections.abc import Mapping
 import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.yaml.dumper import AnsibleDumper
-from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import (
+    gpu_cc,
+    inputs,
+    key_agent,
+    kubevirt_objects,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
@@ -33,6 +38,7 @@ _ERRORS = (
     KeyPoolError,
     KubeVirtConfigError,
     gpu_cc.GpuCcError,
+    key_agent.KeyAgentError,
     osc.OpenShiftConfigError,
     manifests.ManifestError,
     KeyError,
@@ -63,6 +69,10 @@ def kata_runtimeclasses(
 
 def kubevirt_cc(plan, nodes, options):
     return kubevirt_objects.render(plan, nodes, options)
+
+
+def kernel_key_pool(plan, options=None):
+    return key_agent.render(plan, options)
 
 
 def openshift_sandboxed(
@@ -200,6 +210,7 @@ class FilterModule:
             nfd_stale_rules,
             kata_runtimeclasses,
             kubevirt_cc,
+            kernel_key_pool,
             openshift_sandboxed,
             gpu_cc_kubelet_dropin,
             gpu_cc_containerd_dropin,
