@@ -1,7 +1,7 @@
-"""module_utils' wings import strictly downward: common < host < boot < {attestation, cluster} < fleet.
+"""module_utils' wings import strictly downward: common < host < boot < {attestation, cluster} < {fleet, agent}.
 
 A wing may import itself and any wing of a lower rank, never one of its own rank or above (attestation and
-cluster are siblings: neither may import the other). ``common`` imports nothing outside itself.
+cluster are siblings: neither may import the other; so are fleet and agent). ``common`` imports nothing outside itself.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[4] / "plugins" / "module_utils"
 PREFIX = "ansible_collections.confidential.tee.plugins.module_utils."
-RANK = {"common": 0, "host": 1, "boot": 2, "attestation": 3, "cluster": 3, "fleet": 4}
+RANK = {"common": 0, "host": 1, "boot": 2, "attestation": 3, "cluster": 3, "fleet": 4, "agent": 4}
 
 
 def _imported(tree: ast.AST) -> list[str]:
