@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible_collections.confidential.tee.plugins.module_utils.host import key_agent_unit
+from ansible_collections.confidential.tee.plugins.module_utils.host import key_agent_unit as unit
 from ansible_collections.confidential.tee.plugins.plugin_utils import agent_files
 from ansible_collections.confidential.tee.plugins.plugin_utils.filter_refusal import refusing
 
@@ -23,10 +23,10 @@ def key_agent_files(prefix):
 
 def key_agent_unit(options):
     """The text of confidential-tee-key-agent.service (module_utils/host/key_agent_unit.py)."""
-    return key_agent_unit.unit_text(options)
+    return unit.unit_text(options)
 
 
 class FilterModule:
     def filters(self):
-        errors = (agent_files.AgentFilesError, key_agent_unit.KeyAgentUnitError, OSError, ValueError)
+        errors = (agent_files.AgentFilesError, unit.KeyAgentUnitError, OSError, ValueError)
         return {f.__name__: refusing(f.__name__, f, errors) for f in (key_agent_files, key_agent_unit)}

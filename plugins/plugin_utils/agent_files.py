@@ -67,7 +67,7 @@ def agent_files(root) -> list[str]:
     version = next((name for name in VERSION_FILES if (root / name).is_file()), None)
     if version is None:
         raise AgentFilesError("%s has neither MANIFEST.json nor galaxy.yml: the agent could not say its version" % root)
-    return sorted(seen) + [version]
+    return [*sorted(seen), version]
 
 
 def host_files(root, dest: str) -> list[dict]:

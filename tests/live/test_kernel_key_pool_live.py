@@ -131,7 +131,9 @@ def kernel_cluster(live_cluster, tmp_path_factory, ansible_playbook_cli, recap_c
     try:
         yield live_cluster, outcome
     finally:
-        live_cluster.kubectl("delete", CLUSTER_KINDS, "-l", "app.kubernetes.io/managed-by=confidential.tee", check=False)
+        owned = "app.kubernetes.io/managed-by=confidential.tee"
+        live_cluster.kubectl("delete", CLUSTER_KINDS, "-l", owned, check=False)
+        live_cluster.kubectl("delete", "roles,rolebindings", "-n", "default", "-l", owned, check=False)
         live_cluster.kubectl("delete", "runtimeclasses.node.k8s.io", "kata-qemu-tdx", "--ignore-not-found", check=False)
         live_cluster.kubectl("delete", "pods", "-n", NAMESPACE, "--all", "--wait=false", check=False)
         # No controller-manager here finalizes a Namespace: deleted, it stays Terminating; the name is this file's own.
@@ -187,9 +189,8 @@ def test_a_container_that_already_charges_the_pool_keeps_its_count(kernel_cluste
 
 def _agent_kubeconfig(cluster, tmp_path, pod_name: str) -> str:
     """A kubeconfig holding a token of the agent's service account bound to ``pod_name`` (as the kubelet mounts it)."""
-    token = cluster.kubectl(
-        "create", "token", "tee-key-agent", "-n", NAMESPACE, "--bound-object-kind=Pod", f"--bound-object-name={pod_name}"
-    ).stdout.strip()
+    bound = ("--bound-object-kind=Pod", f"--bound-object-name={pod_name}")
+    token = cluster.kubectl("create", "token", "tee-key-agent", "-n", NAMESPACE, *bound).stdout.strip()
     plane = cluster.plane
     config = {
         "apiVersion": "v1",

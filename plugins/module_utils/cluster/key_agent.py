@@ -53,13 +53,17 @@ _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:@-]*[a-z0-9]\Z")
 _INTERVAL = re.compile(r"[0-9]+(\.[0-9]+)?\Z")
 LOG_FORMATS = ("text", "json")
 
-# Why each permission is there (docs/cluster.md's RBAC table is written from these reasons).
+# Why each permission is there (docs/cluster.md's RBAC table is written from these reasons): exactly the requests of
+# plugins/module_utils/agent/kube.py (GET /api/v1/pods?fieldSelector=spec.nodeName=..., GET and PATCH .../status of
+# its Node, POST of an Event into "default", where the kubelet puts node events). A ClusterRole for the Nodes and
+# pods (cluster-scoped, or every namespace); a Role in "default" only for the Events.
 RBAC_RULES = (
     (
         "",
         "pods",
-        ("get", "list", "watch"),
-        "count the keys of the guests bound to its node (Kata pods, virt-launchers)",
+        ("list",),
+        "count the keys of the guests bound to its node (Kata pods, virt-launchers), by a list "
+        "filtered on spec.nodeName",
     ),
     ("", "nodes", ("get",), "read its Node's capacity, allocatable and conditions before changing them"),
     (
@@ -68,8 +72,9 @@ RBAC_RULES = (
         ("patch",),
         "write the pool's capacity and allocatable and its ConfidentialTeeKeyPool condition",
     ),
-    ("", "events", ("create",), "say on its Node when it shrinks the pool on doubt"),
 )
+EVENT_RULES = (("", "events", ("create",), "say on its Node, in namespace default, when it shrinks the pool on doubt"),)
+EVENTS_NAMESPACE = "default"
 
 
 class KeyAgentError(TeeError):
@@ -177,23 +182,35 @@ def _meta(name: str, namespace: str | None = None) -> dict:
     return meta
 
 
-def rbac_objects(namespace: str) -> list:
-    """The agent's ServiceAccount, its ClusterRole (the verbs of :data:`RBAC_RULES`, nothing else) and binding."""
-    rules = [
-        {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
-        for group, resource, verbs, _why in RBAC_RULES
+def _rules(table) -> list:
+    return [
+        {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)} for group, resource, verbs, _ in table
     ]
+
+
+def _role_pair(kind: str, namespace: str | None, rules: list, subject: dict) -> list:
+    """A (Cluster)Role and its (Cluster)RoleBinding, both named :data:`NAME`."""
+    api = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": api, "kind": kind, "metadata": _meta(NAME, namespace), "rules": rules},
+        {
+            "apiVersion": api,
+            "kind": kind + "Binding",
+            "metadata": _meta(NAME, namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": NAME},
+            "subjects": [subject],
+        },
+    ]
+
+
+def rbac_objects(namespace: str) -> list:
+    """The agent's ServiceAccount, a ClusterRole with :data:`RBAC_RULES` and a Role in ``default`` with
+    :data:`EVENT_RULES` (nothing else), and their bindings."""
     subject = {"kind": "ServiceAccount", "name": NAME, "namespace": namespace}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(NAME), "rules": rules},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": _meta(NAME),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-            "subjects": [subject],
-        },
+        *_role_pair("ClusterRole", None, _rules(RBAC_RULES), subject),
+        *_role_pair("Role", EVENTS_NAMESPACE, _rules(EVENT_RULES), subject),
     ]
 
 

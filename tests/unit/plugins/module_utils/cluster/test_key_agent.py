@@ -43,6 +43,8 @@ def test_the_objects_in_apply_order():
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
         "MutatingAdmissionPolicy",
@@ -88,19 +90,18 @@ def test_rbac_grants_exactly_the_verbs_the_agent_uses_and_no_wildcard():
     objects = _by_kind(_render(namespace="tee-agents")["objects"])
     rules = objects["ClusterRole"]["rules"]
     granted = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in rules}
-    assert granted == {
-        ("", "pods"): {"get", "list", "watch"},
-        ("", "nodes"): {"get"},
-        ("", "nodes/status"): {"patch"},
-        ("", "events"): {"create"},
-    }
+    assert granted == {("", "pods"): {"list"}, ("", "nodes"): {"get"}, ("", "nodes/status"): {"patch"}}
     assert all(len(r["apiGroups"]) == len(r["resources"]) == 1 for r in rules)
+    # Events only where the agent posts them (kube.py: namespace default, as the kubelet's node events).
+    assert objects["Role"]["metadata"]["namespace"] == "default"
+    assert objects["Role"]["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert objects["RoleBinding"]["subjects"] == objects["ClusterRoleBinding"]["subjects"]
     assert objects["ClusterRoleBinding"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "tee-key-agent", "namespace": "tee-agents"}
     ]
     assert objects["ServiceAccount"]["metadata"]["namespace"] == "tee-agents"
     # Every permission has its reason (docs/cluster.md's RBAC table).
-    assert all(len(reason) > 20 for *_rule, reason in key_agent.RBAC_RULES)
+    assert all(len(reason) > 20 for *_rule, reason in key_agent.RBAC_RULES + key_agent.EVENT_RULES)
 
 
 def test_the_admission_policy_matches_virt_launcher_pod_creation_and_names_both_resources():
