@@ -120,7 +120,9 @@ def test_the_installed_agent_runs_alone_against_a_simulated_node(tmp_path, ansib
     )
     assert once.returncode == 0, once.stderr
     decided = json.loads(once.stdout)
-    assert decided["node"] == "tdx-1"
+    assert decided["node"] == "tdx-1" and decided["written"] is False
+    (pool,) = decided["pools"]
+    assert pool["misc"] == "tdx" and pool["resource"] == "tdx.intel.com/keys" and pool["capacity"] > 0
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
