@@ -173,3 +173,12 @@ def test_every_object_passes_the_real_schemas_strictly(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("passed") == len(objects)
+
+
+def test_the_docs_rbac_table_is_the_rules():
+    text = (Path(__file__).resolve().parents[5] / "docs" / "cluster.md").read_text()
+    table = text.split("<!-- rbac-table -->", 1)[1].split("<!-- /rbac-table -->", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.strip().splitlines()[2:]]
+    documented = [(row[1].split()[0].strip("`"), row[2], row[3]) for row in rows]
+    rules = [(res, ", ".join(verbs), why) for _g, res, verbs, why in key_agent.RBAC_RULES + key_agent.EVENT_RULES]
+    assert documented == rules
