@@ -36,9 +36,11 @@ POLICY_PREFIX = "confidential-tee-key-pool-"
 OWN_NODE_POLICY = "confidential-tee-key-agent-own-node"
 DEFAULT_NAMESPACE = "confidential-tee"
 IMAGE_REPOSITORY = "localhost/confidential-tee/key-agent"
-# Where the DaemonSet mounts the host's cgroup tree; the agent reads <host root>/sys/fs/cgroup/misc.*.
+# Where the DaemonSet mounts the host's trees, read-only: the agent reads <host root>/sys/fs/cgroup/misc.* and, on AMD,
+# <host root>/sys/module/kvm_amd/parameters/ciphertext_hiding_asids (the SNP range; /sys/module because kvm_amd's
+# directory exists only on AMD hosts, and a hostPath of type Directory must exist).
 HOST_ROOT = "/host"
-CGROUP = "/sys/fs/cgroup"
+HOST_MOUNTS = (("cgroup", "/sys/fs/cgroup"), ("modules", "/sys/module"))
 # The image's non-root user (Containerfile): misc.capacity and misc.current are world-readable (0444).
 AGENT_UID = 65532
 # KubeVirt's label on every virt-launcher pod (kubevirt.io/api core/v1 AppLabel = "kubevirt.io").
@@ -237,7 +239,7 @@ def _agent_container(opts: dict) -> dict:
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "cgroup", "mountPath": HOST_ROOT + CGROUP, "readOnly": True}],
+        "volumeMounts": [{"name": name, "mountPath": HOST_ROOT + path, "readOnly": True} for name, path in HOST_MOUNTS],
     }
 
 
@@ -263,7 +265,7 @@ def daemonset(nodes: list, opts: dict) -> dict:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [_agent_container(opts)],
-        "volumes": [{"name": "cgroup", "hostPath": {"path": CGROUP, "type": "Directory"}}],
+        "volumes": [{"name": name, "hostPath": {"path": path, "type": "Directory"}} for name, path in HOST_MOUNTS],
         "terminationGracePeriodSeconds": 10,
     }
     if opts["priority_class"]:

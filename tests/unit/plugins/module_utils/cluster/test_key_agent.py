@@ -56,7 +56,7 @@ def test_the_objects_in_apply_order():
     assert rendered["policies"] == ["confidential-tee-key-pool-tdx"]
 
 
-def test_the_daemonset_runs_only_on_the_kernel_nodes_reading_the_host_cgroups_read_only():
+def test_the_daemonset_runs_only_on_the_kernel_nodes_reading_the_host_trees_read_only():
     ds = _by_kind(_render(reserve={"tdx": 2, "sev_es": 0})["objects"])["DaemonSet"]
     pod = ds["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -74,8 +74,14 @@ def test_the_daemonset_runs_only_on_the_kernel_nodes_reading_the_host_cgroups_re
         "--reserve=tdx=2",
     ]
     assert container["env"] == [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
-    assert container["volumeMounts"] == [{"name": "cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": True}]
-    assert pod["volumes"] == [{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}]
+    assert container["volumeMounts"] == [
+        {"name": "cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": True},
+        {"name": "modules", "mountPath": "/host/sys/module", "readOnly": True},
+    ]
+    assert pod["volumes"] == [
+        {"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}},
+        {"name": "modules", "hostPath": {"path": "/sys/module", "type": "Directory"}},
+    ]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
