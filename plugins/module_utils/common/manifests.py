@@ -16,6 +16,12 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.file_names
 
 KIND_ORDER = {
     "Namespace": 0,
+    # RBAC before the workloads that use it (the key agent's, issue 45).
+    "ServiceAccount": 1,
+    "ClusterRole": 2,
+    "Role": 2,
+    "ClusterRoleBinding": 3,
+    "RoleBinding": 3,
     "Secret": 5,
     "ConfigMap": 10,
     "NodeFeatureRule": 20,
@@ -26,6 +32,11 @@ KIND_ORDER = {
     "KataConfig": 60,
     "Service": 70,
     "Deployment": 80,
+    # Admission policies before the key agent's DaemonSet: a pod created before them would not be charged.
+    "ValidatingAdmissionPolicy": 82,
+    "ValidatingAdmissionPolicyBinding": 83,
+    "MutatingAdmissionPolicy": 82,
+    "MutatingAdmissionPolicyBinding": 83,
     "DaemonSet": 85,
 }
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
