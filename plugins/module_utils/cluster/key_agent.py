@@ -186,7 +186,7 @@ def _meta(name: str, namespace: str | None = None) -> dict:
 
 def _rules(table) -> list:
     return [
-        {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)} for group, resource, verbs, _ in table
+        {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)} for group, resource, verbs, _why in table
     ]
 
 
