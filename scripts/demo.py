@@ -21,10 +21,13 @@ import yaml
 from steps import BIN, REPO, ansible_env, exit_with, run, shown, step
 
 NODE = "sim-tdx-node"
-# Where strategies tie, the conclusion names first the recommendation of docs/simulator.md.
-PREFERRED = ("unified-reconciling",)
+# Where strategies tie, the conclusion names first the mode the collection deploys (its node agent's pool), then the
+# recommendation of docs/simulator.md.
+KERNEL_POOL = "kernel-pool"  # what confidential.tee deploys with tee_key_pool_mode: kernel
+PREFERRED = (KERNEL_POOL, "unified-reconciling")
 ONE_STATIC_POOL = "kata-overhead-on-kubevirt"  # what confidential.tee.cluster renders with tee_key_pool_mode: kubevirt
 WHAT = {
+    KERNEL_POOL: "one pool the node agent keeps at what the kernel has free: tee_key_pool_mode: kernel",
     "unified-reconciling": "one pool that reads misc.current",
     "reconciling": "KubeVirt's pool reconciled with misc.current",
     "secure-guest-resources": "one pool lowered by the keys reserved for VMs outside Kubernetes",

@@ -51,9 +51,13 @@ options:
         choices: [kata, kubevirt]
         default: []
       mode:
-        description: Which advertiser holds the node's pool.
+        description:
+          - Which advertiser holds the node's pool.
+          - C(kernel) is one pool under NFD's (Kata's) resource name, written into the Node's status by the node
+            agent C(tee-key-agent) at the keys the kernel has free for Kubernetes; KubeVirt VMIs request it through a
+            MutatingAdmissionPolicy (RV(kernel)).
         type: str
-        choices: [auto, kubevirt, nfd]
+        choices: [auto, kubevirt, nfd, kernel]
         default: auto
       qgs:
         description:
@@ -127,6 +131,13 @@ kubevirt:
       C(excluded_nodes) where virt-handler must not run.
   returned: always
   type: dict
+kernel:
+  description:
+    - Per TEE with nodes in C(kernel) mode, the pool C(resource), the C(nodes) the agent runs on, and
+      C(kubevirt_resource) (the KubeVirt resource the admission policy keys on) where such a node runs VMIs.
+  returned: always
+  type: dict
+  sample: {tdx: {resource: tdx.intel.com/keys, nodes: [tdx-1], kubevirt_resource: devices.kubevirt.io/tdx}}
 summary:
   description: One line per node saying which resource is its pool and who charges it.
   returned: always

@@ -62,10 +62,11 @@ def test_demo_ends_with_one_conclusion_line(demo):
     last = completed.stdout.rstrip().splitlines()[-1]
     report = json.loads((out / "report" / "report.json").read_text())
     double = report["strategies"]["double-pool"]["metrics"]
-    unified = report["strategies"]["unified-reconciling"]["metrics"]
+    kernel = report["strategies"]["kernel-pool"]["metrics"]
     assert last.startswith("Conclusion: under the double pool (Kata and KubeVirt each advertise all 63 keys) ")
     assert f" {double['failed_launches']} launches failed on sim-tdx-node (" in last
-    assert unified["failed_launches"] == 0 and "unified-reconciling (one pool that reads misc.current) had none" in last
+    deployed = "kernel-pool (one pool the node agent keeps at what the kernel has free: tee_key_pool_mode: kernel)"
+    assert kernel["failed_launches"] == 0 and kernel["pending_at_end"] == 0 and f"{deployed} had none" in last
     assert last.endswith(f"; timeline: {out / 'report' / 'timeline-sim-tdx-node.png'}")
     assert completed.stdout.count("Conclusion:") == 1
 
@@ -98,6 +99,10 @@ def test_the_conclusion_names_the_strategy_that_starts_every_guest():
     assert "5 launches failed on sim-tdx-node (kata 5); reconciling (KubeVirt's pool reconciled" in line
     report["strategies"]["reconciling"] = result(1)
     assert "; reconciling (KubeVirt's pool reconciled with misc.current) had 1;" in demo.conclusion(report, Path("t"))
+    # A tie: the mode the collection deploys is named first.
+    report["strategies"]["unified-reconciling"] = result(0)
+    report["strategies"]["kernel-pool"] = result(0)
+    assert "; kernel-pool (one pool the node agent keeps" in demo.conclusion(report, Path("t"))
     report["strategies"]["double-pool"] = result(0)
     assert demo.conclusion(report, Path("t")).startswith("Conclusion: no launch failed on sim-tdx-node")
 

@@ -29,8 +29,8 @@ import yaml
 from teesim.fixtures import k8s_objects
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# A test file written but not yet green against the built control plane goes here until it is (none now).
-collect_ignore = []
+# A test file written but not yet green against the built control plane goes here until it is.
+collect_ignore = ["test_kernel_pool_agent_live.py"]
 CLUSTER_PLAYBOOK = REPO_ROOT / "playbooks" / "cluster.yml"
 RULE = "confidential-tee-keys"
 # The simulated nodes: vendor for their teesim host tree, address and the labels NFD would have put on them.

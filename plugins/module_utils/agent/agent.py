@@ -23,7 +23,9 @@ import time
 
 from ansible_collections.confidential.tee.plugins.module_utils.agent import decision
 from ansible_collections.confidential.tee.plugins.module_utils.agent.kube import KubeClient, KubeError
-from ansible_collections.confidential.tee.plugins.module_utils.host import misc_cgroup
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.host import misc_cgroup, sev_asids
 
 LOG = logging.getLogger("tee-key-agent")
 DEFAULT_RESYNC = 10.0
@@ -50,6 +52,14 @@ class Round:
             "written": self.written,
             "error": self.error,
         }
+
+
+def snp_range(host_root: str) -> tuple[int | None, tuple]:
+    """The SNP ASID count under AMD ciphertext hiding (``None``: no split), and a doubt when it cannot be read."""
+    found = sev_asids.read_ciphertext_hiding(HostReader(host_root), True)
+    if found["problem"]:
+        return 0, (decision.Doubt(decision.REASON_SNP_RANGE_UNKNOWN, f"{found['path']}: {found['problem']}"),)
+    return (found["asids"] or None), ()
 
 
 def _kernel_doubts(state: misc_cgroup.MiscState) -> tuple:
@@ -123,18 +133,23 @@ class Agent:
 
     def decide(self) -> Round:
         state = misc_cgroup.read_misc_state(self.host_root)
+        on_node = self.on_node or {}
         if not state.layout.present:
-            return self._nothing(decision.REASON_NO_MISC, state.layout.reason or "no misc cgroup controller")
+            why = state.layout.reason or "no misc cgroup controller"
+            # Values this agent advertised before go to 0: a pool nobody can read is no pool.
+            gone = decision.Doubt(decision.REASON_NO_MISC, why)
+            stale = [decision.decide(decision.MISC_OF_POOL[r], None, None, None, doubts=(gone,)) for r in on_node]
+            return Round(stale, _condition(stale), note=why) if stale else self._nothing(decision.REASON_NO_MISC, why)
         pods, pod_doubt = self.read_pods()
         kernel_doubts = _kernel_doubts(state)
-        on_node = self.on_node or {}
         decisions = []
         for misc, resource in decision.POOL_RESOURCES.items():
             entry = state.entry(misc)
             if entry.capacity == 0 and resource not in on_node:
                 continue  # this host has none of it and we never advertised it: nothing to say
             running = None if pods is None else decision.k8s_running(pods, self.node, resource)
-            doubts = kernel_doubts + ((pod_doubt,) if pod_doubt else ())
+            limit, range_doubts = snp_range(self.host_root) if misc == tee.SEV_ES else (None, ())
+            doubts = kernel_doubts + range_doubts + ((pod_doubt,) if pod_doubt else ())
             found = decision.decide(
                 misc,
                 entry.capacity,
@@ -143,6 +158,7 @@ class Agent:
                 reserve=self.reserve.get(misc, 0),
                 previous=on_node.get(resource),
                 doubts=doubts,
+                limit=limit,
             )
             decisions.append(found)
         if not decisions:

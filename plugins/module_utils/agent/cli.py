@@ -118,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     version = collection_version()
     try:
-        client = _client(args, version) if (args.kubeconfig or not args.once) else None
+        client = _client(args, version)
     except kube.KubeError as exc:
-        print(f"tee-key-agent: {exc}", file=sys.stderr)
-        return 1
+        if args.kubeconfig or not args.once:
+            print(f"tee-key-agent: {exc}", file=sys.stderr)
+            return 1
+        client = None  # --once outside a pod without --kubeconfig: decide from the kernel alone
     agent = Agent(args.node, args.host_root, client, dict(args.reserve), dry_run=args.dry_run or args.once)
     if args.once:
         agent.refresh_node(force=True)

@@ -44,6 +44,7 @@ REASON_CAPACITY_UNKNOWN = "CapacityUnreadable"
 REASON_CURRENT_UNKNOWN = "UsageUnreadable"
 REASON_PODS_UNKNOWN = "PodListUnavailable"
 REASON_OVER_CAPACITY = "UsageAboveCapacity"
+REASON_SNP_RANGE_UNKNOWN = "SnpRangeUnknown"
 
 
 class Doubt(Record):
@@ -58,7 +59,18 @@ class Doubt(Record):
 class PoolDecision(Record):
     """The pool of one misc resource after one decision, and every number it came from."""
 
-    __slots__ = ("capacity", "current", "doubts", "external", "k8s_running", "misc", "pool", "reserve", "resource")
+    __slots__ = (
+        "capacity",
+        "current",
+        "doubts",
+        "external",
+        "k8s_running",
+        "limit",
+        "misc",
+        "pool",
+        "reserve",
+        "resource",
+    )
 
     def __init__(
         self,
@@ -70,9 +82,11 @@ class PoolDecision(Record):
         external: int | None,
         reserve: int,
         doubts: tuple[Doubt, ...] = (),
+        limit: int | None = None,
     ) -> None:
         self.misc, self.pool, self.capacity, self.current = misc, pool, capacity, current
         self.k8s_running, self.external, self.reserve, self.doubts = k8s_running, external, reserve, doubts
+        self.limit = limit
         self.resource = POOL_RESOURCES.get(misc, misc)
 
     @property
@@ -81,8 +95,9 @@ class PoolDecision(Record):
 
     def explain(self) -> str:
         """One line: the value and why, as the agent logs it."""
+        capacity = _shown(self.capacity) if self.limit is None else f"{_shown(self.capacity)} (SNP range {self.limit})"
         numbers = (
-            f"capacity {_shown(self.capacity)} - external {_shown(self.external)} - reserve {self.reserve}"
+            f"capacity {capacity} - external {_shown(self.external)} - reserve {self.reserve}"
             f" (current {_shown(self.current)}, Kubernetes guests charged {_shown(self.k8s_running)})"
         )
         text = f"{self.resource} = {self.pool}: {numbers}"
@@ -100,6 +115,7 @@ class PoolDecision(Record):
             "k8s_running": self.k8s_running,
             "external": self.external,
             "reserve": self.reserve,
+            "snp_range": self.limit,
             "reason": self.reason,
             "doubts": [{"reason": d.reason, "message": d.message} for d in self.doubts],
         }
@@ -117,12 +133,18 @@ def decide(
     reserve: int = 0,
     previous: int | None = None,
     doubts: tuple[Doubt, ...] = (),
+    limit: int | None = None,
 ) -> PoolDecision:
     """The pool of ``misc`` from the kernel's numbers and the keys Kubernetes guests hold (see the module text).
 
     ``None`` is unknown: ``capacity`` or ``current`` unknown gives 0, ``k8s_running`` unknown counts every used
     key as external. ``doubts`` are what the caller could not trust in its inputs; with any doubt the pool is also
     kept at or below ``previous`` (the value published before), so a doubtful reading never grows the pool.
+
+    ``limit``: the most keys these guests can get whatever ``misc.capacity`` says. AMD ciphertext hiding gives SNP
+    guests ASIDs 1..N only while ``misc.capacity sev_es`` stays the joint count (host/sev_asids.py), and
+    ``misc.current sev_es`` cannot tell SNP from SEV-ES guests: counting every used key against the SNP range
+    (``min(capacity, N) - external``) can only hide too many, never too few.
     """
     reserve = max(0, reserve)
     found = list(doubts)
@@ -143,13 +165,14 @@ def decide(
             )
         )
     if capacity is None or current is None:
-        return PoolDecision(misc, 0, capacity, current, k8s_running, None, reserve, tuple(found))
+        return PoolDecision(misc, 0, capacity, current, k8s_running, None, reserve, tuple(found), limit)
     held = min(max(k8s_running or 0, 0), current)
     external = current - held
-    pool = max(0, capacity - external - reserve)
+    usable = capacity if limit is None else min(capacity, max(limit, 0))
+    pool = max(0, usable - external - reserve)
     if found and previous is not None:
         pool = min(pool, max(previous, 0))
-    return PoolDecision(misc, pool, capacity, current, k8s_running, external, reserve, tuple(found))
+    return PoolDecision(misc, pool, capacity, current, k8s_running, external, reserve, tuple(found), limit)
 
 
 # -- which pods hold a key the kernel charges ------------------------------------------------------------------

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import key_pools
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     DNS1123_SUBDOMAIN_MAX,
@@ -44,7 +45,7 @@ CLUSTER_VARS = (
     "kubevirt_cc_qgs_socket_path",
 )
 CONSUMERS = (tee.KATA, tee.KUBEVIRT)
-MODES = ("auto", "kubevirt", "nfd")
+MODES = key_pools.MODES  # the one list: the inputs are checked before the plan
 # The strings ansible-core's boolean() reads (module_utils/parsing/convert_bool.py, 2.19); anything else is an error.
 _TRUE = ("y", "yes", "on", "1", "true", "t")
 _FALSE = ("n", "no", "off", "0", "false", "f")

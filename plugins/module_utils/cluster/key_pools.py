@@ -41,7 +41,11 @@ KUBEVIRT = tee.KUBEVIRT
 CONSUMERS = (KATA, KUBEVIRT)
 # How many node names a line of the plan's overview shows before it counts the rest.
 OVERVIEW_NAMES_SHOWN = 5
-MODES = ("auto", "kubevirt", "nfd")
+MODES = ("auto", "kubevirt", "nfd", "kernel")
+# kernel: one pool per node under NFD's (Kata's) resource name, written into the Node's status by the node agent
+# (tee-key-agent, plugins/module_utils/agent) at what the kernel has free; VMIs request it through an admission policy.
+KERNEL = "kernel"
+AGENT = "agent"
 
 # Per CPU vendor: the TEE, the misc resource its keys come from, and both advertisers.
 VENDORS = {
@@ -134,16 +138,21 @@ def _snp_asids(name: str, vendor: str, split: object) -> int | None:
 
 
 def _fix_both(node: dict, info: dict) -> str:
+    kernel = (
+        "set tee_key_pool_mode: kernel for %s (one pool %s kept by the node agent at the keys the kernel has free, "
+        "which VMIs request too; it also sees VMs outside Kubernetes)" % (node["name"], info["nfd_resource"])
+    )
     if info["kubevirt_counts_keys"]:
         return (
-            "set tee_key_pool_mode: kubevirt for %s (Kata's RuntimeClass overhead then requests %s, and NFD "
+            "%s, or set tee_key_pool_mode: kubevirt for %s (Kata's RuntimeClass overhead then requests %s, and NFD "
             "publishes labels only), or remove kubevirt from its tee_node_consumers (virt-handler is then kept "
-            "off the node and NFD's %s is the pool)" % (node["name"], info["kubevirt_resource"], info["nfd_resource"])
+            "off the node and NFD's %s is the pool)"
+            % (kernel, node["name"], info["kubevirt_resource"], info["nfd_resource"])
         )
     return (
-        "run Kata and KubeVirt SEV-SNP guests on different nodes: remove kata or kubevirt from the "
+        "%s, or run Kata and KubeVirt SEV-SNP guests on different nodes: remove kata or kubevirt from the "
         "tee_node_consumers of %s (KubeVirt's %s counts virt-handler --max-devices, not keys, so Kata's "
-        "overhead cannot share it)" % (node["name"], info["kubevirt_resource"])
+        "overhead cannot share it)" % (kernel, node["name"], info["kubevirt_resource"])
     )
 
 
@@ -198,6 +207,8 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
         )
     if not node["consumers"]:
         pool = None
+    elif mode == KERNEL:
+        pool = {"resource": info["nfd_resource"], "advertiser": AGENT, "counts_keys": True}
     elif mode == "kubevirt":
         pool = {
             "resource": info["kubevirt_resource"],
@@ -214,9 +225,11 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
         "consumers": node["consumers"],
         "mode": mode if node["consumers"] else "none",
         "pool": pool,
-        # virt-handler must run where KubeVirt's plugin is the pool, and must not where NFD's is.
-        "virt_handler": bool(node["consumers"]) and mode == "kubevirt",
+        # virt-handler must run where KubeVirt's plugin is the pool, and must not where NFD's is; in kernel mode it
+        # runs for the node's VMIs (its plugin stays capacity-sized, the agent's pool binds).
+        "virt_handler": bool(node["consumers"]) and (mode == "kubevirt" or (mode == KERNEL and kubevirt)),
         "nfd_extended_resource": bool(node["consumers"]) and mode == "nfd",
+        "key_agent": bool(node["consumers"]) and mode == KERNEL,
         # Ciphertext hiding: the SNP range the NFD pool must advertise instead of the joint sev_es count.
         "snp_asids": node["snp_asids"],
     }
@@ -242,6 +255,41 @@ def _kata_pools(nodes: list, problems: list) -> dict:
     return kata
 
 
+def _kernel_plan(nodes: list, problems: list) -> dict:
+    """Per TEE with kernel-mode nodes: the pool resource, the nodes the agent runs on, and KubeVirt's resource the
+    admission policy keys on (only where a kernel-mode node runs VMIs).
+
+    The policy cannot know where a launcher pod will land, so it adds the pool to every TDX (SEV) launcher pod:
+    a VMI then fits only on nodes that advertise the pool, and every KubeVirt node of that TEE must be in kernel mode.
+    """
+    kernel = {}
+    for vendor, info in sorted(VENDORS.items()):
+        members = [n for n in nodes if n["vendor"] == vendor and n["key_agent"]]
+        if not members:
+            continue
+        entry = {"resource": info["nfd_resource"], "nodes": [n["name"] for n in members]}
+        if any(KUBEVIRT in n["consumers"] for n in members):
+            entry["kubevirt_resource"] = info["kubevirt_resource"]
+            others = [n["name"] for n in nodes if n["vendor"] == vendor and KUBEVIRT in n["consumers"]]
+            outside = [name for name in others if name not in entry["nodes"]]
+            if outside:
+                problems.append(
+                    "the admission policy of tee_key_pool_mode kernel adds %s to every %s VMI's launcher pod, but the "
+                    "KubeVirt %s nodes %s are in another mode (their VMIs could no longer be scheduled). Fix: give "
+                    "every KubeVirt %s node tee_key_pool_mode: kernel (now on %s)"
+                    % (
+                        info["nfd_resource"],
+                        info["tee"].upper(),
+                        info["tee"].upper(),
+                        ", ".join(outside),
+                        info["tee"].upper(),
+                        ", ".join(entry["nodes"]),
+                    )
+                )
+        kernel[info["tee"]] = entry
+    return kernel
+
+
 def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = False) -> dict:
     """The key-pool plan for ``nodes`` (dicts with name, vendor, consumers, mode), or :class:`KeyPoolError`.
 
@@ -258,6 +306,7 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
     warnings: list = []
     resolved = [_resolve(n, rule_name, problems, warnings) for n in sorted(parsed, key=lambda n: n["name"])]
     kata = _kata_pools(resolved, problems)
+    kernel = _kernel_plan(resolved, problems)
     if openshift and len(kata) > 1:
         problems.append(
             "OpenShift's kata-cc RuntimeClass serves TDX and SNP nodes alike but can request only one key "
@@ -271,6 +320,7 @@ def plan(nodes, rule_name: str = "confidential-tee-keys", openshift: bool = Fals
         "kata": kata,
         "nfd": _nfd_plan(resolved),
         "kubevirt": _kubevirt_plan(resolved),
+        "kernel": kernel,
         "summary": [summary_line(n) for n in resolved],
         "overview": overview_lines(resolved),
         "warnings": warnings,
@@ -345,7 +395,11 @@ def _decision(node: dict) -> str:
         return "no consumers, no key pool; NFD labels only"
     pool = node["pool"]
     who = " and ".join(node["consumers"])
-    if pool["advertiser"] == "kubevirt":
+    if pool["advertiser"] == AGENT:
+        source = "the node agent tee-key-agent (Node status, at the keys the kernel has free for Kubernetes)"
+        if KUBEVIRT in node["consumers"]:
+            source += "; VMIs request it through the admission policy"
+    elif pool["advertiser"] == "kubevirt":
         source = "KubeVirt's virt-handler device plugin"
     elif node.get("snp_asids") is not None:
         source = (

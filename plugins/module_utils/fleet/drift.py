@@ -246,15 +246,18 @@ def _total(counts):
 # ``{node}`` is the node (``these nodes`` for fleet findings). Where the collection has no remedy, it says so.
 _ONE_POOL = "run confidential.tee.cluster with tee_key_pool_mode set for {node}: "
 COLLECTION_REMEDY = {
-    ("double_pool", "tdx"): _ONE_POOL + "kubevirt (Kata's RuntimeClass overhead then requests KubeVirt's "
-    "devices.kubevirt.io/tdx and NFD publishes labels only), or nfd where KubeVirt does not run; it refuses any plan "
-    "with two pools for the same keys",
-    ("double_pool", None): "on AMD, Kata and KubeVirt cannot share one pool (KubeVirt's SEV device counts no "
-    "ASIDs): run confidential.tee.cluster with tee_node_consumers: [kata] and tee_key_pool_mode: nfd for {node} "
-    "(virt-handler kept off), KubeVirt VMs on other nodes",
-    ("external_usage", None): "confidential.tee.cluster has no reservation for guests outside Kubernetes (no pool "
-    "mode counts them): keep such VMs off the nodes in tee_nodes or run them as KubeVirt VMs, and gate on free keys "
-    "with confidential.tee.tee_capacity_check (min_free)",
+    ("double_pool", "tdx"): _ONE_POOL + "kernel (one pool tdx.intel.com/keys for Kata and VMIs that the node agent "
+    "tee-key-agent keeps at the keys the kernel has free, VMs outside Kubernetes included), or kubevirt (Kata's "
+    "RuntimeClass overhead then requests KubeVirt's devices.kubevirt.io/tdx and NFD publishes labels only), or nfd "
+    "where KubeVirt does not run; it refuses any plan with two pools for the same keys",
+    ("double_pool", None): "run confidential.tee.cluster with tee_key_pool_mode: kernel for {node}: Kata and KubeVirt "
+    "SNP guests then share one pool sev-snp.amd.com/esids that the node agent tee-key-agent keeps at the keys the "
+    "kernel has free (VMIs request it through an admission policy); or tee_node_consumers: [kata] and "
+    "tee_key_pool_mode: nfd (virt-handler kept off), KubeVirt VMs on other nodes",
+    ("external_usage", None): "run confidential.tee.cluster with tee_key_pool_mode: kernel for {node}: its node "
+    "agent tee-key-agent takes the keys used outside Kubernetes out of the pool the scheduler sees (its --reserve "
+    "keeps headroom for VMs still to start); in the other modes no pool counts them: keep such VMs off the nodes in "
+    "tee_nodes and gate on free keys with confidential.tee.tee_capacity_check (min_free)",
     ("nfd_sev_prefix", None): "confidential.tee.cluster (role nfd_tee_rules) advertises AMD keys only as "
     "sev-snp.amd.com/esids, never the sev prefix match; it does not delete rules it did not write: remove this one",
     ("stale_advertiser", None): "with confidential.tee.cluster, tee_key_pool_mode: nfd for {node} (where KubeVirt "

@@ -254,6 +254,8 @@ class SimNode:
         self._status: dict[str, int] | None = None
         self._allocatable: dict[str, int] | None = None
         self._nfd: dict[str, int] = {}
+        # Extended resources the kernel-pool agent patched into the node status (tee_key_pool_mode: kernel).
+        self._agent: dict[str, int] = {}
         # Allocatable CPU (millicores) and memory (MiB): what NodeResourcesFit filters and scores by.
         self.compute: dict[str, int] = dict(DEFAULT_COMPUTE if compute is None else compute)
         # Device-plugin resources as last written to the node status (the kubelet syncs it periodically).
@@ -314,6 +316,18 @@ class SimNode:
     def nfd(self, values: dict[str, int]) -> None:
         if values != self._nfd:
             self._nfd = values
+            self._status = self._allocatable = None
+            self._view_changed()
+
+    @property
+    def agent_pool(self) -> dict[str, int]:
+        """Extended resources the kernel-pool agent patched into the node status (capacity = allocatable)."""
+        return self._agent
+
+    @agent_pool.setter
+    def agent_pool(self, values: dict[str, int]) -> None:
+        if values != self._agent:
+            self._agent = values
             self._status = self._allocatable = None
             self._view_changed()
 
@@ -443,6 +457,7 @@ class SimNode:
         if merged is None:
             merged = dict(self.device_allocatable(now))
             merged.update(self._nfd)
+            merged.update(self._agent)
             merged.update(self.compute)
             if self._device_allocatable is not None:  # not time-dependent (no grace period running)
                 self._allocatable = merged
@@ -464,6 +479,7 @@ class SimNode:
         if merged is None:
             merged = self._status = dict(self.status_devices)
             merged.update(self._nfd)
+            merged.update(self._agent)
             merged.update(self.compute)
         return merged
 

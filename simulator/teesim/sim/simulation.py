@@ -416,7 +416,7 @@ class Simulation:
         """Keys the VMI pool's advertiser keeps for VMs outside Kubernetes."""
         if self.strategy.reserve_external:
             return self.settings.reserved.get(resource, 0)
-        if self.strategy.advertiser in (Advertiser.UNIFIED, Advertiser.DRA):
+        if self.strategy.advertiser in (Advertiser.UNIFIED, Advertiser.DRA, Advertiser.KERNEL):
             return self.settings.external_reserve.get(resource, 0)
         return 0
 

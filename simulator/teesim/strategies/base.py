@@ -26,6 +26,10 @@ The strategies (the baseline first):
   VMIs request that name too; Kata pods are accounted through their overhead (the node's bound pods),
   VMIs through pod-resources, the rest is hidden; ``external_reserve`` keys are kept for VMs outside
   Kubernetes when the operator sets it.
+* ``kernel-pool``: ``tee_key_pool_mode: kernel``, the mode the collection deploys: the node agent
+  (``tee-key-agent``, its decision code run in process) patches Kata's resource name into the node status
+  at ``capacity - keys held outside Kubernetes - reserve``; Kata requests it by overhead, VMIs by the
+  request a MutatingAdmissionPolicy adds. No device plugin and no NFD rule advertise that name.
 * ``dra-overhead-served`` / ``dra-overhead-unserved``: a DRA driver publishes a ResourceSlice from
   the kernel's free count and a DeviceClass maps it to Kata's resource name (KEP-5004); VMIs request
   that name. Whether RuntimeClass overhead is served from a DRA-backed name is open upstream:
@@ -60,6 +64,7 @@ class Advertiser(StrEnum):
     NFD = "nfd"
     DRA = "dra"
     EXTERNAL = "external"  # device plugins outside teesim, run against ``teesim serve``
+    KERNEL = "kernel"  # the kernel-pool agent patching the node status (tee-key-agent)
 
 
 class Role(StrEnum):
@@ -93,6 +98,8 @@ class Strategy:
     split_nodes: bool = False
     dra_overhead_served: bool | None = None
     reserve_external: bool = False  # NFD's count lowered by settings.reserved
+    # The collection's tee_key_pool_mode this strategy is, where it is one the collection deploys.
+    pool_mode: str | None = None
 
     # -- what pods request ------------------------------------------------------------------------
     def vmi_key_name(self, misc_resource: str) -> str:
@@ -212,6 +219,14 @@ STRATEGIES: dict[str, Strategy] = {
             "kata",
             Advertiser.UNIFIED,
             "kata",
+        ),
+        Strategy(
+            "kernel-pool",
+            "tee_key_pool_mode: kernel: the node agent's pool (capacity - keys outside Kubernetes) for VMIs and Kata",
+            "kata",
+            Advertiser.KERNEL,
+            "kata",
+            pool_mode="kernel",
         ),
         Strategy(
             "dra-overhead-served",

@@ -16,6 +16,7 @@ from teesim.cluster.dra import DRAPool
 from teesim.cluster.nfd import NFD_RESOURCES
 from teesim.cluster.node import SimNode
 from teesim.engine.clock import VirtualClock
+from teesim.plugins.kernel_agent import KernelPoolAgent
 from teesim.plugins.models import (
     DRADriver,
     GenericPlugin,
@@ -26,8 +27,8 @@ from teesim.plugins.models import (
 )
 from teesim.strategies.base import DRA_DRIVER, SEV_DEVICE, SEV_DEVICE_SLOTS, Advertiser, Role, Strategy
 
-Advertising = InProcessPlugin | DRADriver
-Poller = ReconcilingPlugin | DRADriver  # advertisers that read misc.current every poll_interval
+Advertising = InProcessPlugin | DRADriver | KernelPoolAgent
+Poller = ReconcilingPlugin | DRADriver | KernelPoolAgent  # advertisers that read misc.current every poll_interval
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,9 @@ def _key_plugin(
 ) -> Advertising:
     if kind is Advertiser.STATIC:
         return StaticPlugin(node, clock, name, misc)
+    if kind is Advertiser.KERNEL:
+        reserve = options.external_reserve.get(misc, 0)
+        return KernelPoolAgent(node, clock, name, misc, reserve=reserve, publish_latency=options.api_latency)
     if kind is Advertiser.DRA:
         pool = node.dra.setdefault(name, DRAPool(DRA_DRIVER, name))
         return DRADriver(
@@ -100,7 +104,7 @@ def wire_node(
             continue
         plugin = _key_plugin(layout.plugin, node, clock, strategy.vmi_key_name(misc), misc, options)
         wiring.plugins.append(plugin)
-        if isinstance(plugin, ReconcilingPlugin | DRADriver):
+        if isinstance(plugin, ReconcilingPlugin | DRADriver | KernelPoolAgent):
             wiring.pollers.append(plugin)
     if sev_device:
         wiring.plugins.append(GenericPlugin(node, clock, SEV_DEVICE, "sev", SEV_DEVICE_SLOTS))

@@ -74,6 +74,7 @@ def test_the_baseline_is_the_double_pool_and_every_strategy_is_registered() -> N
         "kata-overhead-on-kubevirt",
         "split-nodes",
         "unified-reconciling",
+        "kernel-pool",
         "dra-overhead-served",
         "dra-overhead-unserved",
     ]
@@ -317,6 +318,50 @@ def test_unified_keeps_the_operators_reserve_for_external_vms() -> None:
     assert reserved["failed_launches"] == 0 and reserved["pending_at_end"] == 2
     _, unreserved = _run(World(world.nodes, world.arrivals, duration=100.0), "unified-reconciling")
     assert unreserved["failed_launches_by_consumer"]["external"] == 2
+
+
+def test_kernel_pool_runs_the_agents_own_decision_and_keeps_failures_in_the_race_window() -> None:
+    from teesim.plugins.kernel_agent import KernelPoolAgent, decision
+
+    assert decision.__name__ == "ansible_collections.confidential.tee.plugins.module_utils.agent.decision"
+    assert get_strategy("kernel-pool").pool_mode == "kernel"
+    world = _everyone(reserve=0)
+    sim, kernel = _run(world, "kernel-pool")
+    _, double = _run(world, "double-pool")
+    agent = _key_plugin(sim)
+    assert isinstance(agent, KernelPoolAgent) and isinstance(agent.last, decision.PoolDecision)
+    assert double["failed_outside_race_window"]["kata"] > 0
+    assert kernel["failed_outside_race_window"]["kata"] == 0
+    assert kernel["failed_outside_race_window"]["kubevirt"] == 0
+    # No device plugin and no NFD rule serve the pool: the agent's patch is the only writer.
+    node = sim.nodes[NODE]
+    assert node.nfd == {} and KEYS not in node.devices.allocatable()
+    assert node.status_allocatable()[KEYS] == node.agent_pool[KEYS] == agent.published
+    # The operator's reserve protects VMs outside Kubernetes too.
+    _, reserved = _run(_everyone(reserve=3), "kernel-pool")
+    assert reserved["failed_outside_race_window"] == {"kata": 0, "kubevirt": 0, "external": 0}
+
+
+def test_kernel_pool_shrinks_when_the_usage_file_is_unreadable() -> None:
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 10}),),
+        arrivals=_arrivals((1.0, Consumer.EXTERNAL, FOREVER, 0.0)),
+        faults=(FaultSpec("sysfs-unreadable", 30.0, NODE, duration=20.0, file="misc.current"),),
+        duration=100.0,
+        settings=Settings(api_latency=0.0),
+    )
+    seen: dict[float, int] = {}
+
+    class Probe(MetricsRecorder):
+        def after_event(self, sim: Simulation, now: float) -> None:
+            super().after_event(sim, now)
+            seen[now] = sim.nodes[NODE].status_allocatable().get(KEYS, -1)
+
+    sim = Simulation(world, get_strategy("kernel-pool"))
+    sim.run(Probe())
+    assert seen[max(t for t in seen if t < 30.0)] == 9
+    assert min(v for t, v in seen.items() if 31.0 < t < 50.0) == 0
+    assert seen[max(seen)] == 9
 
 
 def test_dra_served_protects_everyone_and_frees_claims_at_once() -> None:

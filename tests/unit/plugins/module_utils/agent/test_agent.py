@@ -132,6 +132,18 @@ def test_no_misc_controller_advertises_nothing_and_does_not_flap(fake_api, tmp_p
     assert api.condition()["reason"] == decision.REASON_NO_MISC and patches_of(api) == 1
 
 
+def test_a_misc_controller_that_disappears_empties_what_was_advertised(fake_api, tmp_path):
+    api, _ = fake_api
+    root = host_tree(tmp_path, "tdx 8\n", "tdx 0\n")
+    agent = make_agent(fake_api, root)
+    agent.step()
+    assert api.pool() == ("8", "8")
+    for name in ("misc.capacity", "misc.current"):
+        (root / "sys/fs/cgroup" / name).unlink()
+    found = agent.step()
+    assert api.pool() == ("0", "0") and found.condition["reason"] == decision.REASON_NO_MISC
+
+
 def test_a_host_without_tee_keys_says_so(fake_api, tmp_path):
     api, _ = fake_api
     agent = make_agent(fake_api, host_tree(tmp_path, "", ""))
@@ -200,3 +212,15 @@ def test_two_agents_on_one_node_agree_and_never_grow_the_pool(fake_api, tmp_path
     first.seen_at = float("-inf")
     first.step()
     assert api.pool() == ("61", "61")
+
+
+@pytest.mark.parametrize("param, pool, reason", [("16\n", 12, decision.REASON_OK), ("max\n", 0, "SnpRangeUnknown")])
+def test_ciphertext_hiding_gives_snp_the_snp_range(fake_api, tmp_path, param, pool, reason):
+    api, _ = fake_api
+    root = host_tree(tmp_path, "sev 410\nsev_es 99\n", "sev 0\nsev_es 4\n")
+    params = root / "sys/module/kvm_amd/parameters"
+    params.mkdir(parents=True)
+    (params / "ciphertext_hiding_asids").write_text(param)
+    found = make_agent(fake_api, root).step()
+    assert found.values() == {"sev-snp.amd.com/esids": pool} and found.condition["reason"] == reason
+    assert api.pool("sev-snp.amd.com/esids") == (str(pool), str(pool))

@@ -65,7 +65,7 @@ def test_bad_arguments_exit_2(args, words):
 def test_unusable_credentials_exit_1(tmp_path):
     bad = tmp_path / "kubeconfig"
     bad.write_text("current-context: nowhere\n")
-    result = finished("--kubeconfig", str(bad), "--host-root", str(host_tree(tmp_path)))
+    result = finished("--kubeconfig", str(bad), "--host-root", str(host_tree(tmp_path)), "--once")
     assert result.returncode == 1 and "no context named 'nowhere'" in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -132,3 +132,19 @@ def test_doubt_only_shrinks(state):
         assert without_pods.pool <= previous
     unreadable = d.decide("tdx", None, current, seen, reserve=reserve, previous=previous)
     assert unreadable.pool == 0
+
+
+def test_ciphertext_hiding_limits_the_pool_to_the_snp_range():
+    decided = d.decide("sev_es", 99, 10, 4, limit=16)
+    assert (decided.pool, decided.limit) == (10, 16)  # 16 SNP ASIDs - 6 held outside Kubernetes
+    assert "SNP range 16" in decided.explain() and decided.as_dict()["snp_range"] == 16
+    assert d.decide("sev_es", 99, 10, 4).pool == 93
+
+
+@given(node_states(), st.integers(0, 40))
+def test_the_snp_range_invariant(state, snp_range):
+    """Under ciphertext hiding every used key may be an SNP one: the scheduler's free SNP keys never exceed the
+    range's free ASIDs in that worst case."""
+    capacity, current, bound, uncharged, seen, reserve, previous = state
+    decided = d.decide("sev_es", capacity, current, seen, reserve=reserve, previous=previous, limit=snp_range)
+    assert max(0, decided.pool - bound) <= max(0, min(capacity, snp_range) - current - uncharged)

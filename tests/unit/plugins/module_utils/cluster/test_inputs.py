@@ -20,7 +20,7 @@ def test_a_good_inventory_has_no_problems():
         ({"tee_node_gpu": 2}, "tee_node_gpu must be true or false, got 2 for node n1"),
         ({"tee_node_consumers": "kata"}, "tee_node_consumers must be a YAML list such as [kata, kubevirt]"),
         ({"tee_node_consumers": {"kata": 1}}, "tee_node_consumers must be a list such as [kata, kubevirt], got dict"),
-        ({"tee_key_pool_mode": ["nfd"]}, "tee_key_pool_mode must be a string (one of auto, kubevirt, nfd), got a list"),
+        ({"tee_key_pool_mode": ["nfd"]}, "tee_key_pool_mode must be a string (one of auto, kubevirt, nfd, kernel), got a list"),
         ({"tee_cpu_vendor": "arm"}, "tee_cpu_vendor must be one of auto, intel, amd, got 'arm' for node n1"),
         ({"tee_k8s_node_name": "a-.b"}, "tee_k8s_node_name 'a-.b' is not a Kubernetes node name (for node n1 (a-.b))"),
         ({"tee_host_root": ""}, "tee_host_root must be a non-empty path for node n1"),

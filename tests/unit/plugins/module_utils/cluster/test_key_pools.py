@@ -179,3 +179,39 @@ def test_the_overview_is_one_line_per_decision_naming_a_few_nodes():
     # The per-node line and the overview say the same decision.
     names = sorted(n["name"] for n in nodes)
     assert all(line.startswith(name + " (") for line, name in zip(found["summary"], names, strict=True))
+
+
+def test_kernel_mode_is_one_pool_for_kata_and_vmis_kept_by_the_agent():
+    plan = kp.plan(
+        [node("tdx-1", consumers=("kata", "kubevirt"), mode="kernel"), node("snp-1", "amd", ("kata",), "kernel")]
+    )
+    tdx = plan["nodes"]["tdx-1"]
+    assert tdx["pool"] == {"resource": "tdx.intel.com/keys", "advertiser": "agent", "counts_keys": True}
+    assert tdx["key_agent"] and tdx["virt_handler"] and not tdx["nfd_extended_resource"]
+    assert plan["kata"]["tdx"]["resource"] == "tdx.intel.com/keys"
+    assert plan["kernel"] == {
+        "tdx": {"resource": "tdx.intel.com/keys", "nodes": ["tdx-1"], "kubevirt_resource": "devices.kubevirt.io/tdx"},
+        "snp": {"resource": "sev-snp.amd.com/esids", "nodes": ["snp-1"]},
+    }
+    assert plan["nfd"]["tdx"]["resource_nodes"] == [] and plan["kubevirt"]["feature_gates"] == ["WorkloadEncryptionTDX"]
+    assert "tee-key-agent" in plan["summary"][1] and "admission policy" in plan["summary"][1]
+
+
+def test_kernel_mode_shares_an_snp_node_between_kata_and_kubevirt():
+    plan = kp.plan([node("snp-1", "amd", ("kata", "kubevirt"), "kernel")])
+    assert plan["kernel"]["snp"]["kubevirt_resource"] == "devices.kubevirt.io/sev"
+    assert plan["nodes"]["snp-1"]["pool"]["resource"] == "sev-snp.amd.com/esids"
+
+
+def test_the_admission_policy_needs_every_kubevirt_node_of_the_tee_in_kernel_mode():
+    with pytest.raises(kp.KeyPoolError) as raised:
+        kp.plan(
+            [node("a", consumers=("kubevirt",), mode="kernel"), node("b", consumers=("kubevirt",), mode="kubevirt")]
+        )
+    assert "KubeVirt TDX nodes b are in another mode" in str(raised.value)
+    assert "give every KubeVirt TDX node tee_key_pool_mode: kernel (now on a)" in str(raised.value)
+
+
+def test_the_double_pool_refusal_offers_the_kernel_mode():
+    with pytest.raises(kp.KeyPoolError, match="set tee_key_pool_mode: kernel for snp-1"):
+        kp.plan([node("snp-1", "amd", ("kata", "kubevirt"))])

@@ -98,7 +98,8 @@ def test_every_drift_fix_names_the_collections_own_remedy(two_nodes):
     for finding in two_nodes["nodes"][0]["findings"]:
         assert "With confidential.tee: " in finding["fix"], finding["id"]
     double = next(f for f in two_nodes["nodes"][0]["findings"] if f["id"] == "double_pool")
-    assert "confidential.tee.cluster with tee_key_pool_mode set for a: kubevirt" in double["fix"]
+    assert "confidential.tee.cluster with tee_key_pool_mode set for a: kernel (one pool" in double["fix"]
+    assert "or kubevirt (Kata" in double["fix"]
 
 
 def test_a_gpu_host_without_a_cpu_tee_is_not_labelled_tdx():
