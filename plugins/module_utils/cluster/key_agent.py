@@ -334,7 +334,8 @@ def admission_policy(tee_name: str, device: str, pool: str) -> list:
             "matchConditions": [
                 {
                     "name": "virt-launcher",
-                    "expression": "object.metadata.?labels[%s].orValue('') == %s" % (_cel(label), _cel(value)),
+                    "expression": "has(object.metadata.labels) && %s in object.metadata.labels && "
+                    "object.metadata.labels[%s] == %s" % (_cel(label), _cel(label), _cel(value)),
                 },
                 {
                     "name": "requests-kubevirt-tee-device",
