@@ -244,16 +244,13 @@ def _agent_container(opts: dict) -> dict:
 
 
 def daemonset(nodes: list, opts: dict) -> dict:
-    """The agent on exactly the kernel-mode ``nodes`` (node affinity on their names: no label to keep in step)."""
-    affinity = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": sorted(nodes)}]}
-                ]
-            }
-        }
-    }
+    """The agent on exactly the kernel-mode ``nodes`` (node affinity on their names: no label to keep in step).
+
+    One term per node: the terms are ORed, and a node field selector takes one value per requirement (the API server
+    refuses more: ``must be only one value when operator is 'In' or 'NotIn' for node field selector``, v1.37.2).
+    """
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]} for node in sorted(nodes)]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
     pod_spec = {
         "serviceAccountName": NAME,
         "nodeSelector": {"kubernetes.io/os": "linux"},

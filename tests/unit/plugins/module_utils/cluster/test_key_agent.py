@@ -61,7 +61,8 @@ def test_the_daemonset_runs_only_on_the_kernel_nodes_reading_the_host_trees_read
     pod = ds["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["snp-1", "tdx-1", "tdx-2"]}]}
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+        for name in ("snp-1", "tdx-1", "tdx-2")
     ]
     (container,) = pod["containers"]
     assert container["image"] == IMAGE
