@@ -161,6 +161,21 @@ def test_check_writes_nothing_apply_is_accepted_and_a_second_apply_sends_no_writ
     assert ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] is True
     names = {p["metadata"]["name"] for p in cluster.get("mutatingadmissionpolicies")["items"]}
     assert names == {"confidential-tee-key-pool-tdx", "confidential-tee-key-pool-snp"}
+    # No controller-manager here makes the DaemonSet's pods: its template, bound to a node as the DaemonSet controller
+    # binds it, passes admission (Pod Security for the hostPaths, the PriorityClass, the ServiceAccount).
+    template = ds["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "tee-key-agent-",
+            "namespace": NAMESPACE,
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": {**template["spec"], "nodeName": "tdx-1"},
+    }
+    admitted = _admitted(cluster, pod)
+    assert admitted["priorityClassName"] == "system-node-critical" and admitted["priority"] > 0, admitted
 
 
 def test_the_policy_charges_the_tee_container_of_virt_launcher_pods_and_nothing_else(kernel_cluster):

@@ -289,11 +289,11 @@ def test_kernel_mode_renders_the_key_agent_and_the_admission_policy(render):
         "02-role-default-tee-key-agent.yaml",
         "03-clusterrolebinding-tee-key-agent.yaml",
         "03-rolebinding-default-tee-key-agent.yaml",
-        "82-mutatingadmissionpolicy-confidential-tee-key-pool-tdx.yaml",
         "82-validatingadmissionpolicy-confidential-tee-key-agent-own-node.yaml",
-        "83-mutatingadmissionpolicybinding-confidential-tee-key-pool-tdx.yaml",
         "83-validatingadmissionpolicybinding-confidential-tee-key-agent-own-node.yaml",
         "85-daemonset-confidential-tee-tee-key-agent.yaml",
+        "86-mutatingadmissionpolicy-confidential-tee-key-pool-tdx.yaml",
+        "87-mutatingadmissionpolicybinding-confidential-tee-key-pool-tdx.yaml",
     ]
     pod = files["85-daemonset-confidential-tee-tee-key-agent.yaml"]["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]

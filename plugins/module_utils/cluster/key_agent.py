@@ -422,10 +422,12 @@ def render(plan: dict, options: dict | None = None) -> dict:
     objects = [namespace_object(opts["namespace"]), *rbac_objects(opts["namespace"])]
     if opts["own_node_policy"]:
         objects += own_node_policy(opts["namespace"], pools)
+    # The DaemonSet before the policy that makes VMIs request the pool: the apply writes in this order, so a refused
+    # DaemonSet never leaves VMIs asking for a pool no agent advertises.
+    objects.append(daemonset(nodes, opts))
     policies = []
     for tee_name, pool in pools.items():
         if pool["kubevirt_resource"]:
             objects += admission_policy(tee_name, pool["kubevirt_resource"], pool["resource"])
             policies.append(POLICY_PREFIX + tee_name)
-    objects.append(daemonset(nodes, opts))
     return {"objects": objects, "nodes": nodes, "policies": policies}

@@ -32,12 +32,14 @@ KIND_ORDER = {
     "KataConfig": 60,
     "Service": 70,
     "Deployment": 80,
-    # Admission policies before the key agent's DaemonSet: a pod created before them would not be charged.
+    # The key agent's own-Node policy before the agent, the agent before the policy that makes VMIs request its pool:
+    # a VMI charged before the agent advertises would wait; one admitted uncharged in between holds a key the agent
+    # counts as used outside Kubernetes (the pool only shrinks).
     "ValidatingAdmissionPolicy": 82,
     "ValidatingAdmissionPolicyBinding": 83,
-    "MutatingAdmissionPolicy": 82,
-    "MutatingAdmissionPolicyBinding": 83,
     "DaemonSet": 85,
+    "MutatingAdmissionPolicy": 86,
+    "MutatingAdmissionPolicyBinding": 87,
 }
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 

@@ -47,9 +47,9 @@ def test_the_objects_in_apply_order():
         "RoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "DaemonSet",
         "MutatingAdmissionPolicy",
         "MutatingAdmissionPolicyBinding",
-        "DaemonSet",
     ]
     assert rendered["nodes"] == ["snp-1", "tdx-1", "tdx-2"]
     # Only TDX has KubeVirt nodes in kernel mode: no SEV policy.
