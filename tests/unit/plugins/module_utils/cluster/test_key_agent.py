@@ -1,4 +1,4 @@
-"""The kernel mode's cluster objects: the key agent's DaemonSet and RBAC, the admission policies (module_utils/cluster/key_agent).
+"""The kernel mode's cluster objects: the key agent's DaemonSet and RBAC, the admission policies (cluster/key_agent.py).
 
 What the policies do to pods is proven on the real API server (tests/live/test_kernel_key_pool_live.py); here the
 rendering, its inputs and the schemas.
