@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv native collection demo fleet-report test lint sanity pytest molecule vm-image vm-image-grub vm-test vm-test-grub sysdeps benchmark clean upstream upstream-report k8s kube-up
+.PHONY: help venv native collection demo fleet-report test lint sanity pytest molecule vm-image vm-image-grub vm-test vm-test-grub sysdeps benchmark clean upstream upstream-report k8s kube-up image
 
 help:
 	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
@@ -27,6 +27,7 @@ help:
 	@echo "make native - compile teesim's hot modules with mypyc (part of every target above but demo; TEESIM_NATIVE=0 skips it)"
 	@echo "make k8s    - build etcd, kube-apiserver, kube-scheduler and kubectl from Go modules (cached; part of make test)"
 	@echo "make kube-up - run that control plane on loopback until Ctrl-C (docs/DEVELOPMENT.md)"
+	@echo "make image  - the key agent's container image with podman, from the Containerfile (no registry)"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -127,6 +128,11 @@ kube-up: collection k8s upstream
 
 molecule: collection sysdeps
 	scripts/molecule.sh
+
+# The key agent's image (Containerfile), localhost/confidential-tee/key-agent:<version>, on a Debian 12 base with
+# python3 debootstrapped here (no registry); cached: nothing is built when the agent's files did not change.
+image: collection sysdeps
+	$(BIN)/python scripts/agent_image.py
 
 # The VM images (Debian 12 from Debian's packages, the boot loader installed by the guest's own tools) are built
 # once and cached in ~/.cache/confidential-tee/vm/ (cold: 196 s for GRUB, 170 s for systemd-boot on a quiet 2-core

@@ -7,12 +7,13 @@
 # ~/.cache/confidential-tee/ (keyed by suite + package list) so a lost image is re-imported in seconds.
 #
 # Environment: MOLECULE_IMAGE (default localhost/debian-ansible:12), DEBIAN_MIRROR (default: read from
-# /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list), TEE_CACHE_DIR, FORCE_REBUILD=1.
+# /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list), TEE_CACHE_DIR, FORCE_REBUILD=1. IMAGE_PACKAGES
+# and IMAGE_CMD make another base the same way (scripts/agent_image.py: python3 only, for the key agent).
 set -euo pipefail
 
 image="${MOLECULE_IMAGE:-localhost/debian-ansible:12}"
 suite=bookworm
-packages=python3,python3-apt,systemd,systemd-sysv,dbus,iproute2,procps,sudo,kmod
+packages="${IMAGE_PACKAGES:-python3,python3-apt,systemd,systemd-sysv,dbus,iproute2,procps,sudo,kmod}"
 cache_dir="${TEE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/confidential-tee}"
 key="$(printf '%s %s' "$suite" "$packages" | sha256sum | cut -c1-12)"
 tarball="$cache_dir/debian-12-minbase-$key.tar"
@@ -45,5 +46,5 @@ if [ ! -s "$tarball" ] || [ "${FORCE_REBUILD:-0}" = 1 ]; then
 fi
 
 log "podman import $tarball as $image"
-podman import --change 'CMD ["/sbin/init"]' "$tarball" "$image" >/dev/null
+podman import --change "CMD ${IMAGE_CMD:-[\"/sbin/init\"]}" "$tarball" "$image" >/dev/null
 log "done: $(podman image inspect --format '{{.Id}}' "$image" | cut -c1-12)"

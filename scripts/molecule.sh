@@ -7,19 +7,9 @@
 # caller already selects one.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-cache_dir="${TEE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/confidential-tee}"
-mkdir -p "$cache_dir"
-
 if [ -z "${CONTAINERS_CONF:-}" ]; then
-  export CONTAINERS_CONF="$cache_dir/containers.conf"
-  cat >"$CONTAINERS_CONF.new" <<'CONF'
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-
-[engine]
-runtime = "runc"
-CONF
-  mv "$CONTAINERS_CONF.new" "$CONTAINERS_CONF"
+  CONTAINERS_CONF="$("$repo/scripts/podman-conf.sh")"
+  export CONTAINERS_CONF
 fi
 
 export PATH="$repo/.venv/bin:$PATH"

@@ -16,7 +16,12 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.parsing.yaml.dumper import AnsibleDumper
-from ansible_collections.confidential.tee.plugins.module_utils.cluster import gpu_cc, inputs, kubevirt_objects
+from ansible_collections.confidential.tee.plugins.module_utils.cluster import (
+    gpu_cc,
+    inputs,
+    key_agent,
+    kubevirt_objects,
+)
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import nfd_rules as nfd
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import openshift_sandboxed as osc
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import runtimeclasses as rc
@@ -35,6 +40,7 @@ _ERRORS = (
     KeyPoolError,
     KubeVirtConfigError,
     gpu_cc.GpuCcError,
+    key_agent.KeyAgentError,
     osc.OpenShiftConfigError,
     manifests.ManifestError,
     KeyError,
@@ -77,6 +83,10 @@ def kata_runtimeclasses(
 
 def kubevirt_cc(plan, nodes, options):
     return kubevirt_objects.render(accepted(plan), nodes, options)
+
+
+def kernel_key_pool(plan, options=None):
+    return key_agent.render(plan, options)
 
 
 def openshift_sandboxed(
@@ -217,6 +227,7 @@ class FilterModule:
             nfd_stale_rules,
             kata_runtimeclasses,
             kubevirt_cc,
+            kernel_key_pool,
             openshift_sandboxed,
             gpu_cc_kubelet_dropin,
             gpu_cc_containerd_dropin,

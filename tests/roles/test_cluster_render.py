@@ -267,3 +267,45 @@ def test_cluster_wide_inputs_are_refused_before_anything_happens(render, cluster
 def test_an_empty_node_group_is_refused_instead_of_pruning_every_manifest(render):
     proc, _files = render({})
     assert proc.returncode != 0 and "must list at least one node" in proc.flat, proc.flat[-3000:]
+
+
+@pytest.mark.slow
+def test_kernel_mode_renders_the_key_agent_and_the_admission_policy(render):
+    proc, files = render(
+        {
+            "tdx-1": {"vendor": "intel", "tee_node_consumers": ["kata", "kubevirt"], "tee_key_pool_mode": "kernel"},
+            "snp-1": {"vendor": "amd", "tee_node_consumers": ["kata"], "tee_key_pool_mode": "kernel"},
+        },
+        kernel_key_pool_reserve={"tdx": 1},
+    )
+    ok(proc)
+    agent = {
+        name: obj for name, obj in files.items() if obj["kind"] not in ("NodeFeatureRule", "RuntimeClass", "KubeVirt")
+    }
+    assert sorted(agent) == [
+        "00-namespace-confidential-tee.yaml",
+        "01-serviceaccount-confidential-tee-tee-key-agent.yaml",
+        "02-clusterrole-tee-key-agent.yaml",
+        "02-role-default-tee-key-agent.yaml",
+        "03-clusterrolebinding-tee-key-agent.yaml",
+        "03-rolebinding-default-tee-key-agent.yaml",
+        "82-validatingadmissionpolicy-confidential-tee-key-agent-own-node.yaml",
+        "83-validatingadmissionpolicybinding-confidential-tee-key-agent-own-node.yaml",
+        "85-daemonset-confidential-tee-tee-key-agent.yaml",
+        "86-mutatingadmissionpolicy-confidential-tee-key-pool-tdx.yaml",
+        "87-mutatingadmissionpolicybinding-confidential-tee-key-pool-tdx.yaml",
+    ]
+    pod = files["85-daemonset-confidential-tee-tee-key-agent.yaml"]["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [term["matchFields"][0]["values"] for term in terms] == [["snp-1"], ["tdx-1"]]
+    assert "--reserve=tdx=1" in pod["containers"][0]["args"]
+    # The image the collection's make image builds, tagged with the collection's version.
+    assert (
+        pod["containers"][0]["image"]
+        == "localhost/confidential-tee/key-agent:" + yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+    )
+    # Kata's classes charge the same pool as the agent keeps (NFD's resource name, no NFD extended resource).
+    assert files["30-runtimeclass-kata-qemu-tdx.yaml"]["overhead"]["podFixed"]["tdx.intel.com/keys"] == "1"
+    rule = files["20-nodefeaturerule-confidential-tee-keys.yaml"]
+    assert not any(r.get("extendedResources") for r in rule["spec"]["rules"])
+    assert "Key agent (localhost/confidential-tee/key-agent:" in proc.flat and "snp-1, tdx-1" in proc.flat

@@ -8,11 +8,19 @@ mode changes nothing; a real run edits ``/etc/kernel/cmdline``, regenerates the 
 ``kernel-install`` and reboots once, and systemd-boot boots that entry into exactly the requested arguments
 with every other argument unchanged; the facts agree; a second run changes nothing; the revert boots the
 first command line again.
+
+On the same machine, between the second run and the revert, the kernel key-pool agent (issue 45): check mode
+installs nothing; the tee_key_agent role installs it, it starts under systemd, reads the VM kernel's misc cgroup (no
+TEE keys under emulation), says so and advertises nothing, without crashing or restarting; killed, systemd brings
+it back; and the revert's reboot is the restart of the machine it must survive (no boot of its own).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -137,6 +145,89 @@ def test_second_run_changes_nothing_and_does_not_reboot(vm: Vm, run_playbook) ->
     assert vm.read(FINGERPRINT) == before
 
 
+KEY_AGENT = Path(__file__).with_name("key_agent.yml")
+AGENT_UNIT = "confidential-tee-key-agent.service"
+AGENT_FILES = "/usr/local/lib/confidential-tee /etc/systemd/system/confidential-tee-key-agent.service"
+AGENT_CLI = "ansible_collections.confidential.tee.plugins.module_utils.agent.cli"
+# A JSON kubeconfig whose API server does not answer: the VM runs no Kubernetes.
+NO_API = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "current-context": "none",
+    "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
+    "users": [{"name": "none", "user": {"token": "not-a-token"}}],
+    "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+}
+# What the agent says on a kernel without TEE keys (plugins/module_utils/agent/decision.py's reasons).
+NO_KEYS = ("NoTeeKeyResource", "MiscControllerUnavailable")
+
+
+def agent_service(vm: Vm) -> dict[str, str]:
+    keys = "ActiveState,SubState,NRestarts,MainPID,ActiveEnterTimestampMonotonic"
+    lines = vm.read(f"systemctl show {AGENT_UNIT} --property={keys}").splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def wait_up_for(vm: Vm, seconds: float, timeout: float = 300) -> dict[str, str]:
+    """The service once it has been active for ``seconds`` of the guest's monotonic clock (not the host's)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = agent_service(vm)
+        now_us = float(vm.read("cat /proc/uptime").split()[0]) * 1e6
+        entered = int(state.get("ActiveEnterTimestampMonotonic") or 0)
+        if state.get("ActiveState") == "active" and entered and now_us - entered >= seconds * 1e6:
+            return state
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{AGENT_UNIT} not up for {seconds} s: {state}\n{vm.read('journalctl -u ' + AGENT_UNIT)}"
+            )
+        time.sleep(2)
+
+
+def test_key_agent_check_mode_installs_nothing(vm: Vm, run_playbook) -> None:
+    kubeconfig = json.dumps(NO_API)
+    vm.ssh(
+        f"mkdir -p /etc/confidential-tee && umask 077 && echo '{kubeconfig}' > /etc/confidential-tee/agent.kubeconfig"
+    )
+    assert vm.ssh(f"ls {AGENT_FILES}", check=False).returncode != 0, "no agent before the role runs"
+
+    result = run_playbook(vm, KEY_AGENT, "--check")
+
+    assert result.returncode == 0, explain(result)
+    assert recap(result)["changed"] > 0, explain(result)
+    assert "Would install the key agent for node tee-vm" in " ".join(result.stdout.split()), explain(result)
+    assert vm.ssh(f"ls {AGENT_FILES}", check=False).returncode != 0, "check mode installed something"
+    assert vm.ssh(f"systemctl cat {AGENT_UNIT}", check=False).returncode != 0
+
+
+def test_key_agent_runs_under_systemd_says_there_are_no_keys_and_stays_up(vm: Vm, run_playbook) -> None:
+    result = run_playbook(vm, KEY_AGENT)
+
+    assert result.returncode == 0, explain(result)
+    assert vm.read(f"systemctl is-enabled {AGENT_UNIT}").strip() == "enabled"
+    # Ten seconds of its own clock, ten passes at the default interval: the same process, never restarted.
+    first = wait_up_for(vm, 1)
+    state = wait_up_for(vm, 10)
+    assert (state["SubState"], state["NRestarts"], state["MainPID"]) == ("running", "0", first["MainPID"]), state
+    journal = vm.read(f"journalctl -u {AGENT_UNIT} -o cat")
+    assert any(reason in journal for reason in NO_KEYS), journal
+    # Its decision, as the installed agent makes it here: no pool, so nothing to advertise.
+    once = vm.read(f"PYTHONPATH=/usr/local/lib/confidential-tee/agent python3 -m {AGENT_CLI} --once --dry-run")
+    decided = json.loads(once)
+    assert decided["pools"] == [] and decided["condition"]["reason"] in NO_KEYS, decided
+    assert decided["written"] is False
+
+
+def test_key_agent_killed_comes_back(vm: Vm) -> None:
+    before = wait_up_for(vm, 1)
+    vm.ssh(f"systemctl kill --signal=SIGKILL {AGENT_UNIT}")
+    deadline = time.monotonic() + 300
+    while (state := agent_service(vm))["MainPID"] in ("0", before["MainPID"]) or state["ActiveState"] != "active":
+        assert time.monotonic() < deadline, state
+        time.sleep(2)
+    assert int(state["NRestarts"]) == int(before["NRestarts"]) + 1, state
+
+
 def test_revert_boots_the_first_command_line(vm: Vm, first_boot: dict, run_playbook) -> None:
     boots, boot = vm.kernel_boots(), vm.boot_id()
 
@@ -148,3 +239,16 @@ def test_revert_boots_the_first_command_line(vm: Vm, first_boot: dict, run_playb
     assert vm.read("cat /etc/kernel/cmdline") == first_boot["configured"]
     assert loader_variable(vm, "LoaderEntrySelected") == first_boot["entry"]
     assert vm.kernel_cmdline() == first_boot["cmdline"]
+
+
+def test_key_agent_runs_again_after_the_reboot_and_a_second_run_changes_nothing(vm: Vm, run_playbook) -> None:
+    # The revert rebooted the machine; the agent is enabled, so systemd started it in this boot.
+    state = wait_up_for(vm, 5)
+    assert (state["SubState"], state["NRestarts"]) == ("running", "0"), state
+    assert vm.read(f"journalctl -b -u {AGENT_UNIT} -o cat").strip(), "no output from the agent in this boot"
+
+    result = run_playbook(vm, KEY_AGENT)
+
+    assert result.returncode == 0, explain(result)
+    assert recap(result)["changed"] == 0, explain(result)
+    assert agent_service(vm)["MainPID"] == state["MainPID"], "a run that changed nothing restarted the agent"

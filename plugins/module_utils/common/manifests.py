@@ -16,6 +16,12 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.file_names
 
 KIND_ORDER = {
     "Namespace": 0,
+    # RBAC before the workloads that use it (the key agent's, issue 45).
+    "ServiceAccount": 1,
+    "ClusterRole": 2,
+    "Role": 2,
+    "ClusterRoleBinding": 3,
+    "RoleBinding": 3,
     "Secret": 5,
     "ConfigMap": 10,
     "NodeFeatureRule": 20,
@@ -26,7 +32,14 @@ KIND_ORDER = {
     "KataConfig": 60,
     "Service": 70,
     "Deployment": 80,
+    # The key agent's own-Node policy before the agent, the agent before the policy that makes VMIs request its pool:
+    # a VMI charged before the agent advertises would wait; one admitted uncharged in between holds a key the agent
+    # counts as used outside Kubernetes (the pool only shrinks).
+    "ValidatingAdmissionPolicy": 82,
+    "ValidatingAdmissionPolicyBinding": 83,
     "DaemonSet": 85,
+    "MutatingAdmissionPolicy": 86,
+    "MutatingAdmissionPolicyBinding": 87,
 }
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 
