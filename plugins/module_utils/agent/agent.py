@@ -29,6 +29,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.host import misc_
 
 LOG = logging.getLogger("tee-key-agent")
 DEFAULT_RESYNC = 10.0
+# A state that repeats every pass (the API server down, say) is logged when it starts or changes, then again at most
+# once per this many seconds: at --interval 0.5 an outage would otherwise write about 500,000 lines a day.
+REPEAT_EVERY = 300.0
 REASON_LOWER_BOUND = "UsageLowerBound"
 REASON_API = "ApiUnavailable"
 
@@ -94,6 +97,7 @@ class Agent:
         self.condition: dict | None = None  # the condition as last written
         self.seen_at = float("-inf")
         self.last_doubts: tuple = ()
+        self._said: dict = {}  # channel -> (message, when it was last logged)
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -112,7 +116,7 @@ class Agent:
         try:
             self._remember(self.client.node(self.node))
         except KubeError as exc:
-            LOG.warning("cannot read Node %s: %s", self.node, exc)
+            self._say(logging.WARNING, "read", "cannot read Node %s: %s" % (self.node, exc))
 
     def _remember(self, node: dict) -> None:
         status = node.get("status") or {}
@@ -196,10 +200,13 @@ class Agent:
             self._remember(self.client.patch_node_status(self.node, patch))
         except KubeError as exc:
             found.error = str(exc)
-            LOG.error("cannot patch Node %s status (will retry next interval): %s", self.node, exc)
+            self._say(
+                logging.ERROR, "patch", "cannot patch Node %s status (will retry next interval): %s" % (self.node, exc)
+            )
             self.seen_at = float("-inf")  # read the Node again before the next decision
             return
         found.written = True
+        self._said.pop("patch", None)
         if reason_changed:
             self._event(condition)
 
@@ -212,9 +219,18 @@ class Agent:
 
     def _log(self, found: Round) -> None:
         if found.note:
-            LOG.warning("%s: %s", found.condition["reason"], found.note)
+            self._say(logging.WARNING, "note", "%s: %s" % (found.condition["reason"], found.note))
         for item in found.decisions:
-            (LOG.warning if item.doubts else LOG.info)("%s", item.explain())
+            self._say(logging.WARNING if item.doubts else logging.INFO, "pool " + item.resource, item.explain())
+
+    def _say(self, level: int, channel: str, message: str) -> None:
+        """Log ``message`` unless ``channel`` said the same within :data:`REPEAT_EVERY` seconds."""
+        last = self._said.get(channel)
+        now = self.clock()
+        if last is not None and last[0] == message and now - last[1] < REPEAT_EVERY:
+            return
+        self._said[channel] = (message, now)
+        LOG.log(level, "%s", message)
 
     def run(self, stop, interval: float) -> None:
         """Steps every ``interval`` seconds until ``stop`` (a ``threading.Event``) is set."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.agent import decision, kube
-from ansible_collections.confidential.tee.plugins.module_utils.agent.agent import Agent
+from ansible_collections.confidential.tee.plugins.module_utils.agent.agent import REPEAT_EVERY, Agent
 
 from .conftest import host_tree
 
@@ -75,6 +75,29 @@ def test_api_down_then_back(fake_api, tmp_path, caplog):
     api.down = False
     agent.step()
     assert api.pool() == ("9", "9") and api.condition()["reason"] == decision.REASON_OK
+
+
+def test_an_outage_is_logged_when_it_starts_and_then_once_per_repeat_interval(fake_api, tmp_path, caplog):
+    api, _ = fake_api
+    now = [0.0]
+    agent = make_agent(fake_api, host_tree(tmp_path, "tdx 10\n", "tdx 1\n"), clock=lambda: now[0], resync=0.0)
+    api.down = True
+    caplog.clear()
+    for _ in range(50):  # 50 passes, 25 s of a 0.5 s interval
+        now[0] += 0.5
+        agent.step()
+    assert caplog.text.count("cannot patch Node n1 status") == 1
+    assert caplog.text.count("cannot read Node n1") == 1
+    now[0] += REPEAT_EVERY
+    agent.step()
+    assert caplog.text.count("cannot patch Node n1 status") == 2  # still down: said again, once
+    api.down = False
+    agent.step()
+    assert api.pool() == ("9", "9")
+    api.down = True
+    now[0] += 0.5
+    agent.step()
+    assert caplog.text.count("cannot patch Node n1 status") == 3  # a new outage after a write is news
 
 
 def test_pod_list_refused_counts_every_key_as_external(fake_api, tmp_path):
