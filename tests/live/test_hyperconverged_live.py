@@ -2,8 +2,9 @@
 
 The CRD is the one hyperconverged-cluster-operator generates (``deploy/crds/hco00.crd.yaml`` @03da3cf, in
 ``../shared/reference/crds/hco-hyperconvergeds.yaml``): it serves v1beta1 and v1, stores v1 and declares no
-conversion webhook, so the server converts by changing the apiVersion alone and prunes what the stored version does
-not know. The role writes HCO's v1 fields here (``kubevirt_cc_hco_api_version: v1``), the layout the server stores.
+conversion, so the server converts by changing the apiVersion alone and prunes what the stored version does not
+know (a v1beta1 ``spec.permittedHostDevices`` is dropped). The role writes HCO's v1 fields here
+(``kubevirt_cc_hco_api_version: v1``), the layout the server stores.
 
 No HCO runs: nobody carries the jsonpatch annotation on to the KubeVirt CR, so the role's wait for KubeVirt to show
 the gates is off (``kubevirt_cc_verify: false``); the tests check what the server stores on the HyperConverged CR,
