@@ -2,8 +2,9 @@
 
 Here (and in CI) ``live_cluster`` starts etcd and kube-apiserver built by ``make k8s`` (scripts/build_k8s.py)
 with real TLS, RBAC and admission (scripts/kube_control_plane.py), installs NFD's, MachineConfig's and
-KataConfig's CRDs from ``../shared/reference/crds``, and removes it all when the session ends, also after a
-failure. Each test then gets ``live``: the same cluster, with everything the test created removed afterwards.
+KataConfig's CRDs from ``../shared/reference/crds`` (KubeVirt's and HCO's are installed by the tests that need
+them, for their test alone), and removes it all when the session ends, also after a failure. Each test then gets
+``live``: the same cluster, with everything the test created removed afterwards.
 
 With ``TEE_LIVE_KUBECONFIG=<file>`` (and optionally ``TEE_LIVE_CONTEXT``) the tests run against that cluster
 instead. There they only write the objects the collection owns (its NodeFeatureRule and RuntimeClasses), refuse
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,27 +191,37 @@ def _private_cluster(crd_files: dict[str, Path]):
     return plane
 
 
+def external_cluster(environ: Mapping[str, str]) -> LiveCluster | None:
+    """The cluster ``TEE_LIVE_KUBECONFIG`` (and ``TEE_LIVE_CONTEXT``) of ``environ`` name, ``None`` when unset.
+
+    Fails (``pytest.fail``) when it already holds objects of confidential.tee: the tests would change them, and
+    their clean-up could not tell them from their own.
+    """
+    external = environ.get("TEE_LIVE_KUBECONFIG")
+    if not external:
+        return None
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        from kube_control_plane import k8s_bin_dir
+
+        kubectl = str(k8s_bin_dir() / "kubectl")
+    cluster = LiveCluster(Path(external), kubectl, private=False, context=environ.get("TEE_LIVE_CONTEXT") or None)
+    present = sorted(cluster.collection_objects())
+    if present:
+        pytest.fail(
+            f"TEE_LIVE_KUBECONFIG={external}: the cluster already holds objects of confidential.tee "
+            f"({', '.join(present)}); the live tests never change or delete what they did not create. "
+            "Use a cluster without them.",
+            pytrace=False,
+        )
+    return cluster
+
+
 @pytest.fixture(scope="session")
 def live_cluster(optional_reference):
-    external = os.environ.get("TEE_LIVE_KUBECONFIG")
-    if external:
-        kubectl = shutil.which("kubectl")
-        if kubectl is None:
-            from kube_control_plane import k8s_bin_dir
-
-            kubectl = str(k8s_bin_dir() / "kubectl")
-        cluster = LiveCluster(
-            Path(external), kubectl, private=False, context=os.environ.get("TEE_LIVE_CONTEXT") or None
-        )
-        present = sorted(cluster.collection_objects())
-        if present:  # the tests would change them, and their clean-up could not tell them from their own
-            pytest.fail(
-                f"TEE_LIVE_KUBECONFIG={external}: the cluster already holds objects of confidential.tee "
-                f"({', '.join(present)}); the live tests never change or delete what they did not create. "
-                "Use a cluster without them.",
-                pytrace=False,
-            )
-        yield cluster
+    external = external_cluster(os.environ)
+    if external is not None:
+        yield external
         return
     reference = optional_reference
     if reference is None:
@@ -228,28 +241,35 @@ def live_cluster(optional_reference):
         plane.stop()
 
 
-@pytest.fixture
-def live(live_cluster: LiveCluster):
-    """The cluster, as it was before the test afterwards: what the test made is deleted.
+@contextmanager
+def cleaned_up(cluster: LiveCluster) -> Iterator[LiveCluster]:
+    """The cluster, as it was before afterwards (also after a failure): what was made inside is deleted.
 
     Private: everything of the kinds the tests create. Someone else's cluster: only the collection's objects
-    (field manager confidential-tee) that did not exist before the test.
+    (field manager confidential-tee) that did not exist before.
     """
-    before = {kind: _names(live_cluster, kind) for kind in COLLECTION_KINDS}
-    yield live_cluster
-    if live_cluster.private:
-        kinds = ",".join(
-            [*COLLECTION_KINDS, "nodes", "validatingadmissionpolicies", "validatingadmissionpolicybindings"]
-        )
-        live_cluster.kubectl("delete", kinds, "--all", "--wait=true", "--timeout=60s")
-        return
-    for kind in COLLECTION_KINDS:
-        for name in sorted(_names(live_cluster, kind) - before[kind]):
-            managers = {
-                entry.get("manager") for entry in live_cluster.get(kind, name)["metadata"].get("managedFields", [])
-            }
-            if FIELD_MANAGER in managers:
-                live_cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=true", "--timeout=60s")
+    before = {kind: _names(cluster, kind) for kind in COLLECTION_KINDS}
+    try:
+        yield cluster
+    finally:
+        if cluster.private:
+            kinds = ",".join(
+                [*COLLECTION_KINDS, "nodes", "validatingadmissionpolicies", "validatingadmissionpolicybindings"]
+            )
+            cluster.kubectl("delete", kinds, "--all", "--wait=true", "--timeout=60s")
+        else:
+            for kind in COLLECTION_KINDS:
+                for name in sorted(_names(cluster, kind) - before[kind]):
+                    managers = {m.get("manager") for m in cluster.get(kind, name)["metadata"].get("managedFields", [])}
+                    if FIELD_MANAGER in managers:
+                        cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=true", "--timeout=60s")
+
+
+@pytest.fixture
+def live(live_cluster: LiveCluster):
+    """The cluster, as it was before the test afterwards: what the test made is deleted (:func:`cleaned_up`)."""
+    with cleaned_up(live_cluster):
+        yield live_cluster
 
 
 @pytest.fixture
@@ -293,6 +313,19 @@ def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
         return ansible_playbook_cli(CLUSTER_PLAYBOOK, "-i", str(path), *args, env={"KUBECONFIG": "/nonexistent"})
 
     return run
+
+
+@pytest.fixture(scope="session")
+def someones_cluster():
+    """``external_cluster(environ)``: the cluster ``live_cluster`` would use for ``environ``'s
+    ``TEE_LIVE_KUBECONFIG`` (None when unset; a failure when it holds the collection's objects)."""
+    return external_cluster
+
+
+@pytest.fixture(scope="session")
+def cleaning_up():
+    """``cleaned_up(cluster)``: the ``live`` fixture's clean-up, as a context manager."""
+    return cleaned_up
 
 
 FIRST_HOST_TASK = "Read TDX/SNP readiness"

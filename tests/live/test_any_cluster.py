@@ -1,23 +1,28 @@
 """TEE_LIVE_KUBECONFIG: the live tests against a cluster they did not start.
 
-This session's control plane stands in for "someone's cluster": the live tests run again in a second pytest
-process pointed at it by TEE_LIVE_KUBECONFIG alone, as a user would run them against a staging cluster
-(docs/live-cluster.md). What they may write there is the collection's own objects, removed again afterwards;
-everything else the cluster holds must come out as it went in.
+This session's control plane stands in for "someone's cluster": the cluster-writing live tests run again against
+it as the ``live_cluster`` fixture builds it from ``TEE_LIVE_KUBECONFIG`` alone (``someones_cluster``), as a user
+would run them against a staging cluster (docs/live-cluster.md), each inside the ``live`` fixture's clean-up
+(``cleaning_up``). They run in this process: a second pytest process pointed at the same cluster checked the same
+and cost its start, its collection and its own node trees on top (about a minute in all). What they may write
+there is the collection's own objects, removed again afterwards; everything else the cluster holds must come out
+as it went in.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import importlib.util
+import inspect
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
-REPO_ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 RULE = "confidential-tee-keys"
+# The live tests that write to the cluster, run again on "someone's cluster": every one of them must skip there,
+# saying why, the apply test only after its --check, first and second run.
+ON_SOMEONES_CLUSTER = ("test_cluster_live.py", "test_kubevirt_live.py", "test_hyperconverged_live.py")
 # The kinds whose objects a cluster has whoever runs it; the second run must leave each as it found it.
 WATCHED = (
     "nodes",
@@ -38,31 +43,55 @@ def _state(live) -> dict[str, str]:
     return state
 
 
-def _pytest_against(live, *tests: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEE_LIVE_", "PYTEST_XDIST"))}
-    env["TEE_LIVE_KUBECONFIG"] = str(live.kubeconfig)
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:xdist", *tests]
-    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+def _tests(file: str) -> dict[str, object]:
+    """The test functions of ``file`` (a module of its own: pytest imports test files by path, not by name)."""
+    spec = importlib.util.spec_from_file_location(f"on_someones_cluster_{Path(file).stem}", HERE / file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name: test for name, test in vars(module).items() if name.startswith("test_") and callable(test)}
 
 
-def test_the_live_tests_on_someone_elses_cluster_touch_only_the_collections_objects(live):
-    live.require_private("starts the live tests against this session's cluster as someone else's")
+def _skip_reason(test, fixtures: dict, cleaned_up) -> str:
+    """Run ``test`` with its fixtures taken by name from ``fixtures``, inside the ``live`` fixture's clean-up; the
+    reason it skipped (it failing, or passing without a skip, fails here)."""
+    with cleaned_up(fixtures["live"]), pytest.raises(pytest.skip.Exception) as skipped:
+        test(**{name: fixtures[name] for name in inspect.signature(test).parameters})
+    return str(skipped.value)
+
+
+def test_the_live_tests_on_someone_elses_cluster_touch_only_the_collections_objects(
+    live, someones_cluster, cleaning_up, cluster_run, recap_changed, assert_refused_first, reference
+):
+    live.require_private("runs the live tests against this session's cluster as someone else's")
     live.register_simulated_nodes()  # the cluster's kubelets registered its nodes
     runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "theirs"}}
     live.apply([{**runtime_class, "handler": "runc"}], manager="someone-else")
     before = _state(live)
 
-    run = _pytest_against(live, "tests/live/test_cluster_live.py", "tests/live/test_kubevirt_live.py")
-    assert run.returncode == 0, run.stdout[-4000:]
+    theirs = someones_cluster({"TEE_LIVE_KUBECONFIG": str(live.kubeconfig)})
+    assert theirs is not None and not theirs.private
+    fixtures = {
+        "live": theirs,
+        "cluster_run": cluster_run,
+        "recap_changed": recap_changed,
+        "assert_refused_first": assert_refused_first,
+        "reference": reference,
+    }
+    reasons = {
+        name: _skip_reason(test, fixtures, cleaning_up)
+        for file in ON_SOMEONES_CLUSTER
+        for name, test in _tests(file).items()
+    }
     # The tests that would plant, register or install skipped, saying why; the apply test got through --check,
     # the first and the second run (changed=0) and stopped only where it would change a RuntimeClass as another tool.
-    assert "4 skipped" in run.stdout and run.stdout.count(SKIPPED_BECAUSE) == 4, run.stdout[-4000:]
-    assert "this test changes the collection's RuntimeClass as another field manager" in run.stdout
+    assert len(reasons) >= 5 and all(SKIPPED_BECAUSE in why for why in reasons.values()), reasons
+    apply_test = reasons["test_check_then_apply_then_nothing_changes_and_foreign_fields_stay"]
+    assert "this test changes the collection's RuntimeClass as another field manager" in apply_test
     assert _state(live) == before
     assert live.collection_objects() == {}
 
 
-def test_the_live_tests_refuse_a_cluster_that_holds_the_collections_objects(live):
+def test_the_live_tests_refuse_a_cluster_that_holds_the_collections_objects(live, someones_cluster):
     live.require_private("plants the collection's rule in this session's cluster")
     ours = {
         "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
@@ -73,10 +102,8 @@ def test_the_live_tests_refuse_a_cluster_that_holds_the_collections_objects(live
     live.apply([ours], manager="confidential-tee")
     before = _state(live)
 
-    run = _pytest_against(live, "tests/live/test_cluster_live.py")
-    assert run.returncode != 0
-    assert f"the cluster already holds objects of confidential.tee (NodeFeatureRule/{RULE})" in run.stdout, run.stdout[
-        -4000:
-    ]
-    assert "never change or delete what they did not create" in run.stdout
+    with pytest.raises(pytest.fail.Exception) as refused:
+        someones_cluster({"TEE_LIVE_KUBECONFIG": str(live.kubeconfig)})
+    assert f"the cluster already holds objects of confidential.tee (NodeFeatureRule/{RULE})" in str(refused.value)
+    assert "never change or delete what they did not create" in str(refused.value)
     assert _state(live) == before

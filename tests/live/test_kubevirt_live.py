@@ -54,8 +54,9 @@ def test_kubevirt_not_installed_says_install_it_or_render_manifests(live, cluste
 
 
 def test_hco_manager_without_hyperconverged_says_install_it_or_change_manager(live, cluster_run):
-    """kubevirt_cc_manager: hco on a cluster without HCO's CRD (none is installed here: HCO's Go modules are not
-    served, docs/live-cluster.md) names the CRD, the variable and the ways out, and applies nothing."""
+    """kubevirt_cc_manager: hco on a cluster without HCO's CRD (the session's cluster has none; only
+    test_hyperconverged_live.py installs it, for its own test) names the CRD, the variable and the ways out, and
+    applies nothing."""
     live.require_private("needs a cluster without HCO")
     live.register_simulated_nodes()
     run = cluster_run(live, consumers=["kubevirt"], kubevirt_cc_manager="hco")
