@@ -128,7 +128,7 @@ def _options(options: dict | None) -> dict:
         raise KeyAgentError(
             "image %r is not an image reference such as %s:0.1.0" % (image, IMAGE_REPOSITORY), option="image"
         )
-    interval = str(options.get("interval", "1.0"))
+    interval = str(options.get("interval", "0.5"))
     if not _INTERVAL.match(interval) or float(interval) <= 0:
         raise KeyAgentError("interval %r must be a positive number of seconds" % (interval,), option="interval")
     log_format = options.get("log_format", "json")

@@ -71,7 +71,7 @@ def agent_argv(options: dict) -> list:
     node = options.get("node")
     if not isinstance(node, str) or not node:
         raise KeyAgentUnitError("the node name is empty: set tee_key_agent_node_name", option="node")
-    interval = str(options.get("interval", "1.0"))
+    interval = str(options.get("interval", "0.5"))
     if not _INTERVAL.match(interval) or float(interval) <= 0:
         raise KeyAgentUnitError("%r is not a positive number of seconds" % (interval,), option="interval")
     log_format = options.get("log_format", "text")

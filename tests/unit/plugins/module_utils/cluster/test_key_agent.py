@@ -69,7 +69,7 @@ def test_the_daemonset_runs_only_on_the_kernel_nodes_reading_the_host_trees_read
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert container["args"] == [
         "--host-root=/host",
-        "--interval=1.0",
+        "--interval=0.5",
         "--log-format=json",
         "--reserve=sev_es=0",
         "--reserve=tdx=2",
