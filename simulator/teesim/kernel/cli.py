@@ -9,6 +9,9 @@ device plugins read. Usage given with ``--usage`` is charged through the kernel 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,11 +111,14 @@ def _cmd_kernel(args: argparse.Namespace) -> int:
         name=args.name,
     )
     service = KernelService(node, root, cgroup_prefix=args.cgroup_prefix)
-    ready = lambda: print(f"teesim kernel: serving {node.name}'s misc tree at {root} on {sock}", flush=True)  # noqa: E731
-    try:
+
+    def ready() -> None:
+        print(f"teesim kernel: serving {node.name}'s misc tree at {root} on {sock}", flush=True)
+
+    # SIGTERM (the node harness stopping) ends the loop through SystemExit, so the socket is removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
         service.serve(sock, ready=ready)
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
