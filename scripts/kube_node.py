@@ -49,7 +49,9 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig  # noqa: E402
+import contextlib
+
+from kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
@@ -161,10 +163,8 @@ class RealNode:
             if not pids:
                 break
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.1)
         for name in list(self.processes):
             self._end(name, timeout=10)

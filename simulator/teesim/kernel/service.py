@@ -94,6 +94,11 @@ class KernelService:
     def __post_init__(self) -> None:
         self.writer = NodeWriter(RealDirBackend(self.root))
         self.writer.sync(self.node.files())
+        self._wake_reader, self._wake_writer = socket.socketpair()
+
+    def stop(self) -> None:
+        """End :meth:`serve` from another thread (guests still holding keys keep them in the model)."""
+        self._wake_writer.send(b"x")
 
     @property
     def misc(self) -> KvmKeys | None:
@@ -154,11 +159,14 @@ class KernelService:
         listener.listen(64)
         selector = selectors.DefaultSelector()
         selector.register(listener, selectors.EVENT_READ, None)
+        selector.register(self._wake_reader, selectors.EVENT_READ, "stop")
         if ready is not None:
             ready()
         try:
             while True:
                 for key, _ in selector.select():
+                    if key.data == "stop":
+                        return
                     if key.data is None:
                         conn, _ = listener.accept()
                         selector.register(conn, selectors.EVENT_READ, b"")
@@ -166,7 +174,8 @@ class KernelService:
                         self._readable(selector, key)
         finally:
             for key in list(selector.get_map().values()):
-                key.fileobj.close()  # type: ignore[union-attr]
+                if key.data != "stop":
+                    key.fileobj.close()  # type: ignore[union-attr]
             selector.close()
             sock_path.unlink(missing_ok=True)
 
