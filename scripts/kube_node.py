@@ -56,6 +56,16 @@ from kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubecon
 CGROUP_FS = Path("/sys/fs/cgroup")
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 RUNC = "/usr/sbin/runc"
+# The sysctls the kubelet sets at start (pkg/kubelet/cm/container_manager_linux.go setupKernelTunables, v1.37.2):
+# vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10, kernel.panic_on_oops=1, the root key quotas.
+KUBELET_TUNABLES = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 
 
 def node_build_dir() -> Path:
@@ -233,9 +243,28 @@ class RealNode:
         raise RuntimeError(f"{name} not ready after {timeout:.0f} s:\n{self.log_tail(name)}")
 
     def _start_namespace(self) -> None:
-        """A process holding the private mount namespace the runtime and the kubelet share."""
+        """A process holding the private mount namespace the runtime and the kubelet share.
+
+        The kubelet's kernel tunables are files of this namespace, bound over ``/proc/sys``: on a shared test
+        machine ``kernel.panic_on_oops=1`` would make any other process's kernel oops a reboot, and the values
+        would outlive the node. The kubelet reads and writes them as on a host (``tunables()`` shows what it set).
+        """
         var_lib = self.root / "var" / "lib"
-        script = f"mount -t tmpfs tmpfs /run && mount --bind {var_lib} /var/lib && echo ready && exec sleep infinity"
+        binds = []
+        for tunable in KUBELET_TUNABLES:
+            copy = self.workdir / "sysctl" / tunable.replace("/", ".")
+            copy.parent.mkdir(exist_ok=True)
+            copy.write_text(Path("/proc/sys", tunable).read_text())
+            binds.append(f"mount --bind {copy} /proc/sys/{tunable}")
+        script = " && ".join(
+            [
+                "mount -t tmpfs tmpfs /run",
+                f"mount --bind {var_lib} /var/lib",
+                *binds,
+                "echo ready",
+                "exec sleep infinity",
+            ]
+        )
         holder = self._spawn("namespace", ["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
         self._wait("namespace", lambda: "ready" in self.log_tail("namespace"), 30)
         assert holder.pid
@@ -271,6 +300,8 @@ class RealNode:
                     },
                     "io.containerd.cri.v1.runtime": {
                         "containerd": {"default_runtime_name": "runc", "runtimes": runtimes},
+                        # No hugetlb controller is mounted on these hosts: never ask runc for hugepage limits.
+                        "disable_hugetlb_controller": True,
                         "cni": {"bin_dirs": [str(self.build_dir / "bin" / "cni")], "conf_dir": str(self.cni_dir)},
                     },
                     "io.containerd.grpc.v1.cri": {"stream_server_address": "127.0.0.1", "stream_server_port": "0"},
@@ -363,7 +394,28 @@ class RealNode:
         self._spawn("kubelet", command, in_namespace=True)
         self._wait("kubelet", self.ready, timeout)
 
+    def start_plugin(self, name: str, command: list[str], *, run_dirs: tuple[str, ...] = ()) -> subprocess.Popen:
+        """A device plugin that hard-codes the node's paths (KubeVirt's virt-handler plugins), unchanged: under
+        ``scripts/teesim-serve-ns.sh --cgroup --pid`` over this node's root, it dials this kubelet's socket and
+        reads the misc files teesim's kernel writes (through ``/proc/1/root``, as virt-handler does)."""
+        wrapper = [str(REPO_ROOT / "scripts" / "teesim-serve-ns.sh"), "--cgroup", "--pid"]
+        wrapper += [arg for run_dir in run_dirs for arg in ("--run-dir", run_dir)]
+        return self._spawn(f"plugin-{name}", [*wrapper, str(self.root), *command])
+
+    def wait_allocatable(self, resource: str, count: int, timeout: float = 60) -> None:
+        """Until the kubelet reports ``count`` of ``resource`` allocatable on its Node (a plugin registered)."""
+
+        def reported() -> bool:
+            node = self.node_object() or {}
+            return node.get("status", {}).get("allocatable", {}).get(resource) == str(count)
+
+        self._wait("kubelet", reported, timeout)
+
     # -- queries ----------------------------------------------------------------------------------------------
+    def tunables(self) -> dict[str, str]:
+        """The kernel tunables as the kubelet left them in the node's namespace (see _start_namespace)."""
+        return {t: (self.workdir / "sysctl" / t.replace("/", ".")).read_text().strip() for t in KUBELET_TUNABLES}
+
     def node_object(self) -> dict | None:
         done = self.plane.kubectl("get", "node", self.name, "-o", "json", check=False)
         return json.loads(done.stdout) if done.returncode == 0 else None
