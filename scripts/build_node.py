@@ -87,7 +87,7 @@ def ldflags(found: dict[str, str]) -> dict[str, str]:
 
 # Each build: the flags' key, the module directory, the packages, and where the binaries go under bin/.
 BUILDS = (
-    ("kubelet", NODE, ["./kubelet"], "kubelet"),
+    ("kubelet", NODE, ["./kubelet"], ""),
     (
         "containerd",
         NODE / "containerd",
@@ -194,8 +194,6 @@ def build(target: Path, toolchain: str) -> float:
             print(f"building {key} ({module_dir.relative_to(REPO_ROOT)})", file=sys.stderr, flush=True)
             out = staging / "bin" / into if into != "images-src" else staging / into
             out.mkdir(parents=True, exist_ok=True)
-            if key == "kubelet":
-                out = out.parent  # one package: go build writes bin/kubelet
             command = ["go", "build", "-trimpath", "-ldflags", flags[key], "-o", f"{out}/", *packages]
             subprocess.run(command, cwd=module_dir, env=env, check=True)
         images = staging / "images"

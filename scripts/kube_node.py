@@ -35,6 +35,7 @@ one cgroup under ``/sys/fs/cgroup``.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import random
@@ -56,6 +57,7 @@ from kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubecon
 CGROUP_FS = Path("/sys/fs/cgroup")
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 RUNC = "/usr/sbin/runc"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 # The sysctls the kubelet sets at start (pkg/kubelet/cm/container_manager_linux.go setupKernelTunables, v1.37.2):
 # vm.overcommit_memory=1, vm.panic_on_oom=0, kernel.panic=10, kernel.panic_on_oops=1, the root key quotas.
 KUBELET_TUNABLES = (
@@ -302,6 +304,10 @@ class RealNode:
                         "containerd": {"default_runtime_name": "runc", "runtimes": runtimes},
                         # No hugetlb controller is mounted on these hosts: never ask runc for hugepage limits.
                         "disable_hugetlb_controller": True,
+                        # Root here lacks CAP_SYS_RESOURCE (bit 24 of CapEff), so runc cannot lower a process's
+                        # oom_score_adj (the pause container's -998, Guaranteed pods' -997): containerd raises such
+                        # values to its own score, as it does for rootless nodes.
+                        "restrict_oom_score_adj": True,
                         "cni": {"bin_dirs": [str(self.build_dir / "bin" / "cni")], "conf_dir": str(self.cni_dir)},
                     },
                     "io.containerd.grpc.v1.cri": {"stream_server_address": "127.0.0.1", "stream_server_port": "0"},
@@ -391,8 +397,31 @@ class RealNode:
         command = [str(self.build_dir / "bin" / "kubelet"), f"--config={config}", f"--kubeconfig={kubeconfig}"]
         command += [f"--hostname-override={self.name}", "--root-dir=/var/lib/kubelet", "--v=1"]
         command += [f"--node-labels={labels}"] if labels else []
+        self.kubelet_command = command
         self._spawn("kubelet", command, in_namespace=True)
         self._wait("kubelet", self.ready, timeout)
+        # The API server's TaintNodesByCondition admission gave the new Node the not-ready taint; on a cluster
+        # kube-controller-manager's node-lifecycle controller removes it once the kubelet reports Ready
+        # (pkg/controller/nodelifecycle, v1.37.2). The live control plane runs no controller-manager: this is
+        # that one step, taken on the same condition.
+        self.plane.kubectl("taint", "node", self.name, f"{NOT_READY_TAINT}:NoSchedule-", check=False)
+
+    def restart_kubelet(self, timeout: float = 120) -> None:
+        """Stop the kubelet (SIGTERM, as systemd does) and start it again with the same configuration; pods keep
+        running in containerd meanwhile. Returns once the new kubelet has marked the Node Ready again."""
+        self._end("kubelet", timeout=30)
+        log = self.workdir / "kubelet.log"
+        log.rename(log.with_suffix(f".{time.time_ns()}.log"))
+        restarted = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        self._spawn("kubelet", self.kubelet_command, in_namespace=True)
+
+        def heartbeat_since_restart() -> bool:
+            conditions = (self.node_object() or {}).get("status", {}).get("conditions", [])
+            ready = [c for c in conditions if c["type"] == "Ready" and c["status"] == "True"]
+            beat = ready and datetime.datetime.fromisoformat(ready[0]["lastHeartbeatTime"].replace("Z", "+00:00"))
+            return bool(beat) and beat > restarted
+
+        self._wait("kubelet", heartbeat_since_restart, timeout)
 
     def start_plugin(self, name: str, command: list[str], *, run_dirs: tuple[str, ...] = ()) -> subprocess.Popen:
         """A device plugin that hard-codes the node's paths (KubeVirt's virt-handler plugins), unchanged: under
