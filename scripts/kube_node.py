@@ -142,6 +142,8 @@ class RealNode:
         self.processes: dict[str, subprocess.Popen] = {}
         self.cgroups = [h / self.id for h in cgroup_hierarchies()]
         self.ip_forward: str | None = None
+        # A /24 of 10.128.0.0/9 drawn at random: two nodes at once rarely collide.
+        self.pod_subnet = f"10.{random.randrange(128, 256)}.{random.randrange(256)}.0/24"
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def __enter__(self) -> RealNode:
@@ -316,8 +318,7 @@ class RealNode:
         )
 
     def _cni_config(self) -> dict:
-        """ptp + host-local on a /24 of 10.128.0.0/9 drawn at random (two nodes at once rarely collide)."""
-        subnet = f"10.{random.randrange(128, 256)}.{random.randrange(256)}"
+        """ptp + host-local on the node's pod subnet."""
         return {
             "cniVersion": "1.0.0",
             "name": f"tee-node-{self.id}",
@@ -327,7 +328,7 @@ class RealNode:
                     "ipMasq": False,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": f"{subnet}.0/24"}]],
+                        "ranges": [[{"subnet": self.pod_subnet}]],
                         "dataDir": str(self.workdir / "cni-ipam"),
                     },
                 }

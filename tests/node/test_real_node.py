@@ -18,8 +18,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimecl
     class_name,
     kata_classes,
 )
+from kube_node import RealNode
 
-from .conftest import apply, get, kubevirt_plugins, wait_until
+from .conftest import apply, get, kubevirt_plugins, leftovers_of, wait_until
 
 INTEL = VENDORS["intel"]
 NFD_KEYS, KUBEVIRT_TDX = INTEL["nfd_resource"], INTEL["kubevirt_resource"]
@@ -159,3 +160,16 @@ def test_a_kubelet_restart_with_a_kata_pod_whose_key_is_overhead_on_a_device_plu
     assert outcome["kata-2"] == ("Failed", f"OutOf{KUBEVIRT_TDX}"), outcome
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 1\n", "the rejected Kata guest's key released")
     plane.kubectl("delete", "pod", "-n", NAMESPACE, "--all", "--wait=true", "--timeout=120s")
+
+
+def test_a_failed_start_leaves_nothing_behind(plane) -> None:
+    """The kubelet refuses an invalid node label and exits: start() fails and removes what it had made."""
+    node = RealNode(plane, name="tee-real-bad", labels={"not a label!": "x"})
+    try:
+        node.start(timeout=60)
+    except RuntimeError as failed:
+        assert "kubelet exited" in str(failed)
+    else:
+        node.stop()
+        raise AssertionError("the kubelet accepted an invalid node label")
+    assert leftovers_of(node) == []
