@@ -29,8 +29,9 @@ Where nothing may be left behind:
 
 Cgroup v1: these machines mount the v1 controllers (a hybrid layout) and PID 1 is not systemd, so the kubelet
 runs with ``failCgroupV1: false`` (the deprecated path of KEP-4569) and the ``cgroupfs`` driver (containerd
-reports it over CRI's RuntimeConfig, which the kubelet of 1.37 follows); on a cgroup v2 host the same code makes
-one cgroup under ``/sys/fs/cgroup``.
+reports it over CRI's RuntimeConfig, which the kubelet of 1.37 follows). On a cgroup v2 host the same code makes
+one cgroup under ``/sys/fs/cgroup`` with the root's controllers enabled below it (written, not yet run: these
+machines have no cgroup v2 host outside the VMs).
 """
 
 from __future__ import annotations
@@ -205,6 +206,9 @@ class RealNode:
     def _make_cgroups(self) -> None:
         for cgroup in self.cgroups:
             (cgroup / "node").mkdir(parents=True)
+            if cgroup.parent == CGROUP_FS:  # cgroup v2: the kubelet's pods below need the controllers enabled
+                enabled = (CGROUP_FS / "cgroup.subtree_control").read_text().split()
+                (cgroup / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in enabled))
             if cgroup.parent.name == "cpuset":  # a v1 cpuset cgroup starts with no CPUs and no memory nodes
                 for group in (cgroup, cgroup / "node"):
                     for knob in ("cpuset.cpus", "cpuset.mems"):
