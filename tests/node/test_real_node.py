@@ -34,6 +34,8 @@ def guest_pod(name: str, image: str, *, runtime_class: str | None = None, device
         "name": "compute",
         "image": image,
         "imagePullPolicy": "Never",
+        # The guest's error (the kernel's) becomes the container's termination message, readable from the API.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "args": ["-socket", "/run/teesim/kernel.sock", "tdx"],
         "volumeMounts": [{"name": "teesim-kernel", "mountPath": "/run/teesim"}],
     }
@@ -118,8 +120,8 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
         "the second VMI's launch fails",
     )
     assert failed["spec"]["nodeName"] == node.name
-    logs = plane.kubectl("logs", "-n", NAMESPACE, "virt-launcher-2").stdout
-    assert "ENOSPC" in logs and "no free TDX KeyID" in logs
+    message = failed["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+    assert "ENOSPC" in message and "no free TDX KeyID" in message, message
 
     plane.kubectl("delete", "pod", "-n", NAMESPACE, "--all", "--wait=true", "--timeout=120s")
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 0\n", "every key released")
