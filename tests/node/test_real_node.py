@@ -127,43 +127,6 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 0\n", "every key released")
 
 
-def test_a_kubelet_restart_with_a_kata_pod_whose_key_is_overhead_on_a_device_plugin_name(plane, node_factory) -> None:
-    """docs/simulator.md: "a kubelet restart rejects overhead-only Kata pods wherever Kata's key is overhead on a
-    device-plugin name" (teesim.sim.node_kubelet.readmit). Here the real kubelet restarts with a Kata pod whose
-    RuntimeClass overhead takes ``devices.kubevirt.io/tdx`` and a VMI holding one of those devices."""
-    labels = {KATA_RUNTIME_LABEL: "true", TEE_LABELS["tdx"]: "true"}
-    node = node_factory(name="tee-real-2", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=labels)
-    node.start_plugin(
-        "kubevirt",
-        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", INTEL["kubevirt_gate"]],
-        run_dirs=("tdx-qgs",),
-    )
-    node.wait_allocatable(KUBEVIRT_TDX, 2)
-    kata_class = kata_classes({"kata": {"tdx": {"resource": KUBEVIRT_TDX}}})[0]
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}}
-    apply(plane, namespace, account, kata_class)
-    image, kernel_dir = node.build["images"]["guest"], str(node.kernel_socket.parent)
-    kata = with_kernel(guest_pod("kata-2", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir)
-    vmi = with_kernel(guest_pod("virt-launcher-3", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir)
-    apply(plane, kata, vmi)
-    for name in ("kata-2", "virt-launcher-3"):
-        wait_until(lambda n=name: phase(plane, n)["status"].get("phase") == "Running", f"{name} running")
-    misc = node.root / "sys/fs/cgroup"
-    wait_until(lambda: (misc / "misc.current").read_text() == "tdx 2\n", "two keys charged")
-
-    node.restart_kubelet()
-    node.wait_allocatable(KUBEVIRT_TDX, 2)  # KubeVirt's plugin registered with the new kubelet
-    after = {name: phase(plane, name)["status"] for name in ("kata-2", "virt-launcher-3")}
-    outcome = {name: (status.get("phase"), status.get("reason")) for name, status in after.items()}
-    # The VMI's device is in the device manager's checkpoint: it is admitted again and keeps running.
-    assert outcome["virt-launcher-3"] == ("Running", None), outcome
-    # The Kata pod's key is overhead only: the model says the restarted kubelet rejects it.
-    assert outcome["kata-2"] == ("Failed", f"OutOf{KUBEVIRT_TDX}"), outcome
-    wait_until(lambda: (misc / "misc.current").read_text() == "tdx 1\n", "the rejected Kata guest's key released")
-    plane.kubectl("delete", "pod", "-n", NAMESPACE, "--all", "--wait=true", "--timeout=120s")
-
-
 def test_a_failed_start_leaves_nothing_behind(plane) -> None:
     """The kubelet refuses an invalid node label and exits: start() fails and removes what it had made."""
     node = RealNode(plane, name="tee-real-bad", labels={"not a label!": "x"})
