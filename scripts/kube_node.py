@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A real Kubernetes node on this machine: containerd and the kubelet of ``make node``, joined to a control plane.
 
 ``RealNode`` starts, as root, in a private directory:
