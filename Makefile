@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv native collection demo fleet-report test lint sanity pytest molecule vm-image vm-image-grub vm-test vm-test-grub sysdeps benchmark clean upstream upstream-report k8s kube-up image
+.PHONY: help venv native collection demo fleet-report test lint sanity pytest molecule vm-image vm-image-grub vm-test vm-test-grub sysdeps benchmark clean upstream upstream-report k8s kube-up image node node-test
 
 help:
 	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
@@ -28,6 +28,8 @@ help:
 	@echo "make k8s    - build etcd, kube-apiserver, kube-scheduler and kubectl from Go modules (cached; part of make test)"
 	@echo "make kube-up - run that control plane on loopback until Ctrl-C (docs/DEVELOPMENT.md)"
 	@echo "make image  - the key agent's container image with podman, from the Containerfile (no registry)"
+	@echo "make node   - build a real node: the kubelet (same release), containerd, CNI plugins, the guest and pause images (cached)"
+	@echo "make node-test - a real kubelet and containerd joined to that control plane run teesim's guests (root; tests/node)"
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -122,6 +124,16 @@ sysdeps:
 # ~/.cache/confidential-tee/k8s/ (minutes the first time, seconds after). The tests build it too when missing.
 k8s:
 	$(PYTHON) scripts/build_k8s.py
+
+# A real node (issue 46): the kubelet of the same k8s.io/kubernetes release, containerd, the CNI plugins ptp, host-local
+# and loopback, and the static guest and pause programs packed as OCI archives (no registry), built from Go modules
+# into ~/.cache/confidential-tee/node/ (scripts/build_node.py; it shares Go's caches with make k8s). runc is Debian's.
+node:
+	$(PYTHON) scripts/build_node.py
+
+# The real node's tests (tests/node: root, a private mount namespace and cgroup tree, nothing left behind).
+node-test: collection sysdeps k8s upstream node
+	$(BIN)/python -m pytest tests/node -v --durations=0 -n 0
 
 kube-up: collection k8s upstream
 	$(BIN)/python scripts/kube_control_plane.py up --scheduler --crds ../shared/reference/crds --kubevirt

@@ -9,6 +9,9 @@ device plugins read. Usage given with ``--usage`` is charged through the kernel 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +99,46 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_kernel(args: argparse.Namespace) -> int:
+    from teesim.kernel.service import KernelService  # the socket server only where it is asked for
+
+    root, sock = Path(args.root), Path(args.socket)
+    node = build_node_tree(
+        root,
+        vendor=args.vendor,
+        capacity=parse_assignments(args.capacity, "--capacity"),
+        usage=parse_assignments(args.usage, "--usage"),
+        name=args.name,
+    )
+    service = KernelService(node, root, cgroup_prefix=args.cgroup_prefix)
+
+    def ready() -> None:
+        print(f"teesim kernel: serving {node.name}'s misc tree at {root} on {sock}", flush=True)
+
+    # SIGTERM (the node harness stopping) ends the loop through SystemExit, so the socket is removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        service.serve(sock, ready=ready)
+    return 0
+
+
+def _add_kernel_parser(node_sub: Any) -> None:
+    kernel = node_sub.add_parser(
+        "kernel",
+        help="serve a node's misc tree to real guests: launches over a unix socket, charged to the caller's cgroup",
+    )
+    kernel.add_argument("--root", required=True, help="directory the node's tree is written to (created)")
+    kernel.add_argument("--socket", required=True, help="unix socket the guests connect to")
+    kernel.add_argument("--vendor", choices=("intel", "amd"), default="intel", help="CPU vendor (default: %(default)s)")
+    kernel.add_argument("--capacity", action="append", metavar="RES=N", help="misc capacity (repeatable)")
+    kernel.add_argument("--usage", action="append", metavar="RES=N", help="keys already in use by external VMs")
+    kernel.add_argument("--name", default="node-1", help="host name")
+    kernel.add_argument(
+        "--cgroup-prefix", default="", help="the kubelet's cgroupRoot: removed from the callers' cgroup paths"
+    )
+    kernel.set_defaults(func=_cmd_kernel)
+
+
 def register(subparsers: Any) -> None:
     node = subparsers.add_parser("node", help="simulated host trees")
     node_sub = node.add_subparsers(dest="node_command", metavar="ACTION")
@@ -138,3 +181,4 @@ def register(subparsers: Any) -> None:
     )
     build.add_argument("--out", required=True, help="directory to write (created; existing files replaced)")
     build.set_defaults(func=_cmd_build)
+    _add_kernel_parser(node_sub)

@@ -1,0 +1,140 @@
+"""A real kubelet and containerd run teesim's guests: Kata-shaped and virt-launcher-shaped pods charge TEE keys.
+
+The node (scripts/kube_node.py) has 2 TDX keys in teesim's kernel. NFD's extended resource ``tdx.intel.com/keys``
+(2, patched into the Node's capacity as nfd-master does) is the Kata RuntimeClass's overhead; KubeVirt v1.9.0's
+real TDX plugin advertises ``devices.kubevirt.io/tdx`` from the same ``misc.capacity``. The real kube-scheduler
+binds every pod; each guest's entrypoint launches through teesim's kernel, charged to its own container's cgroup.
+Two pools over one set of keys: a Kata pod and two VMIs all fit the scheduler's and the kubelet's accounting
+(one of each pool's two), yet only two keys exist, so the last guest's launch fails with the kernel's ENOSPC, as
+teesim's double-pool model predicts.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import VENDORS
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import (
+    KATA_RUNTIME_LABEL,
+    TEE_LABELS,
+    class_name,
+    kata_classes,
+)
+from kube_node import RealNode
+
+from .conftest import apply, get, kubevirt_plugins, leftovers_of, wait_until
+
+INTEL = VENDORS["intel"]
+NFD_KEYS, KUBEVIRT_TDX = INTEL["nfd_resource"], INTEL["kubevirt_resource"]
+HANDLERS = (*(class_name(tee, gpu) for tee in ("tdx", "snp") for gpu in (False, True)), "kata-cc")
+NAMESPACE = "tee-guests"
+
+
+def guest_pod(name: str, image: str, *, runtime_class: str | None = None, devices: dict | None = None) -> dict:
+    """A pod whose one container is teesim's guest launching one TDX guest through the node's kernel socket."""
+    container = {
+        "name": "compute",
+        "image": image,
+        "imagePullPolicy": "Never",
+        # The guest's error (the kernel's) becomes the container's termination message, readable from the API.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "args": ["-socket", "/run/teesim/kernel.sock", "tdx"],
+        "volumeMounts": [{"name": "teesim-kernel", "mountPath": "/run/teesim"}],
+    }
+    if devices:
+        container["resources"] = {"limits": devices, "requests": devices}
+    spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+        "volumes": [{"name": "teesim-kernel", "hostPath": {"path": "KERNEL_DIR", "type": "Directory"}}],
+    }
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+
+def with_kernel(pod: dict, kernel_dir: str) -> dict:
+    pod["spec"]["volumes"][0]["hostPath"]["path"] = kernel_dir
+    return pod
+
+
+def phase(plane, name: str) -> dict:
+    return get(plane, "pod", name, "-n", NAMESPACE)
+
+
+def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, node_factory) -> None:
+    labels = {KATA_RUNTIME_LABEL: "true", TEE_LABELS["tdx"]: "true"}
+    node = node_factory(name="tee-real-1", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=labels)
+    # The kubelet registered the Node itself: its version, containerd's, and Ready from the runtime's conditions.
+    info = get(plane, "node", node.name)["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == node.build["kubernetes"]
+    assert info["containerRuntimeVersion"] == "containerd://" + node.build["containerd"].removeprefix("v")
+
+    # NFD's extended resource for Kata, as nfd-master patches it; the kubelet copies capacity to allocatable.
+    plane.kubectl(
+        "patch",
+        "node",
+        node.name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        f'{{"status":{{"capacity":{{"{NFD_KEYS}":"2"}}}}}}',
+    )
+    node.wait_allocatable(NFD_KEYS, 2)
+    # KubeVirt's real TDX plugin, sized from teesim's misc.capacity, registered with the real kubelet.
+    node.start_plugin(
+        "kubevirt",
+        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", INTEL["kubevirt_gate"]],
+        run_dirs=("tdx-qgs",),
+    )
+    node.wait_allocatable(KUBEVIRT_TDX, 2)
+
+    kata_class = kata_classes({"kata": {"tdx": {"resource": NFD_KEYS}}})[0]
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}}
+    apply(plane, namespace, account, kata_class)
+    image, kernel_dir = node.build["images"]["guest"], str(node.kernel_socket.parent)
+    kata = with_kernel(guest_pod("kata-1", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir)
+    vmi = with_kernel(guest_pod("virt-launcher-1", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir)
+    apply(plane, kata, vmi)
+
+    for name in ("kata-1", "virt-launcher-1"):
+        running = wait_until(
+            lambda n=name: phase(plane, n)["status"].get("phase") == "Running" and phase(plane, n), name
+        )
+        assert running["spec"]["nodeName"] == node.name  # bound by the real kube-scheduler
+    # RuntimeClass admission copied the overhead, key included, into the Kata pod.
+    assert phase(plane, "kata-1")["spec"]["overhead"][NFD_KEYS] == "1"
+    misc = node.root / "sys/fs/cgroup"
+    wait_until(lambda: (misc / "misc.current").read_text() == "tdx 2\n", "two keys charged")
+    charged = sorted(p.parent.relative_to(misc) for p in misc.rglob("misc.current") if p.read_text() == "tdx 1\n")
+    uids = {phase(plane, n)["metadata"]["uid"] for n in ("kata-1", "virt-launcher-1")}
+    # Each guest charged its own container's cgroup under the pod's, as KVM charges the task creating the guest.
+    assert {str(p).split("/")[2].removeprefix("pod") for p in charged if len(p.parts) == 4} == uids
+
+    # A second VMI: KubeVirt still advertises a free device (it counts devices, not keys), the scheduler and the
+    # kubelet admit it, and the launch fails in the kernel: the Kata pod holds the other key.
+    apply(plane, with_kernel(guest_pod("virt-launcher-2", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir))
+    failed = wait_until(
+        lambda: phase(plane, "virt-launcher-2")["status"].get("phase") == "Failed" and phase(plane, "virt-launcher-2"),
+        "the second VMI's launch fails",
+    )
+    assert failed["spec"]["nodeName"] == node.name
+    message = failed["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+    assert "ENOSPC" in message and "no free TDX KeyID" in message, message
+
+    plane.kubectl("delete", "pod", "-n", NAMESPACE, "--all", "--wait=true", "--timeout=120s")
+    wait_until(lambda: (misc / "misc.current").read_text() == "tdx 0\n", "every key released")
+
+
+def test_a_failed_start_leaves_nothing_behind(plane) -> None:
+    """The kubelet refuses an invalid node label and exits: start() fails and removes what it had made."""
+    node = RealNode(plane, name="tee-real-bad", labels={"not a label!": "x"})
+    try:
+        node.start(timeout=60)
+    except RuntimeError as failed:
+        assert "kubelet exited" in str(failed)
+    else:
+        node.stop()
+        raise AssertionError("the kubelet accepted an invalid node label")
+    assert leftovers_of(node) == []
