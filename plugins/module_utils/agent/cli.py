@@ -74,7 +74,12 @@ def parser() -> argparse.ArgumentParser:
     found.add_argument("--node", default=os.environ.get("NODE_NAME") or socket.gethostname(), help="Node name")
     found.add_argument("--host-root", default="/", help="the host's root (its /sys/fs/cgroup is read); default /")
     found.add_argument("--kubeconfig", help="kubeconfig file (default: the pod's service account)")
-    found.add_argument("--interval", type=_interval, default=0.5, help="seconds between passes (default 0.5: the race window p99 under 1 s, docs/key-pools.md)")
+    found.add_argument(
+        "--interval",
+        type=_interval,
+        default=0.5,
+        help="seconds between passes (default 0.5: the race window's p99 under 1 s)",
+    )
     found.add_argument(
         "--reserve",
         type=_reserve,
