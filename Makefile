@@ -104,7 +104,7 @@ upstream-report: collection upstream k8s
 # Every test runs on the native build, the one make demo installs: TEESIM_NATIVE=1 makes a missing or stale build an
 # error, never a quiet fall-back to the source. The tests of serve, the gRPC kubelet, the real plugins and the CLI
 # then run again on the source (TEESIM_NATIVE=0): both builds must behave the same (issue 27).
-BOTH_BUILDS_TESTS := tests/simulator/serve tests/simulator/kubelet tests/simulator/plugins \
+BOTH_BUILDS_TESTS := tests/simulator/serve tests/simulator/kubelet tests/simulator/plugins tests/simulator/strategies/test_strategies.py \
 	tests/simulator/external_plugins tests/simulator/test_grpc_run.py tests/simulator/test_cli_help.py \
 	tests/simulator/test_cli_numbers.py tests/simulator/test_native_subclasses.py tests/simulator/report/test_cli_run.py \
 	tests/simulator/kernel/test_cli.py tests/simulator/fixtures/test_fleet.py tests/simulator/report/test_engines.py \

@@ -18,7 +18,7 @@ Where nothing may be left behind:
   also the kubelet's ``cgroupRoot``: its pods, containerd's shims and the containers all stay inside; ``stop()``
   kills whatever is left there and removes the cgroups, deepest first;
 * containerd and the kubelet run in a private mount namespace (``unshare --mount --propagation private``) with a
-  tmpfs over ``/run`` and ``<workdir>/root/var/lib`` bound over ``/var/lib`` (the kubelet hard-codes
+  tmpfs over ``/run`` and the node directory's own ``var/lib`` bound over ``/var/lib`` (the kubelet hard-codes
   ``/var/lib/kubelet/device-plugins``): every mount the runtime or the kubelet makes (rootfs overlays, volumes,
   network namespaces) lives and dies with that namespace;
 * no fixed port: the kubelet's port is a free one chosen at start, its read-only and healthz ports are off,

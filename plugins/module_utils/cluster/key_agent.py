@@ -18,7 +18,7 @@ policy charges every TDX (SEV) virt-launcher pod: the plan refuses kernel mode o
 not on others.
 
 Input: ``plan["kernel"]`` of :func:`key_pools.plan` (per TEE ``{"resource", "nodes", "kubevirt_resource"?}``,
-the shape in /work/notes/kernel-pool-interface.md) and the deployment options. Standard library only.
+the shape the plan documents) and the deployment options. Standard library only.
 """
 
 from __future__ import annotations
