@@ -169,7 +169,7 @@ class Changes:
 
     def real_path(self, path: str) -> str:
         """Where ``path`` really is: links resolved inside host_root (by the kernel itself when that is ``/``)."""
-        if self.reader._root_is_slash:
+        if self.reader.is_live:
             return os.path.realpath(os.path.join("/", path.lstrip("/")))
         return self.reader.resolve(path)
 

@@ -94,12 +94,29 @@ def file_kind(mode: int) -> str:
 
 
 class HostReader:
-    """Reads files under ``host_root``; records every :class:`Problem` in :attr:`problems`."""
+    """The host a task works on: its root, whether that is the live system, and every :class:`Problem` found.
+
+    One object per module run (from :func:`open_host`), passed down to every function that reads or changes the
+    host: nothing below a module builds its own. ``problems`` is the one list of what was wrong on this host.
+    """
 
     def __init__(self, host_root: str = "/") -> None:
         self.host_root = host_root or "/"
         self._root_is_slash = os.path.realpath(self.host_root) == "/"
         self.problems: list[Problem] = []
+
+    @property
+    def is_live(self) -> bool:
+        """True when the root is this machine's own ``/`` (programs run directly; the kernel's files are real)."""
+        return self._root_is_slash
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` as it must run against this host: as is on the live root, through ``chroot`` under a tree."""
+        return list(argv) if self._root_is_slash else ["chroot", self.host_root, *argv]
+
+    def fresh(self) -> HostReader:
+        """The same host with an empty problem list, for a read-back that must not mix with the plan's problems."""
+        return HostReader(self.host_root)
 
     # ------------------------------------------------------------------ paths
 
