@@ -60,7 +60,7 @@ def _by_consumer(failures: list[Failure], outside_race_only: bool = False) -> di
     """How many of ``failures`` each consumer had (one pass: a run can record thousands of retries)."""
     counts: dict[str, int] = dict.fromkeys(_CONSUMER_VALUES, 0)
     for failure in failures:
-        if not (outside_race_only and failure.in_race_window):
+        if not (outside_race_only and (failure.in_race_window or failure.over_headroom)):
             counts[failure.consumer] += 1
     return counts
 
@@ -241,6 +241,7 @@ class MetricsRecorder:
             "failed_launches_by_consumer": by_consumer,
             "failed_outside_race_window": outside,
             "kubevirt_failed_outside_race_window": outside[_KUBEVIRT],
+            "external_over_headroom": sum(1 for f in launch if f.over_headroom),
             "admission_failures": len(admission),
             "rejected_at_kubelet_restart": _by_consumer(readmission),
             "admission_failures_by_consumer": _by_consumer(admission),
@@ -287,6 +288,7 @@ class MetricsRecorder:
                 "message": f.message,
                 "error": f.error or None,  # the errno KVM returned; an admission failure has none
                 "in_race_window": f.in_race_window,
+                "over_headroom": f.over_headroom,
                 "attempt": f.attempt,
             }
             for f in self.failures[:limit]

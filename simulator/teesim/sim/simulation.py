@@ -118,6 +118,9 @@ class Failure:
     in_race_window: bool
     attempt: int = 1
     error: str = ""
+    # An external VM that failed while VMs outside Kubernetes already held the node's declared headroom
+    # (settings.reserved) or more: no pool can promise it a key without stopping a running guest (docs/key-pools.md).
+    over_headroom: bool = False
 
 
 class Observer(Protocol):
@@ -327,7 +330,11 @@ class Simulation:
         try:
             node.charge(Consumer.EXTERNAL, cgroup, arrival.resource, arrival.kind.value)
         except ChargeError as exc:
-            self.record_failure(node, Consumer.EXTERNAL, arrival.resource, uid, "launch", exc, now, now)
+            held = node.charged[(Consumer.EXTERNAL, arrival.resource)]
+            over = held >= self.settings.reserved.get(arrival.resource, 0)
+            self.record_failure(
+                node, Consumer.EXTERNAL, arrival.resource, uid, "launch", exc, now, now, over_headroom=over
+            )
             return
         self.kernel_changed(node, arrival.resource, Consumer.EXTERNAL)
         self.launched[Consumer.EXTERNAL.value] += 1
@@ -375,6 +382,7 @@ class Simulation:
         until: float,
         attempt: int = 1,
         in_race: bool | None = None,
+        over_headroom: bool = False,
     ) -> Failure:
         # The race window: a plugin poll, then a node status sync, then the guest's launch delay.
         now = self.clock.now
@@ -388,7 +396,7 @@ class Simulation:
             if error:
                 message = f"{error}: {exc.strerror}"
         who = CONSUMER_VALUE[consumer]
-        failure = Failure(now, node.name, who, resource, uid, kind, message, in_race, attempt, error)
+        failure = Failure(now, node.name, who, resource, uid, kind, message, in_race, attempt, error, over_headroom)
         self.failures.append(failure)
         if self.observer is not None:
             self.observer.on_failure(self, failure)

@@ -28,9 +28,10 @@ The strategies (the baseline first):
   Kubernetes when the operator sets it.
 * ``kernel-pool``: ``tee_key_pool_mode: kernel``, the mode the collection deploys: the node agent
   (``tee-key-agent``, its decision code run in process) patches Kata's resource name into the node status
-  at ``capacity - keys held outside Kubernetes - reserve``; Kata requests it by overhead, VMIs by the
-  request a MutatingAdmissionPolicy adds. No device plugin and no NFD rule advertise that name.
-  ``kernel-pool-reserved`` is the same with the scenario's ``reserved`` headroom as the agent's ``--reserve``.
+  at ``capacity - keys held outside Kubernetes - reserve``, the reserve being the node's headroom for VMs
+  outside Kubernetes (the scenario's ``reserved``; ``kernel_key_pool_reserve`` when deployed); Kata requests
+  it by overhead, VMIs by the request a MutatingAdmissionPolicy adds. No device plugin and no NFD rule
+  advertise that name. ``kernel-pool-no-reserve`` is the same with the role's default, no ``--reserve``.
 * ``dra-overhead-served`` / ``dra-overhead-unserved``: a DRA driver publishes a ResourceSlice from
   the kernel's free count and a DeviceClass maps it to Kata's resource name (KEP-5004); VMIs request
   that name. Whether RuntimeClass overhead is served from a DRA-backed name is open upstream:
@@ -226,19 +227,20 @@ STRATEGIES: dict[str, Strategy] = {
         ),
         Strategy(
             "kernel-pool",
-            "tee_key_pool_mode: kernel: the node agent's pool (capacity - keys outside Kubernetes) for VMIs and Kata",
-            "kata",
-            Advertiser.KERNEL,
-            "kata",
-            models="kernel",
-        ),
-        Strategy(
-            "kernel-pool-reserved",
-            "kernel-pool with the operator's headroom for VMs outside Kubernetes as --reserve (settings.reserved)",
+            "tee_key_pool_mode: kernel: the node agent's pool (capacity - keys outside Kubernetes - the node's headroom"
+            " for them as --reserve, settings.reserved) for VMIs and Kata",
             "kata",
             Advertiser.KERNEL,
             "kata",
             reserve_external=True,
+            models="kernel",
+        ),
+        Strategy(
+            "kernel-pool-no-reserve",
+            "kernel-pool with the role's default, no --reserve: VMs outside Kubernetes get no headroom",
+            "kata",
+            Advertiser.KERNEL,
+            "kata",
         ),
         Strategy(
             "dra-overhead-served",

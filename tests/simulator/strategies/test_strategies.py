@@ -75,7 +75,7 @@ def test_the_baseline_is_the_double_pool_and_every_strategy_is_registered() -> N
         "split-nodes",
         "unified-reconciling",
         "kernel-pool",
-        "kernel-pool-reserved",
+        "kernel-pool-no-reserve",
         "dra-overhead-served",
         "dra-overhead-unserved",
     ]
@@ -325,9 +325,9 @@ def test_kernel_pool_runs_the_agents_own_decision_and_keeps_failures_in_the_race
     from teesim.plugins.kernel_agent import KernelPoolAgent, decision
 
     assert decision.__name__ == "ansible_collections.confidential.tee.plugins.module_utils.agent.decision"
-    assert get_strategy("kernel-pool").models == "kernel" and get_strategy("kernel-pool-reserved").models is None
+    assert get_strategy("kernel-pool").models == "kernel" and get_strategy("kernel-pool-no-reserve").models is None
     world = _everyone(reserve=0)
-    sim, kernel = _run(world, "kernel-pool")
+    sim, kernel = _run(world, "kernel-pool-no-reserve")
     _, double = _run(world, "double-pool")
     agent = _key_plugin(sim)
     assert isinstance(agent, KernelPoolAgent) and isinstance(agent.last, decision.PoolDecision)
@@ -338,12 +338,12 @@ def test_kernel_pool_runs_the_agents_own_decision_and_keeps_failures_in_the_race
     node = sim.nodes[NODE]
     assert node.nfd == {} and KEYS not in node.devices.allocatable()
     assert node.status_allocatable()[KEYS] == node.agent_pool[KEYS] == agent.published
-    # The operator's reserve protects VMs outside Kubernetes too: external_reserve, or the planned headroom
-    # (settings.reserved) in kernel-pool-reserved.
-    _, reserved = _run(_everyone(reserve=3), "kernel-pool")
+    # The operator's reserve protects VMs outside Kubernetes too: external_reserve, or the node's declared headroom
+    # (settings.reserved) in kernel-pool, the mode as docs/key-pools.md deploys it.
+    _, reserved = _run(_everyone(reserve=3), "kernel-pool-no-reserve")
     assert reserved["failed_outside_race_window"] == {"kata": 0, "kubevirt": 0, "external": 0}
     headroom = World(world.nodes, world.arrivals, duration=world.duration, settings=Settings(reserved={"tdx": 3}))
-    sim, planned = _run(headroom, "kernel-pool-reserved")
+    sim, planned = _run(headroom, "kernel-pool")
     assert planned["failed_outside_race_window"] == {"kata": 0, "kubevirt": 0, "external": 0}
     assert _key_plugin(sim).reserve == 3
 
@@ -609,3 +609,25 @@ def test_plugins_learn_pod_starts_and_publish_slices_through_the_api_server_with
     # slice the scheduler reads shrinks at 15 s.
     assert len(_run(external_world(14.5), "dra-overhead-served")[0].nodes[NODE].dra[KEYS].devices) == 4
     assert len(_run(external_world(15.5), "dra-overhead-served")[0].nodes[NODE].dra[KEYS].devices) == 3
+
+
+def test_an_outside_vm_beyond_the_nodes_headroom_is_counted_apart_from_the_pools_failures() -> None:
+    # 4 keys, headroom 1: four long VMIs take 3 keys (the pool is 4 - 1), then two libvirt VMs start. The first
+    # finds the headroom's key; the second finds none while one outside VM already holds the whole headroom.
+    vmis = [(float(i), Consumer.KUBEVIRT, FOREVER, 1.0) for i in range(4)]
+    externals = [(200.0, Consumer.EXTERNAL, FOREVER, 0.0), (300.0, Consumer.EXTERNAL, FOREVER, 0.0)]
+    world = World(
+        nodes=(NodeSpec(NODE, CURRENT, "intel", {"tdx": 4}),),
+        arrivals=_arrivals(*vmis, *externals),
+        duration=400.0,
+        settings=Settings(reserved={"tdx": 1}),
+    )
+    _, kernel = _run(world, "kernel-pool")
+    assert kernel["launched"]["kubevirt"] == 3 and kernel["launched"]["external"] == 1
+    assert kernel["failed_launches_by_consumer"]["external"] == 1 and kernel["external_over_headroom"] == 1
+    assert kernel["failed_outside_race_window"]["external"] == 0
+    # Without the reserve the pods take the headroom's key too: both outside VMs fail, neither ever holding a key,
+    # so both within their headroom.
+    _, bare = _run(world, "kernel-pool-no-reserve")
+    assert bare["launched"]["kubevirt"] == 4 and bare["launched"]["external"] == 0
+    assert bare["failed_outside_race_window"]["external"] == 2 and bare["external_over_headroom"] == 0
