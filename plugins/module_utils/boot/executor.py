@@ -10,7 +10,6 @@ file of the task and runs the setup's ``undo``. Nothing here knows a boot setup 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.boot.cmdline_edit
 from ansible_collections.confidential.tee.plugins.module_utils.boot.requests import CmdlineError
 from ansible_collections.confidential.tee.plugins.module_utils.boot.setups import Action, Plan
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import ChangeError, Changes
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import display_text
 from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import parse_arg_text
 
@@ -39,12 +39,12 @@ def credential_values(raws: list[str]) -> list[str]:
 class Executor:
     """Hands a plan's actions to the one change recorder (:mod:`common.changes`) and applies them all or nothing.
 
-    Files are written through symbolic links resolved inside ``host_root``, after a backup, atomically; the
+    Files are written through symbolic links resolved inside the host's root, after a backup, atomically; the
     commands are recorded alongside them, with the files they rewrite themselves (grubby's entries), so that a
     failed command or a result :func:`verify` cannot confirm puts every file of the task back as it was.
     """
 
-    host_root: str
+    host: HostReader  # the module's (host_reader.open_host); read-backs get host.fresh()
     check_mode: bool
     run_command: object  # callable(argv) -> (rc, stdout, stderr)
     backup: bool = True
@@ -52,7 +52,7 @@ class Executor:
     changes: Changes = field(init=False)
 
     def __post_init__(self) -> None:
-        self.changes = Changes(self.host_root, self.check_mode, backup=self.backup, runner=self.run_command)
+        self.changes = Changes(self.host.host_root, self.check_mode, backup=self.backup, runner=self.run_command)
 
     @property
     def backups(self) -> list[str]:
@@ -60,8 +60,7 @@ class Executor:
 
     def command_argv(self, argv: list[str]) -> list[str]:
         # Under a mounted host root the host's own tools must act on the host's files.
-        root = os.path.abspath(self.host_root)
-        return argv if root == "/" else ["chroot", root, *argv]
+        return self.host.command(argv)
 
     def run_host_command(self, argv: list[str]):
         return self.run_command(self.command_argv(argv))  # type: ignore[operator]
@@ -105,7 +104,7 @@ class Executor:
     def readback_problems(self, result: Plan) -> tuple[list[str] | None, list[str]]:
         """What the host's configuration says now, and why that is not what was planned (empty: as planned)."""
         try:
-            after = result.readback(self.host_root, self.run_host_command)
+            after = result.readback(self.host.fresh(), self.run_host_command)
             problems = unmet(result.before, after, result.present, result.absent)
         except CmdlineError as exc:
             after, problems = None, [str(exc)]

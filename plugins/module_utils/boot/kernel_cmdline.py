@@ -80,7 +80,7 @@ def detect_setup(reader: HostReader) -> tuple[str | None, list[str]]:
 
 
 def plan(
-    host_root: str,
+    host: HostReader,
     present: list[str],
     absent: list[str],
     name: str = "confidential-tee",
@@ -90,21 +90,20 @@ def plan(
     """Parse the request, detect (or check) the boot setup and plan the actions."""
     check_name(name)
     want, drop = parse_request(present, absent)
-    return plan_requests(host_root, [Request(name, want, drop)], setup, runner)
+    return plan_requests(host, [Request(name, want, drop)], setup, runner)
 
 
-def plan_requests(host_root: str, requests: list[Request], setup: str = "auto", runner=run_bounded) -> Plan:
+def plan_requests(host: HostReader, requests: list[Request], setup: str = "auto", runner=run_bounded) -> Plan:
     """Plan several callers' requests as one change: every file they need written, the boot updated once.
 
     GRUB keeps one drop-in per request; the other setups hold one command line, edited with all of them at once.
     """
     want, drop = combine(requests)
-    reader = HostReader(host_root)
     if setup == "auto":
-        detected, found = detect_setup(reader)
+        detected, found = detect_setup(host)
         if detected is None:
             raise CmdlineError(
-                f"no supported boot setup under host_root {host_root}: found {'; '.join(found)}. Supported: "
+                f"no supported boot setup under host_root {host.host_root}: found {'; '.join(found)}. Supported: "
                 "ostree/bootc (/run/ostree-booted), BLS with grubby, Debian/Ubuntu GRUB (/etc/default/grub), "
                 "kernel-install (/etc/kernel/cmdline); set boot_setup explicitly if detection is wrong"
             )
@@ -112,13 +111,14 @@ def plan_requests(host_root: str, requests: list[Request], setup: str = "auto", 
     chosen = next((candidate for candidate in BOOT_SETUPS if setup == candidate.NAME), None)
     if chosen is None:
         raise CmdlineError(f"unknown boot setup {setup!r}; choose one of auto, {', '.join(SETUPS)}")
-    result = chosen.plan(reader, requests, runner)
+    result = chosen.plan(host, requests, runner)
     result.present, result.absent = want, drop
     return result
 
 
-def running_cmdline(host_root: str) -> list[str] | None:
-    result = HostReader(host_root).read("/proc/cmdline", record=False)
+def running_cmdline(host: HostReader) -> list[str] | None:
+    """The running kernel's arguments (``/proc/cmdline`` of the host), ``None`` when it cannot be read."""
+    result = host.read("/proc/cmdline", record=False)
     if result.data is None:
         return None
     return [t.raw for t in tokenize(result.data.decode("latin-1"))]

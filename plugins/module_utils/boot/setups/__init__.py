@@ -74,8 +74,9 @@ class Plan:
     configured: list[str]
     source: str
     warnings: list[str] = field(default_factory=list)
-    # Read the configuration back after execution: (host_root, run_host_command) -> configured arguments.
-    readback: Callable[[str, Callable], list[str]] | None = None
+    # Read the configuration back after execution: (host, run_host_command) -> configured arguments. ``host`` is
+    # a fresh reader of the host (HostReader.fresh), so the read-back's problems never mix with the plan's.
+    readback: Callable[[HostReader, Callable], list[str]] | None = None
     # True where the planned list is exactly what the files will say; False where a tool (grubby,
     # rpm-ostree) decides the order itself and only the request and the unrelated arguments are checked.
     exact: bool = True

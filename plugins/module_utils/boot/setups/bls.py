@@ -187,27 +187,27 @@ def _bls_checks(result: Plan, per_entry: dict, final_shared: tuple, newest: str,
     before_all = {path: [t.raw for t in kernel_args(args)] for path, args in per_entry.items()}
     (final, shared), (present, absent) = final_shared, request
 
-    def differences(host_root: str) -> list[str]:
-        again = bls_texts(HostReader(host_root))
+    def differences(host: HostReader) -> list[str]:
+        again = bls_texts(host)
         return [
             f"{path} says {_options_line(again.get(path))!r} instead of {_options_line(text)!r}"
             for path, text in final.items()
             if path not in shared and again.get(path) != text
         ]
 
-    def readback(host_root: str, _run) -> list[str]:
-        again = bls_entries(HostReader(host_root))
+    def readback(host: HostReader, _run) -> list[str]:
+        again = bls_entries(host)
         problems = [f"{path}: entry removed" for path in before_all if path not in again]
         for path, args in again.items():
             raws = [t.raw for t in kernel_args(args)]
             problems += [f"{path}: {p}" for p in unmet(before_all.get(path, raws), raws, present, absent)]
-        problems += differences(host_root)
+        problems += differences(host)
         if problems:
             raise CmdlineError("; ".join(problems))
         return [t.raw for t in again.get(newest, [])]
 
     result.readback = readback
-    result.before_tools = lambda executor: differences(executor.host_root)
+    result.before_tools = lambda executor: differences(executor.host.fresh())
     # Exact where the newest entry holds its own arguments; from grubenv (kernelopts) grubby decides the order.
     result.exact = newest not in shared
 

@@ -192,8 +192,8 @@ def _grub_plan(reader: HostReader, files: GrubFiles, texts, before: list[str], a
             actions.append(write_action(path, old, new, "GRUB_CMDLINE_LINUX"))
     result = Plan("grub", actions, before, after, "GRUB_CMDLINE_LINUX + GRUB_CMDLINE_LINUX_DEFAULT")
 
-    def readback(host_root: str, _run) -> list[str]:
-        written = read_grub_files(HostReader(host_root), list(files.dropins))
+    def readback(host: HostReader, _run) -> list[str]:
+        written = read_grub_files(host, list(files.dropins))
         return _evaluate(written, written.texts, runner)
 
     result.readback = readback

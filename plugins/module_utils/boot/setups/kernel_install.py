@@ -51,9 +51,7 @@ def plan(reader: HostReader, requests: list[Request], runner=run_bounded) -> Pla
     after = [t.raw for t in tokenize(new)]
     action = write_action(path, text, new, "kernel-install command line")
     result = Plan("kernel_install", [action] if action else [], before, after, path)
-    result.readback = lambda host_root, _run: [
-        t.raw for t in tokenize(read_boot_file(HostReader(host_root), path) or "")
-    ]
+    result.readback = lambda host, _run: [t.raw for t in tokenize(read_boot_file(host, path) or "")]
     result.before_tools = lambda executor: executor.readback_problems(result)[1]
     if action:
         _add_kernel_install(reader, result, path)
@@ -115,7 +113,7 @@ def _entry_check(result: Plan, layout: kernel_install_layout.Layout, release: st
     tokens, roots = [layout.token or ""], (layout.boot_root,)
 
     def problems(executor) -> list[str]:
-        entries = loader_entry.find_entries(executor.host_root, tokens, release, roots)
+        entries = loader_entry.find_entries(executor.host.fresh(), tokens, release, roots)
         where = loader_entry.looked_in(tokens, release, roots)
         why = f"kernel-install decides layout=bls there: {layout.why()}"
         if not entries:

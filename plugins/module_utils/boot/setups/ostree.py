@@ -100,7 +100,7 @@ def plan(reader: HostReader, requests: list[Request], runner=run_bounded) -> Pla
             Action("command", "stage kernel arguments for the next deployment", argv=[tool, "kargs", *args])
         )
 
-        def readback(_host_root: str, run) -> list[str]:
+        def readback(_host: HostReader, run) -> list[str]:
             rc, out, err = run([tool, "kargs"])
             if rc != 0:
                 raise CmdlineError(f"'{tool} kargs' failed with exit code {rc}: {(err or out).strip()[:200]}")
@@ -135,7 +135,7 @@ def _ostree_undo(tool: str, pending_before: str | None):
                 f"; '{tool} cleanup --pending' failed with exit code {rc} ({detail}): the deployment with the new "
                 f"arguments is still pending and boots next; run '{tool} cleanup --pending' by hand"
             )
-        left = ostree_pending(HostReader(executor.host_root))
+        left = ostree_pending(executor.host.fresh())
         if left:
             return (
                 f"; '{tool} cleanup --pending' ran, but a deployment is still pending ({left}) and boots next; "
