@@ -215,6 +215,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.boot.kernel_cmdline import (
+    SETUPS,
     CmdlineError,
     Executor,
     managed_running,
@@ -243,11 +244,11 @@ def _arguments_diff(result_plan):
     }
 
 
-def _plan(host_root, params):
+def _plan(host, params):
     """One request (present, absent, name) or several (requests), planned as one change."""
     if params["requests"] is None:
-        return plan(host_root, params["present"], params["absent"], params["name"], params["boot_setup"])
-    return plan_requests(host_root, parse_requests(params["requests"]), params["boot_setup"])
+        return plan(host, params["present"], params["absent"], params["name"], params["boot_setup"])
+    return plan_requests(host, parse_requests(params["requests"]), params["boot_setup"])
 
 
 def main():
@@ -266,7 +267,7 @@ def main():
                     absent=dict(type="raw", default=[]),
                 ),
             ),
-            boot_setup=dict(type="str", default="auto", choices=["auto", "grub", "bls", "kernel_install", "ostree"]),
+            boot_setup=dict(type="str", default="auto", choices=["auto", *SETUPS]),
             backup=dict(type="bool", default=True),
         ),
         mutually_exclusive=[("requests", "present"), ("requests", "absent"), ("requests", "name")],
@@ -277,18 +278,18 @@ def main():
         problem = list_of_strings_problem(option, params[option])
         if problem:
             module.fail_json(msg=problem)
-    host_root = open_host(module).host_root
-    executor = Executor(host_root, module.check_mode, module.run_command, backup=params["backup"])
+    host = open_host(module)
+    executor = Executor(host, module.check_mode, module.run_command, backup=params["backup"])
     redact = executor.changes.redact
     try:
-        result_plan = _plan(host_root, params)
+        result_plan = _plan(host, params)
         present, absent = [arg.raw for arg in result_plan.present], [arg.raw for arg in result_plan.absent]
         executor.plan(result_plan)
         # The diff is the plan's, rendered before anything is applied and before verify() fills in the read-back.
         diff = [_arguments_diff(result_plan), *executor.changes.diff()] if module._diff else None
         executor.execute(result_plan)
         verify(result_plan, executor)
-        running = running_cmdline(host_root)
+        running = running_cmdline(host)
         needs_reboot = reboot_required(running, present, absent)
     except CmdlineError as exc:
         module.fail_json(msg=redact(display_text(str(exc))), actions=redact(executor.done), backups=executor.backups)

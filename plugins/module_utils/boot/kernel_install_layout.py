@@ -318,7 +318,7 @@ def _c_layout(reader: HostReader, env: Mapping[str, str], version, mount_of, ima
 # ------------------------------------------------------------------------------------------ mounts and entry point
 
 
-def host_mounts(host_root: str, reader: HostReader) -> Callable[[str], Mount | None]:
+def host_mounts(reader: HostReader) -> Callable[[str], Mount | None]:
     """A lookup of what is mounted at a host path: ``/proc/self/mountinfo`` (file system type, device), and the
     GPT partition type from the host's udev database (``/run/udev/data/b<major>:<minor>``) where it has one."""
     try:
@@ -332,11 +332,12 @@ def host_mounts(host_root: str, reader: HostReader) -> Callable[[str], Mount | N
         if " - " in line and len(fields) > 4:
             after = line.split(" - ", 1)[1].split()
             mounts[fields[4].replace("\\040", " ")] = (after[0] if after else "", fields[2])
-    root = os.path.realpath(host_root)
+    # mountinfo names real paths: the host's root by its real path, the live root as "/" (read as is).
+    root = "/" if reader.is_live else os.path.realpath(reader.host_root)
 
     def mount_of(path: str) -> Mount | None:
         real = os.path.realpath(os.path.join(root, path.lstrip("/")))
-        if real not in mounts or (root != "/" and not real.startswith(root + "/")):
+        if real not in mounts or (not reader.is_live and not real.startswith(root + "/")):
             return None
         fstype, device = mounts[real]
         return fstype, partition_type(reader, device)
@@ -359,7 +360,7 @@ def detect(
     image: str | None = None,
 ) -> Layout:
     """The layout, ``$BOOT`` and entry token the host's ``kernel-install`` at ``tool`` will use for ``image``."""
-    mount_of = mount_of or host_mounts(reader.host_root, reader)
+    mount_of = mount_of or host_mounts(reader)
     kind, version = implementation(reader, tool)
     bypass = env.get("KERNEL_INSTALL_BYPASS", "")
     # kernel-install.in: [ "$KERNEL_INSTALL_BYPASS" = "1" ]; kernel-install.c: getenv_bool (1, yes, y, true, t, on).

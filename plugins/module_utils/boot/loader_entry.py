@@ -35,10 +35,9 @@ def entry_names(tokens: list[str], release: str, names: list[str]) -> list[str]:
 
 
 def find_entries(
-    host_root: str, tokens: list[str], release: str, roots: tuple[str, ...] = BOOT_ROOTS
+    reader: HostReader, tokens: list[str], release: str, roots: tuple[str, ...] = BOOT_ROOTS
 ) -> list[tuple[str, str | None]]:
     """``(path, options text)`` of the release's entries in every boot root; text None where it cannot be read."""
-    reader = HostReader(host_root)
     found = []
     for boot in roots:
         directory = f"{boot}/loader/entries"

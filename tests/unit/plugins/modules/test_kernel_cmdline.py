@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from ansible.module_utils import basic
+from ansible_collections.confidential.tee.plugins.module_utils.boot import kernel_cmdline as kc
 from ansible_collections.confidential.tee.plugins.modules import kernel_cmdline
 
 GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="console=ttyS0 iommu=pt"\n'
@@ -184,3 +186,12 @@ def test_requests_exclude_the_single_request_options(tmp_path, module_result):
     result = module_result({"host_root": root, "requests": bad}, failed=True)
     assert "requests[1] (91-iommu): present must be a list" in result["msg"]
     assert not (tmp_path / "etc/default/grub.d").exists()
+
+
+def test_documented_boot_setups_are_the_registered_ones():
+    """YAML cannot import the registry (boot/kernel_cmdline.py BOOT_SETUPS): the documented choices must follow it."""
+    documented = yaml.safe_load(kernel_cmdline.DOCUMENTATION)["options"]["boot_setup"]["choices"]
+    assert documented == ["auto", *kc.SETUPS]
+    assert [setup.NAME for setup in kc.DETECTION_ORDER] == ["ostree", "bls", "grub", "kernel_install"]
+    # Detection asks every registered setup once.
+    assert sorted(kc.DETECTION_ORDER, key=lambda setup: kc.SETUPS.index(setup.NAME)) == list(kc.BOOT_SETUPS)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.boot import bls
 from ansible_collections.confidential.tee.plugins.module_utils.boot import kernel_cmdline as kc
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 ENTRY = "title Fedora ({ver})\nversion {ver}\nlinux /vmlinuz-{ver}\n{options}\ninitrd /initramfs-{ver}.img\n"
 TOUCHED = ("/etc/default/grub", "/etc/kernel/cmdline", "/boot/grub2/grubenv")
@@ -75,27 +76,27 @@ SHAPES = {
 @pytest.mark.parametrize("strict", [False, True])
 def test_every_shape_is_read_as_the_spec_says_and_changed_once(tmp_path, shape, strict):
     root = make_root(tmp_path, SHAPES[shape])
-    result = kc.plan(root, [], ["iommu=pt"])
+    result = kc.plan(HostReader(root), [], ["iommu=pt"])
     assert result.before == ["root=UUID=1", "iommu=pt", "ro"]
     commands = [a.argv for a in result.actions if a.kind == "command"]
     assert commands == [["/usr/sbin/grubby", "--update-kernel=ALL", "--remove-args=iommu=pt"]]
     calls = []
     # strict: a grubby that only reads 'options ' + words; the normalized line is all it ever sees.
-    executor = kc.Executor(root, False, grubby(root, calls, r"^options " if strict else r"^options[ \t]"))
+    executor = kc.Executor(HostReader(root), False, grubby(root, calls, r"^options " if strict else r"^options[ \t]"))
     executor.execute(result)
     kc.verify(result, executor)
     assert len(calls) == 1
     entry = (tmp_path / "boot/loader/entries/m-6.9.7.conf").read_text()
     assert "options root=UUID=1 ro" in entry and "iommu=pt" not in entry.replace("# options", "")
-    assert kc.plan(root, [], ["iommu=pt"]).actions == []
+    assert kc.plan(HostReader(root), [], ["iommu=pt"]).actions == []
 
 
 def test_options_key_without_a_value_reads_as_empty_and_gets_the_arguments(tmp_path):
     root = make_root(tmp_path, "options")
-    result = kc.plan(root, ["nohibernate"], [])
+    result = kc.plan(HostReader(root), ["nohibernate"], [])
     assert result.before == []
     calls = []
-    executor = kc.Executor(root, False, grubby(root, calls))
+    executor = kc.Executor(HostReader(root), False, grubby(root, calls))
     executor.execute(result)
     kc.verify(result, executor)
     assert "options nohibernate\n" in (tmp_path / "boot/loader/entries/m-6.9.7.conf").read_text()
@@ -103,7 +104,7 @@ def test_options_key_without_a_value_reads_as_empty_and_gets_the_arguments(tmp_p
 
 def test_a_tab_entry_with_removals_and_additions_is_normalized_once_then_edited(tmp_path):
     root = make_root(tmp_path, "options\troot=UUID=1 kvm_intel.tdx=0 rhgb")
-    result = kc.plan(root, ["kvm_intel.tdx=1"], ["rhgb"])
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1"], ["rhgb"])
     # Both entries are written as grubby leaves them (the old one gains kvm_intel.tdx=1 too), then grubby runs.
     assert [a.path for a in result.actions if a.kind == "write"] == [
         "/boot/loader/entries/m-6.8.5.conf",
@@ -114,7 +115,7 @@ def test_a_tab_entry_with_removals_and_additions_is_normalized_once_then_edited(
         ["/usr/sbin/grubby", "--update-kernel=ALL", "--args=kvm_intel.tdx=1"],
     ]
     calls = []
-    executor = kc.Executor(root, False, grubby(root, calls, r"^options "))
+    executor = kc.Executor(HostReader(root), False, grubby(root, calls, r"^options "))
     executor.execute(result)
     kc.verify(result, executor)
     assert "options root=UUID=1 kvm_intel.tdx=1\n" in (tmp_path / "boot/loader/entries/m-6.9.7.conf").read_text()
@@ -130,12 +131,12 @@ def test_a_tab_entry_with_removals_and_additions_is_normalized_once_then_edited(
 def test_shapes_the_readers_disagree_on_are_refused_before_anything_runs(tmp_path, options, words):
     root = make_root(tmp_path, options)
     with pytest.raises(kc.CmdlineError, match=words + ".*nothing was changed"):
-        kc.plan(root, [], ["iommu=pt"])
+        kc.plan(HostReader(root), [], ["iommu=pt"])
 
 
 def test_tab_entry_left_unchanged_warns_that_grub_misreads_it(tmp_path):
     root = make_root(tmp_path, "options\troot=UUID=1 ro", "options\troot=UUID=1 ro")
-    result = kc.plan(root, [], ["iommu=pt"])
+    result = kc.plan(HostReader(root), [], ["iommu=pt"])
     assert result.actions == []
     assert any("GRUB's blscfg ends the key at the first space" in w for w in result.warnings)
 
@@ -155,8 +156,8 @@ def test_a_grubby_that_fails_half_way_restores_every_file_it_may_touch(tmp_path)
         edit(argv)
         return 1, "", "grubby: error writing /boot/grub2/grubenv"
 
-    result = kc.plan(root, [], ["iommu=pt"])
-    executor = kc.Executor(root, False, failing)
+    result = kc.plan(HostReader(root), [], ["iommu=pt"])
+    executor = kc.Executor(HostReader(root), False, failing)
     with pytest.raises(kc.CmdlineError, match=r"exit code 1: grubby: error writing .*restored"):
         executor.execute(result)
     assert snapshot(root) == before
@@ -173,8 +174,8 @@ def test_a_grubby_whose_result_is_wrong_is_undone_everywhere(tmp_path):
         entry.write_text(entry.read_text().replace("options root=UUID=1 ro", "options ro root=UUID=1"))
         return 0, "", ""  # claims success, writes the entry in an order of its own
 
-    result = kc.plan(root, [], ["iommu=pt"])
-    executor = kc.Executor(root, False, wrong)
+    result = kc.plan(HostReader(root), [], ["iommu=pt"])
+    executor = kc.Executor(HostReader(root), False, wrong)
     executor.execute(result)
     with pytest.raises(kc.CmdlineError, match=r"not as planned.*restored"):
         kc.verify(result, executor)
@@ -207,14 +208,14 @@ def grub_tree(tmp_path, extra_files=None):
 def test_update_grub_never_runs_when_the_written_files_are_not_as_planned(tmp_path, monkeypatch):
     root = grub_tree(tmp_path)
     before = snapshot(root)
-    result = kc.plan(root, ["nohibernate"], [], name="tee")
+    result = kc.plan(HostReader(root), ["nohibernate"], [], name="tee")
     calls = []
 
     def readback(_host_root, _run):
         return ["quiet"]  # what a file sourced later (or a changed shell) would make of the written files
 
     result.readback = readback
-    executor = kc.Executor(root, False, lambda argv: calls.append(argv) or (0, "", ""))
+    executor = kc.Executor(HostReader(root), False, lambda argv: calls.append(argv) or (0, "", ""))
     with pytest.raises(kc.CmdlineError, match=r"so no tool was run.*restored"):
         executor.execute(result)
     assert calls == [] and snapshot(root) == before
@@ -223,13 +224,13 @@ def test_update_grub_never_runs_when_the_written_files_are_not_as_planned(tmp_pa
 def test_grub_cfg_regenerated_before_a_failure_is_restored(tmp_path):
     root = grub_tree(tmp_path)
     before = snapshot(root)
-    result = kc.plan(root, ["nohibernate"], [], name="tee")
+    result = kc.plan(HostReader(root), ["nohibernate"], [], name="tee")
 
     def update_grub(argv):
         (tmp_path / "boot/grub/grub.cfg").write_text("menuentry new nohibernate\n")
         return 0, "", ""
 
-    executor = kc.Executor(root, False, update_grub)
+    executor = kc.Executor(HostReader(root), False, update_grub)
     executor.execute(result)
     executor.rollback()  # what verify() and the module do on any later failure
     assert snapshot(root) == before
@@ -260,8 +261,8 @@ def test_kernel_install_runs_after_the_written_file_is_proven_and_its_entries_ar
         (tmp_path / boot / "loader/entries/m-6.9.7.conf").write_text("half written")
         return 1, "", "kernel-install: failed"
 
-    result = kc.plan(str(tmp_path), ["nohibernate"], [], setup="kernel_install")
-    executor = kc.Executor(str(tmp_path), False, kernel_install)
+    result = kc.plan(HostReader(str(tmp_path)), ["nohibernate"], [], setup="kernel_install")
+    executor = kc.Executor(HostReader(str(tmp_path)), False, kernel_install)
     with pytest.raises(kc.CmdlineError, match=r"kernel-install: failed.*restored"):
         executor.execute(result)
     assert seen == ["root=UUID=1 ro nohibernate\n"]
@@ -271,8 +272,8 @@ def test_kernel_install_runs_after_the_written_file_is_proven_and_its_entries_ar
 def test_a_drop_in_name_too_long_for_a_file_name_is_refused_before_anything(tmp_path):
     root = grub_tree(tmp_path)
     with pytest.raises(kc.CmdlineError, match=r"must fit a file name .255 bytes, NAME_MAX.; choose a shorter name"):
-        kc.plan(root, ["nohibernate"], [], name="n" * 252)
-    assert kc.plan(root, ["nohibernate"], [], name="n" * 251).actions
+        kc.plan(HostReader(root), ["nohibernate"], [], name="n" * 252)
+    assert kc.plan(HostReader(root), ["nohibernate"], [], name="n" * 251).actions
 
 
 # ---------------------------------------------------------------------------------------------- check mode = real run
@@ -315,8 +316,8 @@ def test_check_mode_diff_is_the_file_the_real_run_leaves(tmp_path, shape, grubby
     """One plan: the files check mode shows are, byte for byte, the files after the real run and grubby."""
     checked_root = make_root(tmp_path / "checked", SEPARATORS[shape])
     real_root = make_root(tmp_path / "real", SEPARATORS[shape])
-    checked = kc.plan(checked_root, present, absent)
-    shown = kc.Executor(checked_root, True, None)
+    checked = kc.plan(HostReader(checked_root), present, absent)
+    shown = kc.Executor(HostReader(checked_root), True, None)
     shown.plan(checked)
     before = snapshot(checked_root)
     shown.execute(checked)
@@ -326,8 +327,8 @@ def test_check_mode_diff_is_the_file_the_real_run_leaves(tmp_path, shape, grubby
 
     calls = []
     runner = grubby(real_root, calls) if grubby_kind == "appends missing" else grubby_modern(real_root, calls)
-    real = kc.plan(real_root, present, absent)
-    executor = kc.Executor(real_root, False, runner)
+    real = kc.plan(HostReader(real_root), present, absent)
+    executor = kc.Executor(HostReader(real_root), False, runner)
     executor.execute(real)
     kc.verify(real, executor)
     for path, after in planned.items():

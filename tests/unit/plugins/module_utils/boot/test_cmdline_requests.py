@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.boot import kernel_cmdline as kc
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 from .test_kernel_cmdline import DEBIAN_GRUB, apply_plan, grub_root, tree
 
@@ -24,7 +25,7 @@ def files_of(root: Path) -> dict[str, str]:
 
 
 def run_all(root, requests, calls=None, rc=0, check_mode=False):
-    result = kc.plan_requests(root, kc.parse_requests(requests))
+    result = kc.plan_requests(HostReader(root), kc.parse_requests(requests))
     executor = apply_plan(root, result, check_mode=check_mode, calls=calls, rc=rc)
     kc.verify(result, executor)
     return result, executor
@@ -87,9 +88,9 @@ def test_grub_requests_write_each_dropin_and_update_once(tmp_path):
     apart = tmp_path / "apart"
     other = grub_root(apart)
     for request in (TDX, IOMMU):
-        apply_plan(other, kc.plan(other, request["present"], request["absent"], name=request["name"]))
+        apply_plan(other, kc.plan(HostReader(other), request["present"], request["absent"], name=request["name"]))
     assert files_of(one) == files_of(apart)
-    assert kc.plan_requests(root, kc.parse_requests([TDX, IOMMU])).actions == []
+    assert kc.plan_requests(HostReader(root), kc.parse_requests([TDX, IOMMU])).actions == []
 
 
 def test_grub_revert_of_both_requests_in_one_update(tmp_path):
@@ -124,8 +125,8 @@ def test_failed_readback_restores_every_dropin_of_the_task(tmp_path):
             (tmp_path / f"etc/default/grub.d/{name}.cfg").write_text('GRUB_CMDLINE_LINUX=""\n')
         return 0, "", ""
 
-    result = kc.plan_requests(root, kc.parse_requests([TDX, IOMMU]))
-    executor = kc.Executor(root, False, sabotage)
+    result = kc.plan_requests(HostReader(root), kc.parse_requests([TDX, IOMMU]))
+    executor = kc.Executor(HostReader(root), False, sabotage)
     executor.execute(result)
     with pytest.raises(kc.CmdlineError, match=r"not as planned.*every file of the task was restored"):
         kc.verify(result, executor)
@@ -136,7 +137,7 @@ def test_check_mode_plans_the_same_and_writes_nothing(tmp_path):
     root = grub_root(tmp_path)
     before = files_of(tmp_path)
     calls = []
-    checked = kc.plan_requests(root, kc.parse_requests([TDX, IOMMU]))
+    checked = kc.plan_requests(HostReader(root), kc.parse_requests([TDX, IOMMU]))
     executor = apply_plan(root, checked, check_mode=True, calls=calls)
     assert calls == [] and files_of(tmp_path) == before
     diffs = executor.changes.diff()
@@ -199,8 +200,8 @@ def stand_in_kernel_install(tmp_path, boot="/boot/efi", token=MACHINE_ID, tries=
 
 
 def run_kernel_install(root, runner, requests=(TDX, IOMMU)):
-    result = kc.plan_requests(root, kc.parse_requests(list(requests)))
-    executor = kc.Executor(root, False, runner)
+    result = kc.plan_requests(HostReader(root), kc.parse_requests(list(requests)))
+    executor = kc.Executor(HostReader(root), False, runner)
     executor.execute(result)
     kc.verify(result, executor)
     return result, executor
@@ -288,7 +289,7 @@ def test_kernel_install_entry_of_another_kernel_does_not_count(tmp_path):
 
 def test_kernel_install_check_mode_reads_no_entry(tmp_path):
     root = kernel_install_root(tmp_path, entry_root=None)
-    result = kc.plan_requests(root, kc.parse_requests([TDX, IOMMU]))
+    result = kc.plan_requests(HostReader(root), kc.parse_requests([TDX, IOMMU]))
     executor = apply_plan(root, result, check_mode=True, calls=[])
     kc.verify(result, executor)  # nothing ran, so there is nothing to confirm
     assert [a.kind for a in result.actions] == ["write", "command"]

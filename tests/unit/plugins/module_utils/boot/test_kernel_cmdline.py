@@ -57,7 +57,7 @@ def apply_plan(root, result, check_mode=False, calls=None, rc=0):
             calls.append(argv)
         return rc, "", "boom" if rc else ""
 
-    executor = kc.Executor(root, check_mode, run)
+    executor = kc.Executor(HostReader(root), check_mode, run)
     executor.execute(result)
     return executor
 
@@ -170,12 +170,12 @@ def test_edit_reaches_the_request_and_keeps_unrelated_tokens(existing, want, dro
 def test_detection_order_and_unknown_setup_names_what_was_found(tmp_path):
     root = str(tmp_path)
     with pytest.raises(kc.CmdlineError) as err:
-        kc.plan(root, ["a"], [])
+        kc.plan(HostReader(root), ["a"], [])
     message = str(err.value)
     assert "/etc/default/grub absent" in message and "grubby not found" in message
     tree(tmp_path, {"/boot/loader/entries/x.conf": BLS_ENTRY.format(ver="6.8", extra="")})
     with pytest.raises(kc.CmdlineError, match=r"1 \*\.conf"):
-        kc.plan(root, ["a"], [])
+        kc.plan(HostReader(root), ["a"], [])
     tree(tmp_path, {"/etc/kernel/cmdline": "ro\n"})
     assert kc.detect_setup(HostReader(root))[0] == "kernel_install"
     tree(tmp_path, {"/etc/default/grub": DEBIAN_GRUB})
@@ -189,11 +189,11 @@ def test_detection_order_and_unknown_setup_names_what_was_found(tmp_path):
 def test_conflicting_request_and_bad_name(tmp_path):
     root = tree(tmp_path, {"/etc/kernel/cmdline": "ro\n"})
     with pytest.raises(kc.CmdlineError, match="both present and absent"):
-        kc.plan(root, ["a=1"], ["a"])
+        kc.plan(HostReader(root), ["a=1"], ["a"])
     with pytest.raises(kc.CmdlineError, match="file-name stem"):
-        kc.plan(root, ["a"], [], name="../etc/evil")
+        kc.plan(HostReader(root), ["a"], [], name="../etc/evil")
     with pytest.raises(kc.CmdlineError, match="unknown boot setup"):
-        kc.plan(root, ["a"], [], setup="lilo")
+        kc.plan(HostReader(root), ["a"], [], setup="lilo")
 
 
 # -------------------------------------------------------------------------------------------- GRUB
@@ -205,7 +205,7 @@ def grub_root(tmp_path, extra=None, tools=("/usr/sbin/update-grub",)):
 
 def test_grub_dropin_created_conflict_removed_and_rest_kept_byte_for_byte(tmp_path):
     root = grub_root(tmp_path)
-    result = kc.plan(root, ["kvm_intel.tdx=1", "nohibernate"], [], name="90-tdx-host")
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1", "nohibernate"], [], name="90-tdx-host")
     assert [a.kind for a in result.actions] == ["write", "write", "command"]
     assert result.actions[-1].argv == ["/usr/sbin/update-grub"]
     calls = []
@@ -227,23 +227,23 @@ def test_grub_dropin_created_conflict_removed_and_rest_kept_byte_for_byte(tmp_pa
     # The original main file survives as a backup; the new drop-in had nothing to back up.
     assert [os.path.basename(b).split(".")[0] for b in executor.backups] == ["grub"]
     assert Path(executor.backups[0]).read_text() == DEBIAN_GRUB
-    again = kc.plan(root, ["kvm_intel.tdx=1", "nohibernate"], [], name="90-tdx-host")
+    again = kc.plan(HostReader(root), ["kvm_intel.tdx=1", "nohibernate"], [], name="90-tdx-host")
     assert again.actions == [] and again.configured == result.configured
 
 
 def test_grub_separate_dropins_do_not_fight(tmp_path):
     root = grub_root(tmp_path)
-    apply_plan(root, kc.plan(root, ["kvm_intel.tdx=1"], [], name="90-tdx-host"))
-    apply_plan(root, kc.plan(root, ["intel_iommu=on"], [], name="91-iommu"))
-    assert kc.plan(root, ["kvm_intel.tdx=1"], [], name="90-tdx-host").actions == []
-    final = kc.plan(root, [], [], name="91-iommu").configured
+    apply_plan(root, kc.plan(HostReader(root), ["kvm_intel.tdx=1"], [], name="90-tdx-host"))
+    apply_plan(root, kc.plan(HostReader(root), ["intel_iommu=on"], [], name="91-iommu"))
+    assert kc.plan(HostReader(root), ["kvm_intel.tdx=1"], [], name="90-tdx-host").actions == []
+    final = kc.plan(HostReader(root), [], [], name="91-iommu").configured
     assert "kvm_intel.tdx=1" in final and "intel_iommu=on" in final
 
 
 def test_grub_absent_from_main_file_and_own_dropin_removed_when_empty(tmp_path):
     root = grub_root(tmp_path)
-    apply_plan(root, kc.plan(root, ["nohibernate"], [], name="tee"))
-    result = kc.plan(root, [], ["nohibernate", "quiet"], name="tee")
+    apply_plan(root, kc.plan(HostReader(root), ["nohibernate"], [], name="tee"))
+    result = kc.plan(HostReader(root), [], ["nohibernate", "quiet"], name="tee")
     kinds = sorted((a.kind, a.path or "") for a in result.actions)
     assert kinds == [
         ("command", ""),
@@ -257,7 +257,7 @@ def test_grub_absent_from_main_file_and_own_dropin_removed_when_empty(tmp_path):
 
 def test_grub_check_mode_reports_but_changes_nothing(tmp_path):
     root = grub_root(tmp_path)
-    result = kc.plan(root, ["nohibernate"], ["console"], name="tee")
+    result = kc.plan(HostReader(root), ["nohibernate"], ["console"], name="tee")
     calls = []
     executor = apply_plan(root, result, check_mode=True, calls=calls)
     assert calls == [] and executor.backups == []
@@ -268,7 +268,7 @@ def test_grub_check_mode_reports_but_changes_nothing(tmp_path):
 
 def test_grub_argument_next_to_a_variable_is_removed_where_it_is_written(tmp_path):
     root = grub_root(tmp_path, {"/etc/default/grub.d/50-cloud.cfg": 'GRUB_CMDLINE_LINUX_DEFAULT="$EXTRA iommu=pt"\n'})
-    result = kc.plan(root, [], ["iommu"], name="tee")
+    result = kc.plan(HostReader(root), [], ["iommu"], name="tee")
     assert [a.path for a in result.actions if a.kind == "write"] == ["/etc/default/grub.d/50-cloud.cfg"]
     assert result.actions[0].content == 'GRUB_CMDLINE_LINUX_DEFAULT="$EXTRA"\n'
     assert "iommu=pt" not in result.configured
@@ -278,15 +278,15 @@ def test_grub_argument_produced_by_shell_code_is_refused_naming_the_file(tmp_pat
     cloud = 'PT=iommu=pt\nGRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT $PT"\n'
     root = grub_root(tmp_path, {"/etc/default/grub.d/50-cloud.cfg": cloud})
     with pytest.raises(kc.CmdlineError, match=r"comes from /etc/default/grub.d/50-cloud.cfg.*by hand"):
-        kc.plan(root, [], ["iommu=pt"], name="tee")
+        kc.plan(HostReader(root), [], ["iommu=pt"], name="tee")
     assert (tmp_path / "etc/default/grub.d/50-cloud.cfg").read_text() == cloud
 
 
 def test_grub_later_dropin_overriding_ours_fails_with_the_culprit(tmp_path):
     root = grub_root(tmp_path, {"/etc/default/grub.d/99-site.cfg": 'GRUB_CMDLINE_LINUX="console=ttyS0"\n'})
     with pytest.raises(kc.CmdlineError, match=r"sourced after .*10-tee.cfg \(/etc/default/grub.d/99-site.cfg\)"):
-        kc.plan(root, ["nohibernate"], [], name="10-tee")
-    assert kc.plan(root, ["nohibernate"], [], name="zz-tee").actions
+        kc.plan(HostReader(root), ["nohibernate"], [], name="10-tee")
+    assert kc.plan(HostReader(root), ["nohibernate"], [], name="zz-tee").actions
 
 
 def test_grub_single_quotes_and_unquoted_values(tmp_path):
@@ -295,7 +295,7 @@ def test_grub_single_quotes_and_unquoted_values(tmp_path):
         {"/etc/default/grub": "GRUB_CMDLINE_LINUX='ro iommu=pt'\nGRUB_CMDLINE_LINUX_DEFAULT=quiet\n"},
         executables=["/usr/sbin/grub-mkconfig"],
     )
-    result = kc.plan(root, [], ["iommu", "quiet"], name="tee")
+    result = kc.plan(HostReader(root), [], ["iommu", "quiet"], name="tee")
     assert result.actions[-1].argv == ["/usr/sbin/grub-mkconfig", "-o", "/boot/grub/grub.cfg"]
     apply_plan(root, result)
     assert (tmp_path / "etc/default/grub").read_text() == "GRUB_CMDLINE_LINUX='ro'\nGRUB_CMDLINE_LINUX_DEFAULT=\n"
@@ -303,7 +303,7 @@ def test_grub_single_quotes_and_unquoted_values(tmp_path):
 
 def test_grub_without_update_tool_warns(tmp_path):
     root = grub_root(tmp_path, tools=())
-    result = kc.plan(root, ["nohibernate"], [], name="tee")
+    result = kc.plan(HostReader(root), ["nohibernate"], [], name="tee")
     assert [a.kind for a in result.actions] == ["write"]
     assert "update-grub" in result.warnings[0]
 
@@ -325,7 +325,7 @@ def bls_root(tmp_path, extra_new="kvm_amd.sev=0", extra_old=""):
 
 def test_bls_uses_grubby_for_all_entries_and_backs_them_up(tmp_path):
     root = bls_root(tmp_path)
-    result = kc.plan(root, ["kvm_amd.sev=1", "nohibernate"], ["rhgb"])
+    result = kc.plan(HostReader(root), ["kvm_amd.sev=1", "nohibernate"], ["rhgb"])
     commands = [a.argv for a in result.actions if a.kind == "command"]
     assert commands == [
         ["/usr/bin/grubby", "--update-kernel=ALL", "--remove-args=rhgb kvm_amd.sev=0"],
@@ -344,7 +344,7 @@ def test_bls_uses_grubby_for_all_entries_and_backs_them_up(tmp_path):
 
 def test_bls_nothing_to_do_when_every_entry_has_it(tmp_path):
     root = bls_root(tmp_path, extra_new="nohibernate", extra_old="nohibernate")
-    assert kc.plan(root, ["nohibernate"], ["iommu"]).actions == []
+    assert kc.plan(HostReader(root), ["nohibernate"], ["iommu"]).actions == []
 
 
 def test_bls_rhel8_kernelopts_are_resolved(tmp_path):
@@ -356,7 +356,7 @@ def test_bls_rhel8_kernelopts_are_resolved(tmp_path):
         },
         executables=["/usr/sbin/grubby"],
     )
-    result = kc.plan(root, ["nohibernate"], [])
+    result = kc.plan(HostReader(root), ["nohibernate"], [])
     assert result.actions == [] and "nohibernate" in result.configured
 
 
@@ -374,7 +374,7 @@ def test_kernel_install_edits_file_and_regenerates_entry(tmp_path):
         executables=["/usr/bin/kernel-install"],
     )
     (tmp_path / "etc/kernel/cmdline").chmod(0o600)
-    result = kc.plan(root, ["kvm_intel.tdx=1", "nohibernate"], [])
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1", "nohibernate"], [])
     assert result.actions[1].argv == [
         "/usr/bin/kernel-install",
         "add",
@@ -405,7 +405,7 @@ def test_kernel_install_on_debian_passes_the_boot_image_and_its_initramfs(tmp_pa
     if with_initrd:
         files["/boot/initrd.img-6.1.0-50-amd64"] = ""
     root = tree(tmp_path, files, executables=["/usr/bin/kernel-install"])
-    result = kc.plan(root, ["nohibernate"], [])
+    result = kc.plan(HostReader(root), ["nohibernate"], [])
     initrd = ["/boot/initrd.img-6.1.0-50-amd64"] if with_initrd else []
     assert result.actions[1].argv == [
         "/usr/bin/kernel-install",
@@ -419,7 +419,7 @@ def test_kernel_install_on_debian_passes_the_boot_image_and_its_initramfs(tmp_pa
 
 def test_kernel_install_without_tool_warns_and_empty_file_gets_newline(tmp_path):
     root = tree(tmp_path, {"/etc/kernel/cmdline": ""})
-    result = kc.plan(root, ["nohibernate"], [])
+    result = kc.plan(HostReader(root), ["nohibernate"], [])
     assert result.actions[0].content == "nohibernate\n"
     assert "kernel-install add" in result.warnings[0]
 
@@ -428,7 +428,7 @@ def test_failed_command_restores_every_file_and_says_so(tmp_path):
     root = grub_root(tmp_path)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     with pytest.raises(kc.CmdlineError, match=r"update-grub failed with exit code 1: boom; every file .* restored"):
-        apply_plan(root, kc.plan(root, ["nohibernate"], [], name="tee"), rc=1)
+        apply_plan(root, kc.plan(HostReader(root), ["nohibernate"], [], name="tee"), rc=1)
     # The drop-in written before update-grub failed is gone again, and so is every backup of this run.
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
 
@@ -436,9 +436,9 @@ def test_failed_command_restores_every_file_and_says_so(tmp_path):
 def test_commands_under_another_root_go_through_chroot(tmp_path):
     root = grub_root(tmp_path)
     calls = []
-    apply_plan(root, kc.plan(root, ["nohibernate"], [], name="tee"), calls=calls)
+    apply_plan(root, kc.plan(HostReader(root), ["nohibernate"], [], name="tee"), calls=calls)
     assert calls == [["chroot", str(tmp_path), "/usr/sbin/update-grub"]]
-    executor = kc.Executor("/", True, None)
+    executor = kc.Executor(HostReader("/"), True, None)
     assert executor.command_argv(["/usr/sbin/update-grub"]) == ["/usr/sbin/update-grub"]
 
 
@@ -459,7 +459,7 @@ def ostree_root(tmp_path, tools):
 
 def test_ostree_uses_rpm_ostree_kargs_on_the_default_deployment(tmp_path):
     root = ostree_root(tmp_path, ["/usr/bin/rpm-ostree"])
-    result = kc.plan(root, ["kvm_intel.tdx=1"], ["iommu"])
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1"], ["iommu"])
     assert result.actions[0].argv == [
         "/usr/bin/rpm-ostree",
         "kargs",
@@ -473,7 +473,7 @@ def test_ostree_uses_rpm_ostree_kargs_on_the_default_deployment(tmp_path):
 def test_bootc_without_rpm_ostree_explains_kargs_d(tmp_path):
     root = ostree_root(tmp_path, ["/usr/bin/bootc"])
     with pytest.raises(kc.CmdlineError, match=r"kargs\.d"):
-        kc.plan(root, ["kvm_intel.tdx=1"], [])
+        kc.plan(HostReader(root), ["kvm_intel.tdx=1"], [])
 
 
 # -------------------------------------------------------------------------------------------- running
@@ -485,26 +485,26 @@ def test_reboot_required_compares_request_with_running(tmp_path):
     assert kc.reboot_required(["iommu=pt"], [], ["iommu"]) is True
     assert kc.reboot_required(None, ["a"], []) is False
     tree(tmp_path, {"/proc/cmdline": "BOOT_IMAGE=/vmlinuz ro quiet\n"})
-    assert kc.running_cmdline(str(tmp_path)) == ["BOOT_IMAGE=/vmlinuz", "ro", "quiet"]
+    assert kc.running_cmdline(HostReader(str(tmp_path))) == ["BOOT_IMAGE=/vmlinuz", "ro", "quiet"]
 
 
 def test_unreadable_file_is_a_clear_error(tmp_path):
     (tmp_path / "etc/default").mkdir(parents=True)
     (tmp_path / "etc/default/grub").mkdir()  # a directory where a file belongs
     with pytest.raises(kc.CmdlineError, match=r"cannot read .*etc/default/grub"):
-        kc.plan(str(tmp_path), ["a"], [], setup="grub")
+        kc.plan(HostReader(str(tmp_path)), ["a"], [], setup="grub")
 
 
 def test_ostree_nothing_to_do_needs_no_tool(tmp_path):
     root = ostree_root(tmp_path, [])
-    result = kc.plan(root, ["kvm_intel.tdx=0"], ["nohibernate"])
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=0"], ["nohibernate"])
     assert result.actions == [] and result.setup == "ostree"
 
 
 def test_remove_action_backs_up_and_diff_has_the_old_content(tmp_path):
     root = grub_root(tmp_path)
-    apply_plan(root, kc.plan(root, ["nohibernate"], [], name="tee"))
-    result = kc.plan(root, [], ["nohibernate"], name="tee")
+    apply_plan(root, kc.plan(HostReader(root), ["nohibernate"], [], name="tee"))
+    result = kc.plan(HostReader(root), [], ["nohibernate"], name="tee")
     remove = next(a for a in result.actions if a.kind == "remove")
     assert "nohibernate" in remove.before
     executor = apply_plan(root, result)
@@ -530,7 +530,7 @@ def applied(root, result, calls=None):
 
 def test_grub_shell_forms_are_planned_from_the_evaluated_value(tmp_path):
     root = grub_root(tmp_path, {"/etc/default/grub": SHELL_GRUB})
-    result = kc.plan(root, ["kvm_intel.tdx=1", "nohibernate"], ["foo", "iommu=pt,nomerge"], name="90-tdx")
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1", "nohibernate"], ["foo", "iommu=pt,nomerge"], name="90-tdx")
     assert result.before == [
         "console=tty0",
         "kvm_intel.tdx=0",
@@ -542,22 +542,22 @@ def test_grub_shell_forms_are_planned_from_the_evaluated_value(tmp_path):
     ]
     assert result.configured == ["console=tty0", "mitigations=auto", "nosmt", "kvm_intel.tdx=1", "nohibernate", "quiet"]
     applied(root, result)
-    again = kc.plan(root, ["kvm_intel.tdx=1", "nohibernate"], ["foo", "iommu=pt,nomerge"], name="90-tdx")
+    again = kc.plan(HostReader(root), ["kvm_intel.tdx=1", "nohibernate"], ["foo", "iommu=pt,nomerge"], name="90-tdx")
     assert again.actions == [] and again.configured == result.configured
 
 
 def test_grub_absent_on_a_continued_line_really_removes_it(tmp_path):
     root = grub_root(tmp_path, {"/etc/default/grub": SHELL_GRUB})
-    result = kc.plan(root, [], ["nosmt"], name="tee")
+    result = kc.plan(HostReader(root), [], ["nosmt"], name="tee")
     assert result.changed and "nosmt" not in result.configured
     applied(root, result)
-    assert "nosmt" not in kc.plan(root, [], [], name="tee").configured
+    assert "nosmt" not in kc.plan(HostReader(root), [], [], name="tee").configured
 
 
 def test_grub_present_never_leaves_two_values(tmp_path):
     main = 'GRUB_CMDLINE_LINUX="kvm-intel.tdx=0"\nGRUB_CMDLINE_LINUX_DEFAULT="kvm_intel.tdx=0 quiet"\n'
     root = grub_root(tmp_path, {"/etc/default/grub": main})
-    result = kc.plan(root, ["kvm_intel.tdx=1"], [], name="tee")
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1"], [], name="tee")
     assert [raw for raw in result.configured if "tdx" in raw] == ["kvm_intel.tdx=1"]
     applied(root, result)
 
@@ -565,7 +565,7 @@ def test_grub_present_never_leaves_two_values(tmp_path):
 def test_grub_file_that_fails_in_the_shell_is_a_clear_error(tmp_path):
     root = grub_root(tmp_path, {"/etc/default/grub.d/50-bad.cfg": 'GRUB_CMDLINE_LINUX="unterminated\n'})
     with pytest.raises(kc.CmdlineError, match="update-grub would fail as well"):
-        kc.plan(root, ["nohibernate"], [], name="tee")
+        kc.plan(HostReader(root), ["nohibernate"], [], name="tee")
 
 
 def test_grub_fifo_in_grub_d_is_refused_not_sourced(tmp_path):
@@ -573,20 +573,20 @@ def test_grub_fifo_in_grub_d_is_refused_not_sourced(tmp_path):
     (tmp_path / "etc/default/grub.d").mkdir()
     os.mkfifo(tmp_path / "etc/default/grub.d/50-pipe.cfg")
     with pytest.raises(kc.CmdlineError, match=r"FIFO.*would fail or hang"):
-        kc.plan(root, ["nohibernate"], [], name="tee")
+        kc.plan(HostReader(root), ["nohibernate"], [], name="tee")
 
 
 def test_grub_bytes_that_are_not_utf8_survive_an_edit(tmp_path):
     root = grub_root(tmp_path)
     (tmp_path / "etc/default/grub").write_bytes(b'# caf\xe9\nGRUB_CMDLINE_LINUX="ro iommu=pt"\n')
-    applied(root, kc.plan(root, [], ["iommu"], name="tee"))
+    applied(root, kc.plan(HostReader(root), [], ["iommu"], name="tee"))
     assert (tmp_path / "etc/default/grub").read_bytes() == b'# caf\xe9\nGRUB_CMDLINE_LINUX="ro"\n'
 
 
 def test_grub_dropin_edited_by_hand_is_refused(tmp_path):
     root = grub_root(tmp_path, {"/etc/default/grub.d/tee.cfg": 'GRUB_CMDLINE_LINUX="mine"\n'})
     with pytest.raises(kc.CmdlineError, match="changed by hand"):
-        kc.plan(root, ["nohibernate"], [], name="tee")
+        kc.plan(HostReader(root), ["nohibernate"], [], name="tee")
 
 
 # -------------------------------------------------------------------------------------------- issue 7: symlinks
@@ -599,7 +599,7 @@ def test_symlinked_grub_file_is_written_through(tmp_path):
     real.write_text('GRUB_CMDLINE_LINUX="ro iommu=pt"\n')
     (tmp_path / "etc/default/grub").unlink()
     (tmp_path / "etc/default/grub").symlink_to("/srv/grub")  # absolute, inside host_root
-    executor = applied(root, kc.plan(root, [], ["iommu"], name="tee"))
+    executor = applied(root, kc.plan(HostReader(root), [], ["iommu"], name="tee"))
     assert (tmp_path / "etc/default/grub").is_symlink()
     assert real.read_text() == 'GRUB_CMDLINE_LINUX="ro"\n'
     assert [Path(b).parent for b in executor.backups] == [tmp_path / "srv"]
@@ -609,7 +609,7 @@ def test_symlinked_kernel_cmdline_is_written_through(tmp_path):
     root = tree(tmp_path, {"/usr/lib/kernel/cmdline": "root=x ro\n"})
     (tmp_path / "etc/kernel").mkdir(parents=True)
     (tmp_path / "etc/kernel/cmdline").symlink_to("../../usr/lib/kernel/cmdline")
-    applied(root, kc.plan(root, ["nohibernate"], []))
+    applied(root, kc.plan(HostReader(root), ["nohibernate"], []))
     assert (tmp_path / "etc/kernel/cmdline").is_symlink()
     assert (tmp_path / "usr/lib/kernel/cmdline").read_text() == "root=x ro nohibernate\n"
 
@@ -640,12 +640,12 @@ def grubby_bls(root):
 
 def test_bls_removes_the_dash_spelling_that_is_really_there(tmp_path):
     root = bls_root(tmp_path, extra_new="kvm-intel.tdx=0", extra_old="kvm-intel.tdx=0")
-    result = kc.plan(root, ["kvm_intel.tdx=1"], [])
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1"], [])
     assert next(a.argv for a in result.actions if a.kind == "command")[-1] == "--remove-args=kvm-intel.tdx=0"
-    executor = kc.Executor(root, False, grubby_bls(root))
+    executor = kc.Executor(HostReader(root), False, grubby_bls(root))
     executor.execute(result)
     kc.verify(result, executor)
-    assert kc.plan(root, ["kvm_intel.tdx=1"], []).actions == []
+    assert kc.plan(HostReader(root), ["kvm_intel.tdx=1"], []).actions == []
 
 
 def test_bls_change_that_does_not_take_effect_is_rolled_back(tmp_path):
@@ -657,8 +657,8 @@ def test_bls_change_that_does_not_take_effect_is_rolled_back(tmp_path):
         entries[0].write_text(entries[0].read_text().replace("options ", "options broken "))
         return 0, "", ""  # claims success, changes the wrong thing
 
-    result = kc.plan(root, ["kvm_amd.sev=1"], [])
-    executor = kc.Executor(root, False, half_broken)
+    result = kc.plan(HostReader(root), ["kvm_amd.sev=1"], [])
+    executor = kc.Executor(HostReader(root), False, half_broken)
     executor.execute(result)
     with pytest.raises(kc.CmdlineError, match=r"not as planned.*was restored"):
         kc.verify(result, executor)
@@ -674,8 +674,8 @@ def test_failed_bls_edit_leaves_no_backup_and_no_stray_directory(tmp_path):
         entries[0].write_text(entries[0].read_text().replace("options ", "options half-done "))
         return 1, "", "grubby: error writing entry"
 
-    result = kc.plan(root, ["kvm_amd.sev=1"], ["rhgb"])
-    executor = kc.Executor(root, False, grubby_fails_half_way)
+    result = kc.plan(HostReader(root), ["kvm_amd.sev=1"], ["rhgb"])
+    executor = kc.Executor(HostReader(root), False, grubby_fails_half_way)
     with pytest.raises(kc.CmdlineError, match=r"grubby .*exit code 1: grubby: error writing entry; every file"):
         executor.execute(result)
     assert executor.backups == []
@@ -685,7 +685,7 @@ def test_failed_bls_edit_leaves_no_backup_and_no_stray_directory(tmp_path):
 def test_bls_entry_with_two_options_lines_is_refused(tmp_path):
     root = bls_root(tmp_path, extra_new="a\noptions b")
     with pytest.raises(kc.CmdlineError, match=r"2 'options' lines.*Merge them"):
-        kc.plan(root, ["nohibernate"], [])
+        kc.plan(HostReader(root), ["nohibernate"], [])
 
 
 def test_running_arguments_returned_are_only_the_managed_ones():
@@ -746,15 +746,15 @@ def apply_generated(root_path, main, dropin, request):
     files = {"/etc/default/grub": main, **({"/etc/default/grub.d/50-site.cfg": dropin} if dropin else {})}
     root = tree(root_path, files, executables=["/usr/sbin/update-grub"])
     try:
-        result = kc.plan(root, present, absent, name="90-tee")
+        result = kc.plan(HostReader(root), present, absent, name="90-tee")
     except kc.CmdlineError as error:
         # Refusing is allowed (shell the module does not rewrite); the message must say where.
         assert "/etc/default/grub" in str(error)
         return "refused"
     applied(root, result)
-    effective = kc.plan(root, [], [], name="90-tee").configured
+    effective = kc.plan(HostReader(root), [], [], name="90-tee").configured
     assert kc.satisfied(effective, args(*present), args(*absent)), (effective, present, absent)
-    assert kc.plan(root, present, absent, name="90-tee").actions == []  # idempotent
+    assert kc.plan(HostReader(root), present, absent, name="90-tee").actions == []  # idempotent
     return "applied"
 
 

@@ -265,10 +265,10 @@ def test_reasons_say_how_it_was_decided(tmp_path):
 
 
 def test_host_mounts_reads_mountinfo_for_the_host_root(tmp_path):
-    mount_of = kil.host_mounts("/", HostReader("/"))
+    mount_of = kil.host_mounts(HostReader("/"))
     assert mount_of("/proc") is not None and mount_of("/proc")[0] == "proc"
     assert mount_of("/no/such/dir") is None
-    assert kil.host_mounts(str(tmp_path), HostReader(str(tmp_path)))("/proc") is None
+    assert kil.host_mounts(HostReader(str(tmp_path)))("/proc") is None
 
 
 # ------------------------------------------------------------------------------------------ against the real script

@@ -70,8 +70,8 @@ class RpmOstree:
 
 
 def run(root: str, rpm_ostree: RpmOstree):
-    result = kc.plan(root, ["kvm_intel.tdx=1", "nohibernate"], [])
-    executor = kc.Executor(root, False, rpm_ostree)
+    result = kc.plan(HostReader(root), ["kvm_intel.tdx=1", "nohibernate"], [])
+    executor = kc.Executor(HostReader(root), False, rpm_ostree)
     executor.execute(result)
     kc.verify(result, executor)
     return result
