@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from ansible.utils.display import Display
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
-from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import (
-    HOST_ROOT,
-    HOST_ROOT_REMOVED_IN,
-    one_host_root,
-)
+from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import HOST_ROOT, one_host_root
 from ansible_collections.confidential.tee.plugins.plugin_utils.filter_refusal import refusing
 
 _display = Display()
@@ -26,7 +22,8 @@ def host_root(root=None, **deprecated):
         _display.deprecated(
             f"{name} is deprecated: set {HOST_ROOT} instead, the one host root of every role and playbook of "
             "confidential.tee",
-            version=HOST_ROOT_REMOVED_IN,
+            # input_names.HOST_ROOT_REMOVED_IN, written out: ansible-test's pylint checks the literal version.
+            version="0.3.0",
             collection_name="confidential.tee",
         )
     return chosen

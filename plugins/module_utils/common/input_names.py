@@ -79,14 +79,14 @@ def one_host_root(root, deprecated: dict) -> tuple[str, list[str]]:
     for name, value in given:
         if not isinstance(value, str) or not value:
             raise TeeError(f"{name} must be a non-empty path, got {value!r}")
-    roots = list(dict.fromkeys(value for _, value in given))
+    roots = list(dict.fromkeys(value for _name, value in given))
     if len(roots) > 1:
         shown = "; ".join(f"{name}: {value}" for name, value in given)
         raise TeeError(
             f"the host root is given twice, differently ({shown}): set {HOST_ROOT} alone, the one root of every role "
             f"and playbook (the roles' own *_host_root variables are deprecated and removed in {HOST_ROOT_REMOVED_IN})"
         )
-    return (roots[0] if roots else "/"), [name for name, _ in given if name != HOST_ROOT]
+    return (roots[0] if roots else "/"), [name for name, _value in given if name != HOST_ROOT]
 
 
 def _keys(option: str, component: str | None) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_cc as kv
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_objects, runtimeclasses
@@ -10,6 +12,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.errors imp
 from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import (
     DEPRECATED_HOST_ROOTS,
     HOST_ROOT,
+    HOST_ROOT_REMOVED_IN,
     module_refusal,
     one_host_root,
     refusal,
@@ -179,3 +182,9 @@ def test_a_refused_host_root_names_tee_host_root_first_then_the_deprecated_name(
     )
     assert variable_for("confidential.tee.vsock", "host_root", {"vsock_host_root"}.__contains__) == "vsock_host_root"
     assert variable_for("confidential.tee.vsock", "host_root", set().__contains__) is None
+
+
+def test_the_filter_announces_the_removal_version_the_rule_names():
+    # The filter writes the version out (ansible-test's pylint reads only a literal): it must be this one.
+    source = (Path(__file__).parents[5] / "plugins" / "filter" / "roots.py").read_text()
+    assert f'version="{HOST_ROOT_REMOVED_IN}"' in source
