@@ -47,6 +47,7 @@ key_pools = collection_module("plugins.module_utils.cluster.key_pools")
 nfd_rules = collection_module("plugins.module_utils.cluster.nfd_rules")
 host_facts = collection_module("plugins.module_utils.host.host_facts")
 preflight = collection_module("plugins.module_utils.host.preflight")
+host_reader = collection_module("plugins.module_utils.common.host_reader")
 
 NFD_VERSION = "v0.19.0"
 KATA_RULE = REPO / "upstream" / "nfd" / "kata-tee-keys.yaml"
@@ -224,8 +225,9 @@ def model_resources(tree: Path) -> dict[str, str]:
 def collection_rule_and_claim(tree: Path, vendor: str) -> tuple[dict, dict[str, Any]]:
     """The collection's NodeFeatureRule for this node (a Kata node, NFD its pool) and what its plan says
     the node gets, from the node as the collection's host reader sees it."""
-    facts = host_facts.gather_host_facts(str(tree))
-    facts = preflight.gather_preflight(str(tree), facts)
+    host = host_reader.HostReader(str(tree))
+    facts = host_facts.gather_host_facts(host)
+    facts = preflight.gather_preflight(host, facts)
     node = {"name": NODE, "vendor": vendor, "consumers": ["kata"], "mode": "nfd", "sev_asids": facts["sev_asids"]}
     plan = key_pools.plan([node])
     rule = nfd_rules.node_feature_rule(plan, "confidential-tee-keys")

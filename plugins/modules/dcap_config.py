@@ -197,7 +197,7 @@ def main():
         module.fail_json(msg=problem, **refused_option("consumers"))
     reader = open_host(module)
     changes = Changes(
-        reader.host_root,
+        reader,
         module.check_mode,
         backup=params["backup"],
         secrets=[str(value) for value in params["secrets"].values() if value is not None],

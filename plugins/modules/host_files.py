@@ -180,7 +180,7 @@ def planned_content(reader, item):
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     reader = open_host(module)
-    changes = Changes(reader.host_root, module.check_mode, backup=module.params["backup"])
+    changes = Changes(reader, module.check_mode, backup=module.params["backup"])
     changes.add_secrets(item["content"] for item in module.params["files"] if item["secret"])
     try:
         for item in module.params["files"]:

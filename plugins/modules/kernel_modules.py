@@ -207,7 +207,7 @@ kept_paths:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
-from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, open_host
 from ansible_collections.confidential.tee.plugins.module_utils.host.kernel_modules import (
     default_content,
     loaded_modules,
@@ -244,17 +244,17 @@ def requests_of(params) -> list[dict]:
     return [{name: params[name] for name in REQUEST_OPTIONS}]
 
 
-def request_problems(request: dict, host_root: str) -> list[str]:
+def request_problems(request: dict, host: HostReader) -> list[str]:
     """Why one request cannot be applied (empty when it can)."""
     problems = name_problems(request["modules"])
     if not request["path"].startswith("/"):
         problems.append(f"path {request['path']!r} is not absolute: give the host path, such as /etc/modules-load.d/x")
     if mode_of(request) is None:
         problems.append(f"mode {request['mode']!r} is not an octal mode such as '0644'")
-    if request["state"] == "present" and request["load"] and host_root.rstrip("/") != "":
+    if request["state"] == "present" and request["load"] and not host.is_live:
         problems.append(
             f"load: true loads modules into the kernel running this task, which is not the one under host_root "
-            f"{host_root}: set load: false there (the file still loads them at the host's next boot)"
+            f"{host.host_root}: set load: false there (the file still loads them at the host's next boot)"
         )
     return problems
 
@@ -267,7 +267,7 @@ def mode_of(request: dict) -> int | None:
     return mode if 0 <= mode <= 0o7777 else None
 
 
-def checked_requests(params) -> list[tuple[dict, str, int]]:
+def checked_requests(params, host: HostReader) -> list[tuple[dict, str, int]]:
     """Each request with its file's content and mode, once every input of every request is known to be usable."""
     requests = requests_of(params)
     several = params["requests"] is not None
@@ -275,7 +275,7 @@ def checked_requests(params) -> list[tuple[dict, str, int]]:
     paths = [request["path"] for request in requests]
     problems += [f"requests: {path!r} is given twice" for path in sorted(set(paths)) if paths.count(path) > 1]
     for index, request in enumerate(requests):
-        found = request_problems(request, params["host_root"])
+        found = request_problems(request, host)
         problems += [f"requests[{index}] ({request['path']}): {problem}" for problem in found] if several else found
     if problems:
         raise TeeError("; ".join(problems) + "; nothing was changed")
@@ -318,7 +318,7 @@ def plan(changes: Changes, checked: list[tuple[dict, str, int]]) -> tuple[list[s
 
 def apply(module: AnsibleModule, changes: Changes) -> tuple[list[str], list[str]]:
     """Plan and make the change, all files or none; the modules loaded (or to load, in check mode) and kept paths."""
-    to_load, kept = plan(changes, checked_requests(module.params))
+    to_load, kept = plan(changes, checked_requests(module.params, changes.reader))
     if to_load and not module.check_mode:
         modprobe = module.get_bin_path("modprobe")
         if modprobe is None:
@@ -344,8 +344,7 @@ def main():
         required_together=[("path", "modules")],
         supports_check_mode=True,
     )
-    reader = open_host(module)
-    changes = Changes(reader.host_root, module.check_mode, backup=module.params["backup"], runner=module.run_command)
+    changes = Changes(open_host(module), module.check_mode, backup=module.params["backup"], runner=module.run_command)
     try:
         loaded, kept = apply(module, changes)
     except (TeeError, OSError) as exc:

@@ -203,7 +203,7 @@ def main():
     problem = _client_problem(params["extra_clients"])
     if problem:
         module.fail_json(msg=problem, **refused_option("extra_clients"))
-    open_host(module)
+    host = open_host(module)
     if not 0 < params["timeout"] <= 300:
         module.fail_json(
             msg=f"timeout must be between 0 and 300 seconds, got {params['timeout']}", **refused_option("timeout")
@@ -211,7 +211,7 @@ def main():
     request = ChainRequest(
         **{key: params[key] for key in ChainRequest.__dataclass_fields__ if key in params and params[key] is not None}
     )
-    results = check_chain(request)
+    results = check_chain(request, host)
     summary = summarize(results)
     failing = [item for item in results if item["status"] == "FAIL"]
     counts = f"{summary['pass']} PASS, {summary['fail']} FAIL, {summary['skip']} SKIP"

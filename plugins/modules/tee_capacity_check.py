@@ -190,7 +190,7 @@ def main() -> None:
             module.warn("%s: %s" % (problem.path, problem.problem))
         snp_asids = hiding["asids"] or None
     report = evaluate(
-        state if state is not None else read_misc_state(reader.host_root),
+        state if state is not None else read_misc_state(reader),
         params["resource"],
         snp_asids=snp_asids,
         min_capacity=params["min_capacity"],

@@ -212,7 +212,7 @@ def main() -> None:
     params = module.params
     if params["cgroup_depth"] < 1:
         module.fail_json(msg=f"cgroup_depth must be at least 1, got {params['cgroup_depth']}")
-    result = capacity_facts(open_host(module).host_root, params["resources"], params["cgroups"], params["cgroup_depth"])
+    result = capacity_facts(open_host(module), params["resources"], params["cgroups"], params["cgroup_depth"])
     result["changed"] = False
     for issue in result["issues"]:
         module.warn(

@@ -502,7 +502,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.readiness im
 from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import sev_asid_split
 
 
-def _gpu_facts(module, host_root):
+def _gpu_facts(module, host):
     """``(gpu fact, warnings)`` for :func:`gather_host_facts`; a skipped probe says why in its reasons."""
     params = module.params
     if not params["gather_gpu"]:
@@ -513,11 +513,11 @@ def _gpu_facts(module, host_root):
             problem = "nvidia_smi_path is not an executable file: fix the path or set gather_gpu: false"
             return empty_gpu(problem), [{"path": path, "problem": problem}]
     else:
-        if os.path.realpath(host_root) != "/":
+        if not host.is_live:
             return (
                 empty_gpu(
                     "not gathered: host_root is %s, and nvidia-smi on PATH would describe the machine "
-                    "running the module instead; set nvidia_smi_path to run it anyway" % host_root
+                    "running the module instead; set nvidia_smi_path to run it anyway" % host.host_root
                 ),
                 [],
             )
@@ -554,7 +554,6 @@ def main():
         ),
         supports_check_mode=True,
     )
-    host_root = module.params["host_root"]
     if module.params["min_free_keys"] < 0:
         module.fail_json(
             msg="min_free_keys must be 0 or more, got %d: it is the number of free TEE keys the keys.free check "
@@ -570,11 +569,9 @@ def main():
             msg="result: fleet is the fleet report's view of the preflight facts: set preflight: true with it, or "
             "result: full"
         )
-    open_host(module)
+    host = open_host(module)
     try:
-        facts = gather_host_facts(
-            host_root, gpu=_gpu_facts(module, host_root), qgs_socket=module.params["qgs_socket_path"]
-        )
+        facts = gather_host_facts(host, gpu=_gpu_facts(module, host), qgs_socket=module.params["qgs_socket_path"])
     except HostRootError as exc:
         module.fail_json(msg=str(exc))
     params = module.params
@@ -584,11 +581,11 @@ def main():
     if params["preflight"]:
         from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
 
-        gather_preflight(host_root, facts, params["min_free_keys"], params["attestation"])
+        gather_preflight(host, facts, params["min_free_keys"], params["attestation"])
     elif params["capacity"]:
         from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 
-        facts["capacity"] = capacity_facts(host_root)
+        facts["capacity"] = capacity_facts(host)
         facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"])
         apply_capacity(facts, facts["capacity"])
     for issue in facts.get("capacity", {}).get("issues", []):

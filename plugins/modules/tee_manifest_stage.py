@@ -95,6 +95,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common import manifest_stage as ms
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import local_host
 
 
 def commit(module, dest, staging):
@@ -102,7 +103,7 @@ def commit(module, dest, staging):
     staged = ms.read_tree(staging, with_mode=True)
     writes, removals = ms.plan_commit(staged, ms.read_tree(dest, with_mode=False))
     # No backups: a ~ copy in a GitOps directory would be committed. Private files are Secrets: never shown.
-    changes = Changes("/", module.check_mode, backup=False)
+    changes = Changes(local_host(), module.check_mode, backup=False)
     for write in writes:
         private = write["mode"] & 0o077 == 0
         changes.file(

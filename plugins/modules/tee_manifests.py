@@ -101,6 +101,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import local_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import ManifestError, plan_directory
 
 
@@ -159,7 +160,7 @@ def main() -> None:
     secrets = {item.get("file") for item in module.params["secret_files"]}
     # A stage is scratch space: written also in check mode, so the commit can show what would change.
     staged = module.params["staged_for"] is not None
-    changes = Changes("/", module.check_mode and not staged, backup=False)
+    changes = Changes(local_host(), module.check_mode and not staged, backup=False)
     changes.add_secrets(item.get("content") for item in module.params["secret_files"])
     try:
         record(changes, dest, writes, removals, secrets)

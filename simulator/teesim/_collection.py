@@ -49,6 +49,8 @@ def collection_module(name: str) -> ModuleType:
 
 
 misc_cgroup: ModuleType = collection_module("plugins.module_utils.host.misc_cgroup")
+# The collection's host object: teesim's plugin processes make one at their entry point and pass it down.
+host_reader: ModuleType = collection_module("plugins.module_utils.common.host_reader")
 
 # The one TEE vocabulary (plugins/module_utils/common/tee.py): the simulator spells no resource name itself.
 tee: ModuleType = collection_module("plugins.module_utils.common.tee")
@@ -83,6 +85,7 @@ canonical_resource = misc_cgroup.canonical_resource
 parse_misc_text = misc_cgroup.parse_misc_text
 read_misc_file = misc_cgroup.read_misc_file
 read_misc_state = misc_cgroup.read_misc_state
+HostReader = host_reader.HostReader
 locate_misc = misc_cgroup.locate_misc
 
 __all__ = [
@@ -109,8 +112,10 @@ __all__ = [
     "TDX",
     "U64_MAX",
     "VENDOR_MISC_RESOURCES",
+    "HostReader",
     "canonical_resource",
     "collection_module",
+    "host_reader",
     "locate_misc",
     "misc_cgroup",
     "parse_misc_text",

@@ -40,6 +40,17 @@ def test_a_roles_module_refusal_names_the_role_variable_and_the_host_in_every_li
     assert "Module failed: host_root" not in proc.flat
 
 
+def test_a_refused_root_names_the_one_collection_variable(ansible_playbook_cli, tmp_path):
+    missing = tmp_path / "no-such-root"
+    body = f"vars:\n    tee_host_root: {missing}\n  roles: [{{role: confidential.tee.vsock}}]"
+    proc = run(ansible_playbook_cli, tmp_path, body)
+    assert proc.returncode != 0
+    assert (
+        f"confidential.tee.kernel_modules on host tdx-node-5: inventory variable tee_host_root (option host_root): "
+        f"host_root {missing} is not a directory"
+    ) in proc.flat, proc.flat[-3000:]
+
+
 def test_a_direct_call_names_the_option(ansible_playbook_cli, tmp_path):
     missing = tmp_path / "no-such-root"
     body = (

@@ -60,7 +60,7 @@ def run_role(run_playbook, root: Path, check: bool = False) -> subprocess.Comple
                         {
                             "role": "confidential.tee.iommu_passthrough",
                             "vars": {
-                                "iommu_passthrough_host_root": str(root),
+                                "tee_host_root": str(root),
                                 "iommu_passthrough_cpu_vendor": "amd",
                                 "iommu_passthrough_bind_nvidia": True,
                                 # This test is about sysfs; a container CI runner must not skip the binding.

@@ -24,7 +24,7 @@ def run_snp(run_playbook, root: Path, **role_vars) -> subprocess.CompletedProces
         "connection": "local",
         "gather_facts": False,
         "vars": {"ansible_python_interpreter": sys.executable},
-        "roles": [{"role": "confidential.tee.snp_host", "vars": {"snp_host_host_root": str(root), **role_vars}}],
+        "roles": [{"role": "confidential.tee.snp_host", "vars": {"tee_host_root": str(root), **role_vars}}],
         "post_tasks": [{"name": "Show", "ansible.builtin.debug": {"msg": "REBOOT={{ snp_host_reboot_required }}"}}],
     }
     playbook.write_text(json.dumps([play]))

@@ -32,7 +32,7 @@ def _run(run_playbook, root: Path, *args: str, **role_vars) -> subprocess.Comple
             {
                 "role": "confidential.tee.tee_key_agent",
                 "vars": {
-                    "tee_key_agent_host_root": str(root),
+                    "tee_host_root": str(root),
                     "tee_key_agent_node_name": "tdx-1",
                     "tee_key_agent_python": "/usr/bin/python3",
                     **role_vars,

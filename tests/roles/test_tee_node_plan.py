@@ -77,8 +77,8 @@ def task_output(stdout: str, name_start: str) -> str:
 
 @pytest.mark.slow
 def test_the_roles_own_host_roots_are_where_the_cpu_vendor_is_read(tmp_path, teesim_node, ansible_playbook_cli):
-    # An AMD node tree given through the roles' own variables only (no tee_host_root), read from a controller
-    # whose own CPU may be Intel: the plan must be the tree's (SEV-SNP), and its IOMMU report the tree's.
+    # An AMD node tree given through the roles' own (deprecated) variables only (no tee_host_root), read from a
+    # controller whose own CPU may be Intel: the plan must be the tree's (SEV-SNP), and its IOMMU report the tree's.
     node = grub_node(teesim_node, tmp_path / "node", "amd")
     roots = {f"{role}_host_root": str(node) for role in ("snp_host", "iommu_passthrough", "vsock")}
 
@@ -98,6 +98,9 @@ def test_the_roles_own_host_roots_are_where_the_cpu_vendor_is_read(tmp_path, tee
     )
 
     assert proc.returncode == 0, proc.stdout[-4000:]
+    warned = " ".join(proc.stderr.split())
+    for name in roots:
+        assert f"[DEPRECATION WARNING]: {name} is deprecated: set tee_host_root instead" in warned, proc.stderr[-3000:]
     assert "/etc/default/grub.d/90-confidential-tee-snp.cfg" in proc.flat, proc.flat[-4000:]
     assert "+kvm_amd.sev_snp=1" in proc.stdout
     assert "kvm_intel.tdx=1" not in proc.stdout
@@ -126,5 +129,8 @@ def test_a_vsock_host_root_of_its_own_is_refused_before_any_change(tmp_path, tee
     )
 
     assert proc.returncode != 0
-    assert f"host roots {node}, {other}" in proc.flat and "vsock" in proc.flat, proc.flat[-3000:]
+    assert (
+        f"the host root is given twice, differently (tee_host_root: {node}; iommu_passthrough_host_root: {node}; "
+        f"vsock_host_root: {other})"
+    ) in proc.flat, proc.flat[-3000:]
     assert (snapshot(node), snapshot(other)) == before

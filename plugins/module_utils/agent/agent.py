@@ -57,9 +57,9 @@ class Round:
         }
 
 
-def snp_range(host_root: str) -> tuple[int | None, tuple]:
+def snp_range(host: HostReader) -> tuple[int | None, tuple]:
     """The SNP ASID count under AMD ciphertext hiding (``None``: no split), and a doubt when it cannot be read."""
-    found = sev_asids.read_ciphertext_hiding(HostReader(host_root), True)
+    found = sev_asids.read_ciphertext_hiding(host.fresh(), True)
     if found["problem"]:
         return 0, (decision.Doubt(decision.REASON_SNP_RANGE_UNKNOWN, f"{found['path']}: {found['problem']}"),)
     return (found["asids"] or None), ()
@@ -77,19 +77,22 @@ def _kernel_doubts(state: misc_cgroup.MiscState) -> tuple:
 
 
 class Agent:
-    """One node's agent. ``client`` is ``None`` for ``--once``/``--dry-run`` without an API server."""
+    """One node's agent on ``host`` (its CLI's, read afresh each pass: the problem list never grows with the passes).
+
+    ``client`` is ``None`` for ``--once``/``--dry-run`` without an API server.
+    """
 
     def __init__(
         self,
         node: str,
-        host_root: str = "/",
+        host: HostReader,
         client: KubeClient | None = None,
         reserve: dict | None = None,
         dry_run: bool = False,
         resync: float = DEFAULT_RESYNC,
         clock=time.monotonic,
     ) -> None:
-        self.node, self.host_root, self.client, self.dry_run = node, host_root, client, dry_run
+        self.node, self.host, self.client, self.dry_run = node, host, client, dry_run
         self.reserve = {misc_cgroup.canonical_resource(k): v for k, v in (reserve or {}).items()}
         self.resync, self.clock = resync, clock
         self.on_node: dict | None = None  # the pool values the Node holds, as last seen
@@ -136,7 +139,7 @@ class Agent:
     # -- deciding --------------------------------------------------------------------------------------------
 
     def decide(self) -> Round:
-        state = misc_cgroup.read_misc_state(self.host_root)
+        state = misc_cgroup.read_misc_state(self.host.fresh())
         on_node = self.on_node or {}
         if not state.layout.present:
             why = state.layout.reason or "no misc cgroup controller"
@@ -152,7 +155,7 @@ class Agent:
             if entry.capacity == 0 and resource not in on_node:
                 continue  # this host has none of it and we never advertised it: nothing to say
             running = None if pods is None else decision.k8s_running(pods, self.node, resource)
-            limit, range_doubts = snp_range(self.host_root) if misc == tee.SEV_ES else (None, ())
+            limit, range_doubts = snp_range(self.host) if misc == tee.SEV_ES else (None, ())
             doubts = kernel_doubts + range_doubts + ((pod_doubt,) if pod_doubt else ())
             found = decision.decide(
                 misc,

@@ -21,6 +21,7 @@ import threading
 
 from ansible_collections.confidential.tee.plugins.module_utils.agent import decision, kube
 from ansible_collections.confidential.tee.plugins.module_utils.agent.agent import Agent
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host import misc_cgroup
 
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             _say(sys.stderr, f"tee-key-agent: {exc}")
             return 1
         client = None  # --once outside a pod without --kubeconfig: decide from the kernel alone
-    agent = Agent(args.node, args.host_root, client, dict(args.reserve), dry_run=args.dry_run or args.once)
+    # The entry point: the one place the agent's host is made (a module gets its own from open_host).
+    agent = Agent(args.node, HostReader(args.host_root), client, dict(args.reserve), dry_run=args.dry_run or args.once)
     if args.once:
         agent.refresh_node(force=True)
         _say(

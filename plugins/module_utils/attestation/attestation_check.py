@@ -65,7 +65,6 @@ VMADDR_CID_HOST = 2
 class ChainRequest:
     """What the chain must serve on this host (the role's variables, or the module's options)."""
 
-    host_root: str = "/"
     dcap_version: str = "auto"
     transport: str = "unix"
     kata_version: str | None = None
@@ -93,9 +92,9 @@ def result(link: str, status: str, message: str, fix: str | None = None, **detai
 class Chain:
     """Runs the links in order; later links read what earlier ones learnt (version, QCNL settings)."""
 
-    def __init__(self, request: ChainRequest) -> None:
+    def __init__(self, request: ChainRequest, host: HostReader) -> None:
         self.request = request
-        self.reader = HostReader(request.host_root)
+        self.reader = host
         self.version: DcapVersion | None = None
         self.version_source = ""
         self.qcnl: dict | None = None
@@ -228,7 +227,7 @@ class Chain:
         # Whether KubeVirt's QEMU reaches the socket is socket_access's to say: an ACL would do as well as our helper.
         problems = unit_problems(merged, self.transport, None, False)
         # On the host itself, systemd's own view of the loaded unit is the truth the merge must agree with.
-        shown = systemd_view(min(self.request.timeout, 10.0)) if self.request.probe and self._live_root() else None
+        shown = systemd_view(min(self.request.timeout, 10.0)) if self.request.probe and self.reader.is_live else None
         differs = disagreement(merged, shown) if shown else None
         if differs:
             problems.append(differs)
@@ -286,9 +285,6 @@ class Chain:
                 return f"{number} ({fields[0]})"
         return str(number)
 
-    def _live_root(self) -> bool:
-        return os.path.realpath(self.request.host_root or "/") == "/"
-
     def _socket_path(self) -> str:
         # Symbolic links (/var/run -> /run) resolve inside host_root, never in the container running the check.
         return self.reader.resolve(QGS_SOCKET)
@@ -305,11 +301,11 @@ class Chain:
         who = socket_access.Identity(client["name"], int(client["uid"]), int(client["gid"]), list(client["groups"]))
         link = f"socket_access:{who.name}"
         label = f"{who.name} (uid {who.uid}, gid {who.gid}, groups {who.groups or '[]'})"
-        model = socket_access.can_connect(self.request.host_root, QGS_SOCKET, who)
+        model = socket_access.can_connect(self.reader, QGS_SOCKET, who)
         probe = None
         # A real connect() proves the host's truth only from the host's own root: under a mounted host_root it
         # would also walk the directories above it, which are no part of the host.
-        if self.request.probe and self._live_root() and (os.geteuid() == 0 or os.geteuid() == who.uid):
+        if self.request.probe and self.reader.is_live and (os.geteuid() == 0 or os.geteuid() == who.uid):
             probe = socket_access.probe_as(self._socket_path(), who)
         allowed = probe["connected"] if probe and probe["connected"] is not None else model["allowed"]
         how = "connect() as that user" if probe and probe["connected"] is not None else "the kernel's permission rules"
@@ -344,7 +340,7 @@ class Chain:
                     "modprobe vsock_loopback and list it in /etc/modules-load.d (role confidential.tee.vsock)",
                 )
             )
-        if not self.request.probe or self.request.host_root not in ("/", ""):
+        if not self.request.probe or not self.reader.is_live:
             outcomes.append(result("qgs_vsock", SKIP, "vsock probing needs the host's own network namespace"))
             return outcomes
         answer = socket_access.probe_vsock(VMADDR_CID_HOST, port, min(self.request.timeout, 3.0))
@@ -526,7 +522,7 @@ class Chain:
         who = socket_access.host_identity(self.reader, user)
         if who is None:
             return [f"the PCCS service user {user!r} is not in the host's /etc/passwd: pccs.service cannot start"]
-        verdict = socket_access.can_read(self.request.host_root, f"/{base}/ssl_key/private.pem", who)
+        verdict = socket_access.can_read(self.reader, f"/{base}/ssl_key/private.pem", who)
         if verdict["allowed"]:
             return []
         return [
@@ -593,8 +589,9 @@ class Chain:
         )
 
 
-def check_chain(request: ChainRequest) -> list[dict]:
-    return Chain(request).run()
+def check_chain(request: ChainRequest, host: HostReader) -> list[dict]:
+    """Every link of the chain on ``host`` (the module's, from ``open_host``), in order."""
+    return Chain(request, host).run()
 
 
 def summarize(results: list[dict]) -> dict:

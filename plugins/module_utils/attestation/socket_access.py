@@ -24,6 +24,8 @@ import stat
 import struct
 from dataclasses import dataclass, field
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+
 MAY_EXEC, MAY_WRITE, MAY_READ = 1, 2, 4
 SUN_PATH_MAX = 107  # sizeof(sun_path) - 1
 _ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -117,20 +119,22 @@ def permitted(path: str, st: os.stat_result, who: Identity, want: int) -> tuple[
     return mode_permits(st, who, want), f"mode {stat.S_IMODE(st.st_mode):04o} owner {st.st_uid} group {st.st_gid}"
 
 
-def can_connect(host_root: str, socket_path: str, who: Identity) -> dict:
-    """The kernel's verdict for ``who`` connecting to ``socket_path`` (a path on the host, under ``host_root``)."""
-    return _can_reach(host_root, socket_path, who, MAY_WRITE)
+def can_connect(host: HostReader, socket_path: str, who: Identity) -> dict:
+    """The kernel's verdict for ``who`` connecting to ``socket_path`` (a path on the host, under its root)."""
+    return _can_reach(host, socket_path, who, MAY_WRITE)
 
 
-def can_read(host_root: str, path: str, who: Identity) -> dict:
+def can_read(host: HostReader, path: str, who: Identity) -> dict:
     """The kernel's verdict for ``who`` opening the regular file ``path`` for reading (a TLS key, for example)."""
-    return _can_reach(host_root, path, who, MAY_READ)
+    return _can_reach(host, path, who, MAY_READ)
 
 
-def _can_reach(host_root: str, socket_path: str, who: Identity, want: int) -> dict:
+def _can_reach(host: HostReader, socket_path: str, who: Identity, want: int) -> dict:
     kind, verb = ("socket", "write") if want == MAY_WRITE else ("file", "read")
     components = [part for part in socket_path.split("/") if part]
-    current = host_root.rstrip("/") or "/"
+    # The walk is its own (not HostReader.resolve): every directory on the way is checked for search permission.
+    root = host.host_root.rstrip("/") or "/"
+    current = root
     shown = ""
     links = 0
     while components:
@@ -152,11 +156,11 @@ def _can_reach(host_root: str, socket_path: str, who: Identity, want: int) -> di
                 return _verdict(False, "too many symbolic links", f"{shown}/{part}")
             target = os.readlink(candidate)
             if target.startswith("/"):
-                current, shown = host_root.rstrip("/") or "/", ""
+                current, shown = root, ""
             components = [p for p in target.split("/") if p] + components
             continue
         if part == "..":
-            current = os.path.dirname(current) if current != (host_root.rstrip("/") or "/") else current
+            current = os.path.dirname(current) if current != root else current
             shown = os.path.dirname(shown)
             continue
         current, shown = candidate, f"{shown}/{part}"

@@ -334,6 +334,16 @@ class _NotRegularError(OSError):
     """The file changed type between ``stat`` and ``open``."""
 
 
+def local_host() -> HostReader:
+    """The machine this code runs on, for writers whose files belong to no managed host.
+
+    The fleet report and the cluster manifests are written on the controller (or wherever the task runs), at
+    paths the user gave: no ``host_root`` option names a host there, so there is nothing for :func:`open_host`
+    to guard.
+    """
+    return HostReader("/")
+
+
 def open_host(module) -> HostReader:
     """The one ``host_root`` guard and the one place a module gets its :class:`HostReader`.
 

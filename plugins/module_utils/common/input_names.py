@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+
 # (role, argument or option) -> the role's variable, where it is not <role>_<argument>. A dotted option is a key of
 # a dict option (settings.pccs_url); ``component:`` in front names the option of one dcap_config component, whose
 # settings the role fills from different variables per component (roles/tdx_attestation/tasks/*.yml).
@@ -45,6 +47,48 @@ ALIASES = {
 }
 
 
+# The one host root of every role and playbook (issue 44): the option host_root of every module comes from it. The
+# roles' own names for it are still read, deprecated, for one release (0.2.0) and are gone in HOST_ROOT_REMOVED_IN.
+HOST_ROOT = "tee_host_root"
+DEPRECATED_HOST_ROOTS = (
+    "tdx_host_host_root",
+    "snp_host_host_root",
+    "iommu_passthrough_host_root",
+    "vsock_host_root",
+    "tdx_attestation_host_root",
+    "gpu_cc_node_host_root",
+    "tee_key_agent_host_root",
+)
+HOST_ROOT_REMOVED_IN = "0.3.0"
+# Options every role fills from one collection-level variable, whatever the role.
+COLLECTION_VARIABLES = {"host_root": HOST_ROOT}
+
+
+def one_host_root(root, deprecated: dict) -> tuple[str, list[str]]:
+    """The host root, and the deprecated variables it was (also) given by.
+
+    ``root`` is ``tee_host_root`` (``None``: not set); ``deprecated`` maps the roles' own names (from
+    :data:`DEPRECATED_HOST_ROOTS`) to their values (``None``: not set). Every value given must name the same root:
+    two roots for one host would have one play edit two trees. Without any, the host's own ``/``.
+    """
+    unknown = sorted(name for name in deprecated if name not in DEPRECATED_HOST_ROOTS)
+    if unknown:
+        raise TeeError(f"{', '.join(unknown)} is no name of the host root: give {', '.join(DEPRECATED_HOST_ROOTS)}")
+    given = [(HOST_ROOT, root)] if root is not None else []
+    given += [(name, value) for name, value in sorted(deprecated.items()) if value is not None]
+    for name, value in given:
+        if not isinstance(value, str) or not value:
+            raise TeeError(f"{name} must be a non-empty path, got {value!r}")
+    roots = list(dict.fromkeys(value for _name, value in given))
+    if len(roots) > 1:
+        shown = "; ".join(f"{name}: {value}" for name, value in given)
+        raise TeeError(
+            f"the host root is given twice, differently ({shown}): set {HOST_ROOT} alone, the one root of every role "
+            f"and playbook (the roles' own *_host_root variables are deprecated and removed in {HOST_ROOT_REMOVED_IN})"
+        )
+    return (roots[0] if roots else "/"), [name for name, _value in given if name != HOST_ROOT]
+
+
 def _keys(option: str, component: str | None) -> list[str]:
     """The table keys for ``option``, most particular first: ``qcnl:settings.pccs_url``, ``qcnl:settings``,
     ``settings.pccs_url``, ``settings``."""
@@ -63,7 +107,8 @@ def variable_for(
     if not role or not option:
         return None
     short = role.rsplit(".", 1)[-1]
-    candidates = [ALIASES.get((short, key)) for key in _keys(option, component)]
+    candidates = [COLLECTION_VARIABLES.get(option)]
+    candidates += [ALIASES.get((short, key)) for key in _keys(option, component)]
     if "." not in option:
         candidates += [f"{short}_{option}", f"{short}_machineconfig_{option}"]
     return next((name for name in candidates if name and defined(name)), None)

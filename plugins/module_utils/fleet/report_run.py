@@ -19,6 +19,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import json as emit_json
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import local_host
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import (
     all_findings,
@@ -140,7 +141,7 @@ class Writer:
     """
 
     def __init__(self, check_mode):
-        self.changes = Changes("/", check_mode, backup=False, durable=False)
+        self.changes = Changes(local_host(), check_mode, backup=False, durable=False)
         self.planned = []  # (path, format, FileChange, shown in the diff)
         self.textfiles = {}  # node name -> its metrics file
 

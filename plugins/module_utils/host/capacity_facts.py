@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import Problem
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, Problem
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import (
     KNOWN_RESOURCES,
     RESOURCE_ALIASES,
@@ -34,13 +34,13 @@ def unknown_reasons(state: MiscState, entry: ResourceState) -> list[str]:
 
 
 def capacity_facts(
-    host_root: str,
+    host: HostReader,
     resources: list[str] | tuple[str, ...] = KNOWN_RESOURCES,
     cgroups: bool = False,
     cgroup_depth: int = 3,
 ) -> dict:
-    """Capacity, usage and controller facts for ``host_root``, as plain data (never raises on bad files)."""
-    state = read_misc_state(host_root, include_cgroups=cgroups, cgroup_depth=cgroup_depth)
+    """Capacity, usage and controller facts of the host, as plain data (never raises on bad files)."""
+    state = read_misc_state(host, include_cgroups=cgroups, cgroup_depth=cgroup_depth)
     layout = state.layout
     wanted = list(dict.fromkeys(canonical_resource(name) for name in resources))
     reported = {}
@@ -52,7 +52,7 @@ def capacity_facts(
             )
     result = {
         # Where the files were read, so that tee_capacity_check given this result reads the same host.
-        "host_root": host_root,
+        "host_root": host.host_root,
         "misc_controller": {
             "present": layout.present,
             "cgroup_version": layout.cgroup_version,

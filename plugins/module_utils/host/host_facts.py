@@ -335,19 +335,19 @@ def read_devices(reader):
 # ---------------------------------------------------------------------------------------------------
 
 
-def gather_host_facts(host_root="/", gpu=None, qgs_socket=QGS_SOCKET):
-    """All host facts under ``host_root``.
+def gather_host_facts(reader: HostReader, gpu=None, qgs_socket=QGS_SOCKET):
+    """All facts of the host ``reader`` reads.
 
     ``gpu`` is a ``(gpu_fact, warnings)`` pair from :func:`gpu_facts.probe_gpu` (or ``None``: not probed);
-    ``qgs_socket`` is where the Quote Generation Service socket is expected. Raises :class:`HostRootError`
-    only when ``host_root`` is not a directory.
+    ``qgs_socket`` is where the Quote Generation Service socket is expected. The facts' ``warnings`` are the
+    host's problems found so far. Raises :class:`HostRootError` only when the host's root is not a directory.
     """
+    host_root = reader.host_root
     if not os.path.isdir(host_root):
         raise HostRootError(
             "host_root %r is not a directory: point it at the host's root (/ or the DaemonSet's "
             "host mount such as /host, or a simulated node tree)" % host_root
         )
-    reader = HostReader(host_root)
     kernel, cpu, kvm, cmdline = read_kernel(reader), read_cpu(reader), read_kvm(reader), read_cmdline(reader)
     devices, qgs, power = read_devices(reader), read_qgs(reader, qgs_socket), read_power(reader)
     iommu = read_iommu(reader, cmdline)

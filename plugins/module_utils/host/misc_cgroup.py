@@ -262,9 +262,9 @@ V2_DIR = "sys/fs/cgroup"
 V1_DIR = "sys/fs/cgroup/misc"
 
 
-def locate_misc(host_root: str = "/", reader: HostReader | None = None) -> MiscLayout:
-    """Find the misc controller under ``host_root`` (v2 unified hierarchy first, then v1)."""
-    reader = reader or HostReader(host_root)
+def locate_misc(reader: HostReader) -> MiscLayout:
+    """Find the misc controller on the host (v2 unified hierarchy first, then v1)."""
+    host_root = reader.host_root
     v2, v1 = reader.path(V2_DIR), reader.path(V1_DIR)
     if reader.exists(f"{V2_DIR}/misc.capacity"):
         return MiscLayout(host_root, CGROUP_V2, v2, rel=V2_DIR)
@@ -558,14 +558,15 @@ def _note_shapes(state: MiscState, files: list[MiscFile]) -> None:
         )
 
 
-def read_misc_state(host_root: str = "/", *, include_cgroups: bool = False, cgroup_depth: int = 3) -> MiscState:
-    """Read capacity, usage and peaks of every misc resource under ``host_root``.
+def read_misc_state(reader: HostReader, *, include_cgroups: bool = False, cgroup_depth: int = 3) -> MiscState:
+    """Read capacity, usage and peaks of every misc resource on the host.
 
     With no misc controller the result has ``layout.present == False`` and ``layout.reason`` says
-    why; it is the caller's choice whether that is an error.
+    why; it is the caller's choice whether that is an error. What is wrong with the files is in the state's
+    ``issues``; a caller that reads again and again (an agent, a plugin) gives ``reader.fresh()`` each time, so
+    that the host's problem list does not grow with every pass.
     """
-    reader = HostReader(host_root)
-    state = MiscState(layout=locate_misc(host_root, reader))
+    state = MiscState(layout=locate_misc(reader))
     if not state.layout.present:
         return state
     rel = state.layout.rel

@@ -661,14 +661,15 @@ def preflight_verdict(facts, capacity, hardware, min_free_keys=1, attestation=No
     return result
 
 
-def gather_preflight(host_root, facts, min_free_keys=1, attestation=None) -> dict:
+def gather_preflight(host: HostReader, facts, min_free_keys=1, attestation=None) -> dict:
     """Add ``capacity`` (with the top-level cgroups), ``hardware_keys`` and ``preflight`` to host ``facts``.
 
-    What ``tee_host_info`` does with ``preflight: true``; ``facts`` come from :func:`host_facts.gather_host_facts`.
+    What ``tee_host_info`` does with ``preflight: true``; ``facts`` come from :func:`host_facts.gather_host_facts`
+    on the same ``host``.
     """
     # One level of cgroups: the misc.events counters of the top-level slices, for metrics and drift.
-    facts["capacity"] = capacity_facts(host_root, cgroups=True, cgroup_depth=1)
-    facts["hardware_keys"] = gather_hardware_keys(HostReader(host_root), facts, facts["capacity"])
+    facts["capacity"] = capacity_facts(host, cgroups=True, cgroup_depth=1)
+    facts["hardware_keys"] = gather_hardware_keys(host, facts, facts["capacity"])
     facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"], facts["hardware_keys"].get("sev"))
     apply_capacity(facts, facts["capacity"])
     facts["preflight"] = preflight_verdict(facts, facts["capacity"], facts["hardware_keys"], min_free_keys, attestation)

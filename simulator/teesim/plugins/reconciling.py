@@ -50,7 +50,7 @@ from pathlib import Path
 import grpc
 
 from teesim._args import seconds
-from teesim._collection import canonical_resource, parse_misc_text, read_misc_state
+from teesim._collection import HostReader, canonical_resource, parse_misc_text, read_misc_state
 from teesim.kubelet import sockets
 from teesim.kubelet.devicemanager import HEALTHY, UNHEALTHY, Device
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
@@ -131,7 +131,7 @@ class Reconciler:
     def __init__(
         self,
         service: DevicePluginService,
-        host_root: str,
+        host: HostReader,
         misc_resource: str,
         kubelet_dir: Path,
         *,
@@ -141,7 +141,7 @@ class Reconciler:
         pods_url: str | None = None,
     ):
         self.service = service
-        self.host_root = host_root
+        self.host = host
         self.misc_resource = misc_resource
         self.pod_resources_socket = sockets.pod_resources_socket(kubelet_dir)
         self.min_list_interval = min_list_interval
@@ -192,7 +192,8 @@ class Reconciler:
 
     def read_kernel(self) -> tuple[int | None, int | None]:
         """(capacity, current) of the resource; None where the files cannot tell."""
-        state = read_misc_state(self.host_root)
+        # Afresh each pass: the host's problem list must not grow with the polls.
+        state = read_misc_state(self.host.fresh())
         if not state.layout.present:
             return None, None
         # Held for the quiet polls; None on kernels without a root misc.current (they sum children).
@@ -394,7 +395,7 @@ def serve_reconciler(args: argparse.Namespace, make: type[Reconciler], **extra) 
     service = DevicePluginService(args.resource_name)
     reconciler = make(
         service,
-        os.fspath(args.host_root),
+        HostReader(os.fspath(args.host_root)),
         args.misc_resource,
         kubelet_dir,
         min_list_interval=args.min_list_interval,

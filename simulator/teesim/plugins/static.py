@@ -15,15 +15,15 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from teesim._collection import canonical_resource, read_misc_state
+from teesim._collection import HostReader, canonical_resource, read_misc_state
 from teesim.kubelet.devicemanager import Device
 from teesim.plugins.base import DevicePluginService, common_arguments, fail, run_plugin
 from teesim.plugins.reconcile import device_ids
 
 
-def read_capacity(host_root: str, misc_resource: str) -> int:
+def read_capacity(host: HostReader, misc_resource: str) -> int:
     """``misc.capacity`` of one resource, or a ValueError saying why it cannot be known."""
-    state = read_misc_state(host_root)
+    state = read_misc_state(host)
     if not state.layout.present:
         raise ValueError(state.layout.reason)
     resource = state.resource(misc_resource)
@@ -31,7 +31,7 @@ def read_capacity(host_root: str, misc_resource: str) -> int:
         return 0  # the kernel omits zero-capacity resources from misc.capacity
     if resource.capacity is None:
         problems = "; ".join(issue.describe() for issue in state.issues) or "unparsable value"
-        raise ValueError(f"misc.capacity of {misc_resource} under {host_root} is unreadable: {problems}")
+        raise ValueError(f"misc.capacity of {misc_resource} under {host.host_root} is unreadable: {problems}")
     return resource.capacity
 
 
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s static %(levelname)s %(message)s")
     args.misc_resource = canonical_resource(args.misc_resource)
     try:
-        capacity = read_capacity(args.host_root, args.misc_resource)
+        capacity = read_capacity(HostReader(args.host_root), args.misc_resource)
     except ValueError as exc:
         return fail(str(exc))
     service = DevicePluginService(args.resource_name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from teesim._collection import read_misc_state
+from teesim._collection import HostReader, read_misc_state
 from teesim.cli import main
 
 
@@ -16,7 +16,7 @@ def test_node_build_current(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert (out / "sys/fs/cgroup/misc.capacity").read_text() == "tdx 63\n"
     assert (out / "sys/fs/cgroup/misc.current").read_text() == "tdx 5\n"
     assert (out / "sys/fs/cgroup/machine.slice/misc.current").read_text() == "tdx 5\n"
-    state = read_misc_state(str(out))
+    state = read_misc_state(HostReader(str(out)))
     assert (state.resources["tdx"].capacity, state.resources["tdx"].current) == (63, 5)
 
 
@@ -38,11 +38,11 @@ def test_node_build_amd_old_and_no_misc(tmp_path: Path) -> None:
         )
         == 0
     )
-    state = read_misc_state(str(tmp_path / "a"))
+    state = read_misc_state(HostReader(str(tmp_path / "a")))
     assert state.resources["sev_es"].current == 2
     assert state.resources["sev_es"].current_is_lower_bound
     assert main(["node", "build", "--profile", "no-misc", "--out", str(tmp_path / "b")]) == 0
-    assert not read_misc_state(str(tmp_path / "b")).layout.present
+    assert not read_misc_state(HostReader(str(tmp_path / "b"))).layout.present
 
 
 def test_node_build_errors_are_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,7 +59,7 @@ def test_node_build_again_replaces_stale_cgroups(tmp_path: Path) -> None:
     assert main(["node", "build", "--usage", "tdx=2", "--usage-cgroup", "a.slice", "--out", str(tmp_path)]) == 0
     assert main(["node", "build", "--usage", "tdx=1", "--out", str(tmp_path)]) == 0
     assert not (tmp_path / "sys/fs/cgroup/a.slice").exists()
-    state = read_misc_state(str(tmp_path), include_cgroups=True)
+    state = read_misc_state(HostReader(str(tmp_path)), include_cgroups=True)
     assert [c.path for c in state.cgroups] == ["machine.slice"]
     assert state.resources["tdx"].current == 1
 

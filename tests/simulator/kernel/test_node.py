@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 from pyfakefs.fake_os import FakeOsModule
-from teesim._collection import read_misc_state
+from teesim._collection import HostReader, read_misc_state
 from teesim.kernel.backends import FakeFsBackend, NodeWriter, RealDirBackend
 from teesim.kernel.node import Node, NodeSpec, PciDevice, parse_assignments
 from teesim.kernel.profiles import CURRENT, NO_MISC, OLD, get_profile
@@ -68,7 +68,7 @@ def test_no_misc_tree_has_no_misc_files() -> None:
 def test_round_trip_through_collection_reader(tmp_path: Path, profile, vendor: str) -> None:
     node = _busy_node(profile, vendor)
     NodeWriter(RealDirBackend(tmp_path)).sync(node.files())
-    state = read_misc_state(str(tmp_path), include_cgroups=True)
+    state = read_misc_state(HostReader(str(tmp_path)), include_cgroups=True)
     assert not state.issues, [i.describe() for i in state.issues]
     misc = node.misc
     assert misc is not None
@@ -84,7 +84,7 @@ def test_round_trip_through_collection_reader(tmp_path: Path, profile, vendor: s
 
 def test_round_trip_no_misc_reports_absent(tmp_path: Path) -> None:
     NodeWriter(RealDirBackend(tmp_path)).sync(Node(NodeSpec(profile=NO_MISC)).files())
-    state = read_misc_state(str(tmp_path))
+    state = read_misc_state(HostReader(str(tmp_path)))
     assert not state.layout.present
     assert "misc cgroup controller is not available" in state.layout.reason
 
@@ -131,7 +131,7 @@ def test_sync_writes_only_changes_and_break_file_makes_reads_fail(tmp_path: Path
     with pytest.raises(OSError) as caught:
         (tmp_path / "sys/fs/cgroup/misc.current").read_bytes()
     assert caught.value.errno == errno.EISDIR
-    state = read_misc_state(str(tmp_path))
+    state = read_misc_state(HostReader(str(tmp_path)))
     assert state.resources["tdx"].current is None
     writer.repair_file("sys/fs/cgroup/misc.current")
     writer.sync(node.files())

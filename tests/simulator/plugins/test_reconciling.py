@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from teesim._collection import HostReader
 from teesim.grpc_run import PODS_SLICE, GrpcNode, unhealthy_count
 from teesim.kubelet.devicemanager import PodRef
 from teesim.kubelet.ratelimit import TokenBucket
@@ -251,7 +252,7 @@ def test_a_poll_decides_from_the_bytes_it_files_its_decision_under(tmp_path, mon
             sent.append(sum(1 for d in devices if not d.healthy))
             return True
 
-    reconciler = Reconciler(Service(), str(tmp_path), "tdx", tmp_path / "kubelet")
+    reconciler = Reconciler(Service(), HostReader(str(tmp_path)), "tdx", tmp_path / "kubelet")
     monkeypatch.setattr(reconciler, "_refresh_own", lambda: True)  # no kubelet here: no own devices
     reconciler.poll()
     assert sent == [1]

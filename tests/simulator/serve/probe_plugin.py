@@ -17,6 +17,7 @@ import sys
 import threading
 
 import grpc
+from teesim._collection import HostReader
 from teesim.kubelet.devicemanager import Device
 from teesim.kubelet.generated.deviceplugin.v1beta1 import api_pb2 as dp
 from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
@@ -87,7 +88,7 @@ def main() -> int:
     args = parser.parse_args()
     record = Recorder(args.record)
     service = ProbeService(args.resource_name, record, args.allocate_error, args.pre_start_required)
-    capacity = read_capacity(args.host_root, args.misc_resource)
+    capacity = read_capacity(HostReader(args.host_root), args.misc_resource)
     service.set_devices([Device(i) for i in device_ids(args.misc_resource, capacity)])
     stop = threading.Event()
     watcher = threading.Thread(

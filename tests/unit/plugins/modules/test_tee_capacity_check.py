@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.modules import tee_capacity_check
 
 CG = "/sys/fs/cgroup"
@@ -134,7 +135,7 @@ def test_validates_the_registered_info_result_of_another_root(tmp_path, run_modu
     (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
     (tmp_path / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
     (tmp_path / "sys/fs/cgroup/misc.current").write_text("tdx 12\n")
-    registered = capacity_facts(str(tmp_path))
+    registered = capacity_facts(HostReader(str(tmp_path)))
     result = run_module(tee_capacity_check, {"capacity": registered, "resource": "tdx", "min_free": 4})
     assert not result["failed"], result["msg"]
     assert (result["capacity"], result["current"], result["free"]) == (63, 12, 51)
@@ -154,5 +155,7 @@ def test_an_unread_resource_is_unknown_not_zero(tmp_path, run_module):
     (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
     (tmp_path / "sys/fs/cgroup/misc.capacity").write_text("tdx 63\n")
     (tmp_path / "sys/fs/cgroup/misc.current").write_text("tdx 12\n")
-    result = run_module(tee_capacity_check, {"capacity": capacity_facts(str(tmp_path), ["tdx"]), "resource": "sev"})
+    result = run_module(
+        tee_capacity_check, {"capacity": capacity_facts(HostReader(str(tmp_path)), ["tdx"]), "resource": "sev"}
+    )
     assert result["failed"] and result["capacity"] is None and "unknown" in result["msg"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
 from ansible_collections.confidential.tee.plugins.modules import tee_fleet_report
@@ -26,7 +27,8 @@ def fleet(tmp_path_factory):
     hosts = []
     for name in summary["nodes"]:
         root = str(out / "nodes" / name)
-        hosts.append({"name": name, "result": {"host": gather_preflight(root, gather_host_facts(root))}})
+        host = HostReader(root)
+        hosts.append({"name": name, "result": {"host": gather_preflight(host, gather_host_facts(host))}})
     return out, hosts
 
 

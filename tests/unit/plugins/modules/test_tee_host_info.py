@@ -15,6 +15,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.confidential.tee.plugins.doc_fragments import host_root
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.fleet_view import fleet_view
 from ansible_collections.confidential.tee.plugins.modules import tee_host_info
@@ -246,7 +247,7 @@ def test_capacity_in_the_same_round_trip(capsys, tmp_path):
     tdx = result["host"]["capacity"]["resources"]["tdx"]
     assert (tdx["capacity"], tdx["current"], tdx["free"]) == (63, 2, 61)
     # Exactly what tee_capacity_info returns with its defaults.
-    assert result["host"]["capacity"] == capacity_facts(str(root))
+    assert result["host"]["capacity"] == capacity_facts(HostReader(str(root)))
     assert "capacity" not in run_main(capsys, {"host_root": str(root), "gather_gpu": False})[1]["host"]
 
 

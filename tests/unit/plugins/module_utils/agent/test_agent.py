@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.agent import decision, kube
 from ansible_collections.confidential.tee.plugins.module_utils.agent.agent import REPEAT_EVERY, Agent
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 from .conftest import host_tree
 
@@ -25,7 +26,7 @@ def kata_pod(name: str, node: str = "n1", started: bool = True) -> dict:
 def make_agent(api_and_config, root, **options) -> Agent:
     _api, config = api_and_config
     client = kube.KubeClient(kube.from_kubeconfig(str(config)))
-    agent = Agent("n1", str(root), client, **options)
+    agent = Agent("n1", HostReader(str(root)), client, **options)
     agent.refresh_node(force=True)
     return agent
 

@@ -17,6 +17,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.attes
     summarize,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.attestation.pccs_config import token_hash
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 PCCS_UID = 991 if os.geteuid() == 0 else os.geteuid()
 STATUS_VAR = "sys/firmware/efi/efivars/SgxRegistrationStatus-f236c5dc-a491-4bbe-bcdd-88885770df45"
@@ -79,8 +80,8 @@ def host(https_server, pki, unix_listener):
 
 
 def run(root, url, **options):
-    request = ChainRequest(host_root=str(root), expect_pccs_url=url, timeout=5, **options)
-    results = check_chain(request)
+    request = ChainRequest(expect_pccs_url=url, timeout=5, **options)
+    results = check_chain(request, HostReader(str(root)))
     return {item["link"]: item for item in results}, results
 
 

@@ -20,6 +20,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.socke
     parse_acl,
     probe_as,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown and to take another identity")
 QEMU = Identity("kubevirt", 107, 107, [107])
@@ -100,7 +101,7 @@ def tree(unix_listener):
 def test_model_and_real_connect_agree(tree):
     root, socket_path = tree
     for who, allowed in ((QEMU, True), (OTHER, False), (Identity("root", 0, 0, []), True)):
-        model = can_connect(str(root), "/var/run/tdx-qgs/qgs.socket", who)
+        model = can_connect(HostReader(str(root)), "/var/run/tdx-qgs/qgs.socket", who)
         real = probe_as(str(socket_path), who)
         assert model["allowed"] is allowed is real["connected"], (who, model, real)
     assert probe_as(str(socket_path), OTHER)["errno"] == "EACCES"
@@ -110,7 +111,7 @@ def test_model_and_real_connect_agree(tree):
 def test_directory_without_search_permission_named(tree):
     root, socket_path = tree
     os.chmod(socket_path.parent, 0o700)  # what DCAP 1.24/1.25 create
-    model = can_connect(str(root), "/var/run/tdx-qgs/qgs.socket", QEMU)
+    model = can_connect(HostReader(str(root)), "/var/run/tdx-qgs/qgs.socket", QEMU)
     assert not model["allowed"] and "no search permission on directory /run/tdx-qgs" in model["reason"]
     assert probe_as(str(socket_path), QEMU)["errno"] == "EACCES"
 
@@ -125,7 +126,7 @@ def test_acl_grants_what_mode_bits_do_not(tree):
         ))  # fmt: skip
     except OSError as exc:
         pytest.skip(f"no POSIX ACLs on this filesystem: {exc.strerror}")
-    model = can_connect(str(root), "/var/run/tdx-qgs/qgs.socket", QEMU)
+    model = can_connect(HostReader(str(root)), "/var/run/tdx-qgs/qgs.socket", QEMU)
     assert model["allowed"] and "POSIX ACL" in model["reason"]
     assert probe_as(str(socket_path), QEMU)["connected"] is True
 
@@ -133,9 +134,9 @@ def test_acl_grants_what_mode_bits_do_not(tree):
 def test_missing_and_not_a_socket(tmp_path):
     (tmp_path / "run/tdx-qgs").mkdir(parents=True)
     os.chmod(tmp_path, 0o755)
-    assert can_connect(str(tmp_path), "/run/tdx-qgs/qgs.socket", QEMU)["missing"] is True
+    assert can_connect(HostReader(str(tmp_path)), "/run/tdx-qgs/qgs.socket", QEMU)["missing"] is True
     (tmp_path / "run/tdx-qgs/qgs.socket").write_text("")
-    assert "is not a socket" in can_connect(str(tmp_path), "/run/tdx-qgs/qgs.socket", QEMU)["reason"]
+    assert "is not a socket" in can_connect(HostReader(str(tmp_path)), "/run/tdx-qgs/qgs.socket", QEMU)["reason"]
 
 
 def test_stale_socket_refused(tmp_path):

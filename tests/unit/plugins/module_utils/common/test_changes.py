@@ -16,7 +16,11 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.changes im
     show_bytes,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
-from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, open_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import (
+    HostReader,
+    local_host,
+    open_host,
+)
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change owners")
 
@@ -56,7 +60,7 @@ def test_every_error_is_one_base_type():
 
 
 def test_check_mode_records_and_changes_nothing(root):
-    changes = Changes(str(root), check_mode=True)
+    changes = Changes(HostReader(str(root)), check_mode=True)
     record = changes.file("/etc/qgs.conf", "x\n", mode=0o644).record()
     changes.apply()
     assert record == {"path": "/etc/qgs.conf", "changed": True, "reasons": ["create"]}
@@ -65,7 +69,7 @@ def test_check_mode_records_and_changes_nothing(root):
 
 def test_unknown_owner_refuses_the_whole_plan_before_any_write(root):
     before = snapshot(root)
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/qgs.conf", "x\n")
     changes.file("/opt/pccs/production.json", "{}\n", owner="nobody-here")
     with pytest.raises(ChangeError, match=r"user 'nobody-here' does not exist.*nothing was changed"):
@@ -75,12 +79,14 @@ def test_unknown_owner_refuses_the_whole_plan_before_any_write(root):
 
 @ROOT_ONLY
 def test_secret_file_created_private_with_owner(root):
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/opt/pccs/config/production.json", "{}\n", owner="pccs", group="pccs", mode=0o600)
     changes.apply()
     st = os.stat(root / "opt/pccs/config/production.json")
     assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o600, 991, 990)
-    again = Changes(str(root)).file("/opt/pccs/config/production.json", "{}\n", owner="pccs", group="pccs", mode=0o600)
+    again = Changes(HostReader(str(root))).file(
+        "/opt/pccs/config/production.json", "{}\n", owner="pccs", group="pccs", mode=0o600
+    )
     assert again.changed is False
 
 
@@ -88,7 +94,7 @@ def test_mode_only_change_keeps_content_and_makes_no_backup(root):
     target = root / "etc/mpa_registration.conf"
     target.write_text("log level = info\n")
     os.chmod(target, 0o644)
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     change = changes.file("/etc/mpa_registration.conf", "log level = info\n", mode=0o600)
     changes.apply()
     assert change.reasons == ["mode 0644 -> 0600"]
@@ -100,7 +106,7 @@ def test_content_change_backs_up_and_writes_through_symlinks(root):
     (root / "srv").mkdir()
     (root / "srv/qgs.conf").write_text("port = 4050\n")
     (root / "etc/qgs.conf").symlink_to("/srv/qgs.conf")  # absolute: resolved inside the host root
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/qgs.conf", "number_threads = 4\n", mode=0o644)
     changes.apply()
     assert (root / "etc/qgs.conf").is_symlink()
@@ -112,7 +118,7 @@ def test_content_change_backs_up_and_writes_through_symlinks(root):
 def test_with_root_slash_links_are_written_through_not_replaced(tmp_path):
     (tmp_path / "target.md").write_text("old\n")
     (tmp_path / "report.md").symlink_to(tmp_path / "target.md")
-    changes = Changes("/")
+    changes = Changes(local_host())
     changes.file(str(tmp_path / "report.md"), "new\n")
     changes.apply()
     assert (tmp_path / "report.md").is_symlink() and (tmp_path / "target.md").read_text() == "new\n"
@@ -120,16 +126,16 @@ def test_with_root_slash_links_are_written_through_not_replaced(tmp_path):
 
 def test_remove_and_absent(root):
     (root / "etc/old.service").write_text("x")
-    changes = Changes(str(root), backup=False)
+    changes = Changes(HostReader(str(root)), backup=False)
     assert changes.file("/etc/old.service", None).reasons == ["remove"]
     changes.apply()
     assert not (root / "etc/old.service").exists()
-    assert Changes(str(root)).file("/etc/old.service", None).changed is False
+    assert Changes(HostReader(str(root))).file("/etc/old.service", None).changed is False
 
 
 def test_directory_in_the_way_refused(root):
     (root / "etc/qgs.conf").mkdir()
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/qgs.conf", "x")
     with pytest.raises(ChangeError, match="not a regular file"):
         changes.apply()
@@ -140,7 +146,7 @@ def test_a_file_where_a_parent_directory_goes_refuses_the_plan_before_the_first_
     (root / "etc/systemd/system").mkdir(parents=True)
     (root / "etc/systemd/system/qgsd.service.d").write_text("not a directory\n")
     before = snapshot(root)
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/qgs.conf", "number_threads = 4\n")
     changes.file("/etc/systemd/system/qgsd.service.d/50-tee.conf", "[Service]\n")
     with pytest.raises(ChangeError, match=r"qgsd.service.d \(a file, not a directory\).*nothing was changed"):
@@ -154,7 +160,7 @@ def test_a_failure_in_any_write_restores_every_file_and_removes_what_the_task_ma
     os.chmod(root / "etc/a.conf", 0o640)
     (root / "etc/c.conf").write_text("c before\n")
     before = snapshot(root)
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/a.conf", "a after\n", mode=0o600)
     changes.file("/etc/new/deeper/b.conf", "b created\n")
     changes.file("/etc/c.conf", None)
@@ -183,7 +189,7 @@ def test_a_failure_in_any_write_restores_every_file_and_removes_what_the_task_ma
 
 def test_read_back_difference_fails_and_restores(root, monkeypatch):
     (root / "etc/a.conf").write_text("before\n")
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/a.conf", "after\n")
 
     real_write, calls = changes_mod.atomic_write, []
@@ -213,7 +219,7 @@ def test_failed_command_restores_the_files_it_touches_and_leaves_no_backup(root)
         (root / "boot/loader/entries/stray.conf").write_text("x\n")
         return 1, "", "grubby: cannot update"
 
-    changes = Changes(str(root), runner=grubby)
+    changes = Changes(HostReader(str(root)), runner=grubby)
     changes.command(["grubby", "--args=x"], "add x", touches=["/boot/loader/entries/a.conf"])
     with pytest.raises(ChangeError, match="grubby --args=x failed with exit code 1: grubby: cannot update"):
         changes.apply()
@@ -233,7 +239,7 @@ def test_files_are_written_and_proven_before_any_command_and_any_failure_restore
         order.append(("command", (root / "etc/a.conf").read_text()))
         raise RuntimeError("the runner itself broke")  # not an OSError: must restore all the same
 
-    changes = Changes(str(root), runner=runner)
+    changes = Changes(HostReader(str(root)), runner=runner)
     changes.command(["tool"], "regenerate")  # planned first, runs after the file
     changes.file("/etc/a.conf", "after\n")
     with pytest.raises(ChangeError, match="tool the runner itself broke; every file"):
@@ -244,7 +250,7 @@ def test_files_are_written_and_proven_before_any_command_and_any_failure_restore
     def refuse():
         raise ChangeError("not as planned")
 
-    changes = Changes(str(root), runner=runner)
+    changes = Changes(HostReader(str(root)), runner=runner)
     changes.file("/etc/a.conf", "after\n")
     changes.command(["tool"], "regenerate")
     order.clear()
@@ -256,7 +262,7 @@ def test_files_are_written_and_proven_before_any_command_and_any_failure_restore
 def test_a_backup_of_a_file_with_a_long_name_fits_name_max(root):
     name = "x" * 250 + ".cfg"
     (root / "etc" / name).write_text("before\n")
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/" + name, "after\n")
     changes.file("/etc/" + name[:-4] + ".two", "new\n")
     changes.apply()
@@ -271,12 +277,12 @@ def test_diff_after_is_what_a_real_run_writes_through_a_link_and_with_non_utf8_b
     (root / "srv/grub").write_bytes(b"GRUB_TIMEOUT=5\n# caf\xe9\n")
     (root / "etc/grub").symlink_to("/srv/grub")
     new = b"GRUB_TIMEOUT=5\n# caf\xe9\nGRUB_X=\xff\n"
-    planned = Changes(str(root), check_mode=True)
+    planned = Changes(HostReader(str(root)), check_mode=True)
     planned.file("/etc/grub", new)
     planned.apply()
     [diff] = planned.diff()
     assert diff["before"] == show_bytes(b"GRUB_TIMEOUT=5\n# caf\xe9\n") == "GRUB_TIMEOUT=5\n# caf\\xe9\n"
-    real = Changes(str(root))
+    real = Changes(HostReader(str(root)))
     real.file("/etc/grub", new)
     real.apply()
     assert diff["after"] == show_bytes((root / "srv/grub").read_bytes())
@@ -284,7 +290,7 @@ def test_diff_after_is_what_a_real_run_writes_through_a_link_and_with_non_utf8_b
 
 def test_secrets_are_redacted_in_diffs_records_and_errors(root):
     (root / "etc/mpa.conf").write_text("subscription key = OLDKEY123\n")
-    changes = Changes(str(root), secrets=["NEWKEY456"])
+    changes = Changes(HostReader(str(root)), secrets=["NEWKEY456"])
     changes.file(
         "/etc/mpa.conf",
         "subscription key = NEWKEY456\n",
@@ -301,7 +307,7 @@ def test_secret_file_without_a_sure_redaction_shows_a_digest(root):
     def strict(text):
         raise ValueError("does not parse")
 
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/p.json", '{"ApiKey": "<redacted>"}\n', secret=True, redactor=strict)
     [diff] = changes.diff()
     assert "OLDKEY123" not in repr(diff) and diff["before"].startswith("(secret file: content not shown, sha256 ")
@@ -360,8 +366,26 @@ def test_open_host_is_the_one_guard(tmp_path):
 def test_a_backup_name_is_one_fat_accepts(root):
     # Loader entries live on an EFI system partition (FAT), which refuses these characters in a name (EINVAL).
     (root / "etc" / "a.conf").write_text("before\n")
-    changes = Changes(str(root))
+    changes = Changes(HostReader(str(root)))
     changes.file("/etc/a.conf", "after\n")
     changes.apply()
     (backup,) = changes.backups
     assert not set(os.path.basename(backup)) & set('"*/:<>?\\|')
+
+
+def test_the_recorder_changes_the_host_it_is_given(root):
+    host = HostReader(str(root))
+    changes = Changes(host)
+    assert changes.reader is host
+    assert Changes(local_host()).reader.is_live
+
+
+def test_a_root_string_is_still_taken_for_the_boot_wing(root):
+    # Issue 44, step 2: the boot wing still builds its recorder from a root string, positionally or by keyword.
+    for changes in (Changes(str(root)), Changes(host_root=str(root))):
+        assert changes.reader.host_root == str(root)
+        assert changes.file("/etc/x.conf", "x\n").real == str(root / "etc/x.conf")
+    with pytest.raises(TypeError, match="not both"):
+        Changes(HostReader(str(root)), host_root=str(root))
+    with pytest.raises(TypeError, match="needs the host"):
+        Changes()

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_cc as kv
 from ansible_collections.confidential.tee.plugins.module_utils.cluster import kubevirt_objects, runtimeclasses
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.gpu_cc import kubelet_dropin, kubelet_gates
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.input_names import (
+    DEPRECATED_HOST_ROOTS,
+    HOST_ROOT,
+    HOST_ROOT_REMOVED_IN,
     module_refusal,
+    one_host_root,
     refusal,
     variable_for,
 )
@@ -134,3 +140,51 @@ def test_a_module_refusal_names_host_variable_and_option_and_outside_a_role_the_
     assert "inventory variable" not in module_refusal(
         "dcap_config", "bad", "socket_group", "tdx_attestation", "tdx-1", None, lambda _name: False
     )
+
+
+def test_the_host_root_is_tee_host_root_and_the_roles_own_names_are_only_read():
+    assert one_host_root(None, {}) == ("/", [])
+    assert one_host_root("/host", {"vsock_host_root": None}) == ("/host", [])
+    # A deprecated name alone still works, and is reported so the filter can warn.
+    assert one_host_root(None, {"vsock_host_root": "/host"}) == ("/host", ["vsock_host_root"])
+    both = {"snp_host_host_root": "/host", "vsock_host_root": "/host"}
+    assert one_host_root("/host", both) == ("/host", ["snp_host_host_root", "vsock_host_root"])
+
+
+@pytest.mark.parametrize(
+    ("root", "deprecated"),
+    [
+        ("/node", {"vsock_host_root": "/other"}),
+        (None, {"tdx_host_host_root": "/a", "iommu_passthrough_host_root": "/b"}),
+    ],
+)
+def test_two_roots_for_one_host_are_refused_naming_both(root, deprecated):
+    with pytest.raises(TeeError, match="given twice, differently") as caught:
+        one_host_root(root, deprecated)
+    for name, value in deprecated.items():
+        assert f"{name}: {value}" in str(caught.value)
+    assert f"set {HOST_ROOT} alone" in str(caught.value)
+
+
+def test_a_host_root_that_is_no_path_or_no_known_name_is_refused():
+    with pytest.raises(TeeError, match="tee_host_root must be a non-empty path"):
+        one_host_root("", {})
+    with pytest.raises(TeeError, match="vsock_host_root must be a non-empty path"):
+        one_host_root(None, {"vsock_host_root": ["/"]})
+    with pytest.raises(TeeError, match="kubevirt_cc_host_root is no name of the host root"):
+        one_host_root(None, {"kubevirt_cc_host_root": "/"})
+    assert len(DEPRECATED_HOST_ROOTS) == 7
+
+
+def test_a_refused_host_root_names_tee_host_root_first_then_the_deprecated_name():
+    assert variable_for("confidential.tee.vsock", "host_root", {"tee_host_root", "vsock_host_root"}.__contains__) == (
+        "tee_host_root"
+    )
+    assert variable_for("confidential.tee.vsock", "host_root", {"vsock_host_root"}.__contains__) == "vsock_host_root"
+    assert variable_for("confidential.tee.vsock", "host_root", set().__contains__) is None
+
+
+def test_the_filter_announces_the_removal_version_the_rule_names():
+    # The filter writes the version out (ansible-test's pylint reads only a literal): it must be this one.
+    source = (Path(__file__).parents[5] / "plugins" / "filter" / "roots.py").read_text()
+    assert f'version="{HOST_ROOT_REMOVED_IN}"' in source

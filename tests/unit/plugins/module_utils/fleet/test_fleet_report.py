@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import (
     build_report,
@@ -28,7 +29,8 @@ from teesim.kernel.cli import build_node_tree
 
 
 def result_for(root) -> dict:
-    facts = gather_preflight(str(root), gather_host_facts(str(root)))
+    host = HostReader(str(root))
+    facts = gather_preflight(host, gather_host_facts(host))
     return {"changed": False, "host": facts}
 
 

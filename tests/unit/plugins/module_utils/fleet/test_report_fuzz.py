@@ -13,6 +13,7 @@ import re
 import time
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import all_findings, build_report
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.prometheus import render_metrics
@@ -34,7 +35,8 @@ def fleet(tmp_path_factory):
     hosts = []
     for name in summary["nodes"]:
         root = str(out / "nodes" / name)
-        hosts.append({"name": name, "node": name, "result": {"host": gather_preflight(root, gather_host_facts(root))}})
+        host = HostReader(root)
+        hosts.append({"name": name, "node": name, "result": {"host": gather_preflight(host, gather_host_facts(host))}})
     objects, _problems = read_kubernetes_dir(str(out / "kubernetes"))
     return hosts, objects
 

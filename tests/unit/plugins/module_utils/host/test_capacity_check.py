@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import read_misc_state
 
@@ -10,7 +11,7 @@ CG = "/sys/fs/cgroup"
 
 def test_unreadable_capacity_fails_with_the_parse_problem(fs):
     fs.create_file(f"{CG}/misc.capacity", contents="tdx 63\ntdx 64\n")
-    report = evaluate(read_misc_state("/"), "tdx")
+    report = evaluate(read_misc_state(HostReader("/")), "tdx")
     assert not report.ok
     assert report.failures[0].name == "capacity_readable"
     assert "duplicate line" in report.failures[0].message
@@ -19,15 +20,15 @@ def test_unreadable_capacity_fails_with_the_parse_problem(fs):
 def test_unknown_usage_fails_usage_checks_only_when_asked(fs):
     fs.create_file(f"{CG}/misc.capacity", contents="tdx 63\n")
     fs.create_file(f"{CG}/misc.current", contents="tdx lots\n")
-    assert evaluate(read_misc_state("/"), "tdx").ok
-    report = evaluate(read_misc_state("/"), "tdx", min_free=1)
+    assert evaluate(read_misc_state(HostReader("/")), "tdx").ok
+    report = evaluate(read_misc_state(HostReader("/")), "tdx", min_free=1)
     assert [f.name for f in report.failures] == ["usage_readable"]
 
 
 def test_utilization_and_expected_capacity(fs):
     fs.create_file(f"{CG}/misc.capacity", contents="sev_es 99\n")
     fs.create_file(f"{CG}/misc.current", contents="sev_es 90\n")
-    report = evaluate(read_misc_state("/"), "sev_es", max_utilization=90.0, expected_capacity=100)
+    report = evaluate(read_misc_state(HostReader("/")), "sev_es", max_utilization=90.0, expected_capacity=100)
     assert [f.name for f in report.failures] == ["expected_capacity", "max_utilization"]
     assert "90.91%" in report.failures[1].message
 
@@ -35,7 +36,7 @@ def test_utilization_and_expected_capacity(fs):
 def test_min_capacity_above_zero(fs):
     fs.create_file(f"{CG}/misc.capacity", contents="tdx 15\n")
     fs.create_file(f"{CG}/misc.current", contents="tdx 0\n")
-    report = evaluate(read_misc_state("/"), "tdx", min_capacity=32)
+    report = evaluate(read_misc_state(HostReader("/")), "tdx", min_capacity=32)
     assert "fewer than required" in report.failures[0].message
 
 
@@ -43,25 +44,25 @@ def test_min_free_with_unknown_usage_fails_instead_of_raising(fs):
     # Issue 7, defect 3: misc.current a directory, or holding "tdx -1", used to raise a TypeError.
     fs.create_file(f"{CG}/misc.capacity", contents="sev_es 99\ntdx 63\n")
     fs.create_dir(f"{CG}/misc.current")
-    report = evaluate(read_misc_state("/"), "tdx", min_free=1, max_utilization=50)
+    report = evaluate(read_misc_state(HostReader("/")), "tdx", min_free=1, max_utilization=50)
     assert [f.name for f in report.failures] == ["usage_readable"]
     assert "is a directory" in report.failures[0].message
     # A resource whose capacity is known to be 0 cannot be charged (the kernel refuses with EINVAL).
-    zero = evaluate(read_misc_state("/"), "sev", min_capacity=0, min_free=0)
+    zero = evaluate(read_misc_state(HostReader("/")), "sev", min_capacity=0, min_free=0)
     assert zero.ok and zero.current == 0
 
 
 def test_negative_usage_is_unknown_usage(fs):
     fs.create_file(f"{CG}/misc.capacity", contents="tdx 63\n")
     fs.create_file(f"{CG}/misc.current", contents="tdx -1\n")
-    report = evaluate(read_misc_state("/"), "tdx", min_free=1)
+    report = evaluate(read_misc_state(HostReader("/")), "tdx", min_free=1)
     assert [f.name for f in report.failures] == ["usage_readable"] and "negative value" in report.failures[0].message
 
 
 def test_expected_capacity_zero_never_passes_on_garbage(fs):
     # Issue 7, defect 4: an unreadable capacity used to read as 0, so expected_capacity: 0 passed.
     fs.create_file(f"{CG}/misc.capacity", contents=b"\x00\x01\x02")
-    report = evaluate(read_misc_state("/"), "tdx", min_capacity=0, expected_capacity=0)
+    report = evaluate(read_misc_state(HostReader("/")), "tdx", min_capacity=0, expected_capacity=0)
     assert [f.name for f in report.failures] == ["capacity_readable"]
     message = report.failures[0].message
     assert "unknown" in message and "NUL" in message and "BIOS" not in message
@@ -70,7 +71,7 @@ def test_expected_capacity_zero_never_passes_on_garbage(fs):
 def test_clean_file_without_the_resource_line_is_really_zero(fs):
     fs.create_file(f"{CG}/misc.capacity", contents="sev 410\n")
     fs.create_file(f"{CG}/misc.current", contents="sev 0\n")
-    report = evaluate(read_misc_state("/"), "tdx", min_capacity=0, expected_capacity=0, min_free=0)
+    report = evaluate(read_misc_state(HostReader("/")), "tdx", min_capacity=0, expected_capacity=0, min_free=0)
     assert report.ok and (report.capacity, report.current, report.free) == (0, 0, 0)
 
 
@@ -90,7 +91,7 @@ def test_exhaustion_says_how_the_failed_launch_shows_per_technology():
 def test_too_few_free_keys_names_the_real_launch_error(fs):
     fs.create_file(f"{CG}/misc.capacity", contents="sev_es 99\ntdx 63\n")
     fs.create_file(f"{CG}/misc.current", contents="sev_es 98\ntdx 63\n")
-    (tdx,) = evaluate(read_misc_state("/"), "tdx", min_free=1).failures
+    (tdx,) = evaluate(read_misc_state(HostReader("/")), "tdx", min_free=1).failures
     assert "KVM_TDX_INIT_VM failed: No space left on device" in tdx.message
-    (snp,) = evaluate(read_misc_state("/"), "snp", min_free=2).failures
+    (snp,) = evaluate(read_misc_state(HostReader("/")), "snp", min_free=2).failures
     assert "ret=-16" in snp.message and "ENOSPC" not in snp.message

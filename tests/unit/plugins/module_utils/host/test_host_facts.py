@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host import gpu_facts as gf
 from ansible_collections.confidential.tee.plugins.module_utils.host import host_facts as hf
 from hypothesis import HealthCheck, given, settings
@@ -117,7 +118,7 @@ def make_qgs_socket(fs, root):
 def test_tdx_host_is_ready(fs):
     tdx_host("/host")
     make_qgs_socket(fs, "/host")
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     assert facts["tdx"] == {
         "supported": True,
         "enabled": True,
@@ -163,7 +164,7 @@ def test_tdx_host_is_ready(fs):
 def test_tdx_qgs_path_that_is_not_a_socket_is_advice(fs):
     tdx_host("/host")
     fs.create_file("/host/var/run/tdx-qgs/qgs.socket")
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     assert facts["qgs"] == {"path": "/var/run/tdx-qgs/qgs.socket", "present": True, "is_socket": False}
     assert facts["tdx"]["ready"] is True and facts["tdx"]["attestation_ready"] is False
     assert "qgsd" in facts["tdx"]["advice"][0]
@@ -171,7 +172,7 @@ def test_tdx_qgs_path_that_is_not_a_socket_is_advice(fs):
 
 def test_tdx_param_off_says_how_to_enable(fs):
     tdx_host("/host", kvm_intel={"tdx": "N\n"}, cmdline="ro nohibernate")
-    tdx = hf.gather_host_facts("/host")["tdx"]
+    tdx = hf.gather_host_facts(HostReader("/host"))["tdx"]
     assert (tdx["supported"], tdx["enabled"]) == (True, False)
     assert (tdx["cmdline_ready"], tdx["ready"]) == (False, False)
     assert len(tdx["reasons"]) == 1
@@ -180,14 +181,14 @@ def test_tdx_param_off_says_how_to_enable(fs):
 
 def test_tdx_param_off_despite_cmdline_points_at_dmesg(fs):
     tdx_host("/host", kvm_intel={"tdx": "N\n"})
-    tdx = hf.gather_host_facts("/host")["tdx"]
+    tdx = hf.gather_host_facts(HostReader("/host"))["tdx"]
     assert tdx["cmdline_ready"] is True and tdx["ready"] is False
     assert "dmesg | grep -i tdx" in tdx["reasons"][0]
 
 
 def test_tdx_flag_missing_without_nohibernate_names_nohibernate(fs):
     tdx_host("/host", flags=("sgx",), kvm_intel={"tdx": "N\n"}, cmdline="ro kvm_intel.tdx=1")
-    tdx = hf.gather_host_facts("/host")["tdx"]
+    tdx = hf.gather_host_facts(HostReader("/host"))["tdx"]
     assert tdx["supported"] is False
     assert "add nohibernate" in tdx["reasons"][0]
     assert "BIOS" in tdx["reasons"][0]
@@ -195,7 +196,7 @@ def test_tdx_flag_missing_without_nohibernate_names_nohibernate(fs):
 
 def test_tdx_enabled_but_not_on_cmdline_is_advice_only(fs):
     tdx_host("/host", cmdline="ro kvm-intel.tdx=y")  # dashes and "y" are what the kernel accepts too
-    tdx = hf.gather_host_facts("/host")["tdx"]
+    tdx = hf.gather_host_facts(HostReader("/host"))["tdx"]
     assert tdx["ready"] is True and tdx["reasons"] == []
     assert tdx["cmdline_ready"] is False
     assert tdx["advice"][0].startswith("TDX works now but nohibernate is not on the kernel command line")
@@ -203,14 +204,14 @@ def test_tdx_enabled_but_not_on_cmdline_is_advice_only(fs):
 
 def test_tdx_old_kernel_without_param_names_the_kernel(fs):
     tdx_host("/host", kvm_intel={"nested": "Y\n"}, osrelease="6.8.0-48-generic")
-    tdx = hf.gather_host_facts("/host")["tdx"]
+    tdx = hf.gather_host_facts(HostReader("/host"))["tdx"]
     assert tdx["enabled"] is False
     assert "kernel 6.8.0-48-generic predates upstream KVM TDX in 6.16" in tdx["reasons"][0]
 
 
 def test_tdx_kvm_intel_not_loaded(fs):
     tdx_host("/host", kvm_intel=None)
-    tdx = hf.gather_host_facts("/host")["tdx"]
+    tdx = hf.gather_host_facts(HostReader("/host"))["tdx"]
     assert tdx["reasons"] == [
         "kvm_intel is not loaded (no /sys/module/kvm_intel): load it with `modprobe kvm_intel tdx=1`"
     ]
@@ -218,7 +219,7 @@ def test_tdx_kvm_intel_not_loaded(fs):
 
 def test_snp_host_is_ready_for_all_three(fs):
     snp_host("/host")
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     for name in ("sev", "sev_es", "snp"):
         assert facts[name] == {
             "supported": True,
@@ -236,7 +237,7 @@ def test_snp_host_is_ready_for_all_three(fs):
 
 def test_snp_old_int_parameters_accept_1_and_0(fs):
     snp_host("/host", kvm_amd={"sev": "1\n", "sev_es": "1\n", "sev_snp": "0\n"})
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     amd = dict(facts["kvm"]["amd"])
     assert amd.pop("ciphertext_hiding")["present"] is False  # an old kernel: no such parameter, no split
     assert amd == {"loaded": True, "sev": True, "sev_es": True, "sev_snp": False}
@@ -248,7 +249,7 @@ def test_snp_old_int_parameters_accept_1_and_0(fs):
 
 def test_snp_disabled_on_cmdline_and_iommu_off(fs):
     snp_host("/host", kvm_amd={"sev": "Y", "sev_es": "Y", "sev_snp": "N"}, cmdline="ro kvm_amd.sev_snp=0 iommu=off")
-    snp = hf.gather_host_facts("/host")["snp"]
+    snp = hf.gather_host_facts(HostReader("/host"))["snp"]
     assert snp["cmdline_ready"] is False and snp["ready"] is False
     assert "kvm_amd.sev_snp is disabled on the kernel command line" in snp["reasons"][0]
     assert any("iommu=off" in reason and "SEV-SNP requires it" in reason for reason in snp["reasons"])
@@ -256,7 +257,7 @@ def test_snp_disabled_on_cmdline_and_iommu_off(fs):
 
 def test_snp_without_dev_sev(fs):
     snp_host("/host", devices=())
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     assert facts["devices"]["sev"] is False
     for name in ("sev", "sev_es", "snp"):
         assert facts[name]["ready"] is False
@@ -265,21 +266,21 @@ def test_snp_without_dev_sev(fs):
 
 def test_snp_param_missing_on_old_kernel(fs):
     snp_host("/host", kvm_amd={"sev": "Y", "sev_es": "Y"}, osrelease="5.15.0-91-generic")
-    snp = hf.gather_host_facts("/host")["snp"]
+    snp = hf.gather_host_facts(HostReader("/host"))["snp"]
     assert snp["enabled"] is False
     assert "predates upstream SNP host support in 6.11" in snp["reasons"][0]
 
 
 def test_sev_es_needs_sev(fs):
     snp_host("/host", kvm_amd={"sev": "N", "sev_es": "Y", "sev_snp": "Y"})
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     assert facts["sev"]["ready"] is False
     assert facts["sev_es"]["reasons"] == ["SEV-ES needs SEV itself enabled in kvm_amd (sev parameter is not Y)"]
 
 
 def test_plain_host_is_all_false_without_warnings(fs):
     build_host("/host")
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     assert facts["warnings"] == []
     assert facts["cpu"]["flags"]["tdx_host_platform"] is False
     for name in ("tdx", "sev", "sev_es", "snp", "sgx"):
@@ -292,13 +293,13 @@ def test_plain_host_is_all_false_without_warnings(fs):
 
 def test_virtual_machine_is_told_apart(fs):
     build_host("/host", flags=("hypervisor",), kvm_intel={})
-    tdx = hf.gather_host_facts("/host")["tdx"]
+    tdx = hf.gather_host_facts(HostReader("/host"))["tdx"]
     assert "virtual machine" in tdx["reasons"][0]
 
 
 def test_empty_tree_warns_about_missing_proc_files(fs):
     fs.create_dir("/empty")
-    facts = hf.gather_host_facts("/empty")
+    facts = hf.gather_host_facts(HostReader("/empty"))
     warned = {warning["path"] for warning in facts["warnings"]}
     assert warned == {"/empty/proc/cpuinfo", "/empty/proc/cmdline", "/empty/proc/version"}
     assert facts["cpu"]["flags"]["tdx_host_platform"] is None
@@ -310,9 +311,9 @@ def test_empty_tree_warns_about_missing_proc_files(fs):
 def test_host_root_must_be_a_directory(fs):
     fs.create_file("/not-a-dir")
     with pytest.raises(hf.HostRootError, match="not a directory"):
-        hf.gather_host_facts("/not-a-dir")
+        hf.gather_host_facts(HostReader("/not-a-dir"))
     with pytest.raises(hf.HostRootError):
-        hf.gather_host_facts("/does/not/exist")
+        hf.gather_host_facts(HostReader("/does/not/exist"))
 
 
 def test_unreadable_files_are_facts_with_warnings(fs):
@@ -324,7 +325,7 @@ def test_unreadable_files_are_facts_with_warnings(fs):
     os.chmod("/host/proc/sys/kernel/osrelease", 0o000)
     set_uid(1000)
     try:
-        facts = hf.gather_host_facts("/host")
+        facts = hf.gather_host_facts(HostReader("/host"))
     finally:
         set_uid(0)
     problems = {warning["path"]: warning["problem"] for warning in facts["warnings"]}
@@ -343,7 +344,7 @@ def test_garbage_values_become_unknown_with_warnings(fs):
     tdx_host("/host", kvm_intel={"tdx": "maybe\n"}, osrelease="\x00\x01")
     fs.create_file("/host/sys/kernel/iommu_groups/not-a-group")
     Path("/host/proc/cmdline").write_bytes(b"\xff\xfe nohibernate \x00 kvm_intel.tdx=1\n")
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     problems = {warning["path"]: warning["problem"] for warning in facts["warnings"]}
     assert problems["/host/sys/module/kvm_intel/parameters/tdx"] == ("unexpected value 'maybe' (expected Y, N, 1 or 0)")
     assert problems["/host/proc/sys/kernel/osrelease"] == "no kernel release in it"
@@ -355,7 +356,7 @@ def test_garbage_values_become_unknown_with_warnings(fs):
 def test_cpuinfo_without_flags_line_warns(fs):
     build_host("/host")
     Path("/host/proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n")
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     assert facts["cpu"]["flags"]["sgx"] is None
     assert facts["warnings"] == [
         {
@@ -431,7 +432,7 @@ def test_real_h100_host_probe_is_a_vm_without_host_tee(fs):
     release = re.search(r"^Linux vm (\S+)", probe, re.M).group(1)
     build_host("/host", osrelease=release)
     Path("/host/proc/cpuinfo").write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n" + flags_line + "\n")
-    facts = hf.gather_host_facts("/host")
+    facts = hf.gather_host_facts(HostReader("/host"))
     assert facts["kernel"]["version"] == [6, 18, 44]
     assert facts["cpu"]["flags"]["hypervisor"] is True
     assert facts["cpu"]["flags"]["tdx_host_platform"] is False and facts["cpu"]["flags"]["sgx"] is False
@@ -441,7 +442,7 @@ def test_real_h100_host_probe_is_a_vm_without_host_tee(fs):
 def test_gather_host_facts_merges_gpu_warnings(fs):
     build_host("/host")
     gpu = gf.summarize_gpu("nvidia-smi", {"query": (3, "", "boom")})
-    facts = hf.gather_host_facts("/host", gpu=gpu)
+    facts = hf.gather_host_facts(HostReader("/host"), gpu=gpu)
     assert facts["gpu"]["probed"] is True
     assert facts["warnings"] == [
         {"path": "nvidia-smi -q", "problem": "exit code 3: boom", "line_number": None, "line": None}
@@ -525,7 +526,7 @@ def test_gather_host_facts_never_raises_on_random_files(contents, groups):
             path.write_bytes(data)
         for group in range(groups):
             Path(root, "sys/kernel/iommu_groups", str(group)).mkdir(parents=True)
-        facts = hf.gather_host_facts(root)
+        facts = hf.gather_host_facts(HostReader(root))
     assert facts["iommu"]["groups"] == groups
     for name in ("tdx", "sev", "sev_es", "snp", "sgx"):
         assert isinstance(facts[name]["ready"], bool)
@@ -588,8 +589,8 @@ def test_hostile_trees_never_hang_raise_or_invent_numbers(kinds, data):
         with tempfile.TemporaryDirectory() as root:
             for rel, kind in zip(HOSTILE_PATHS, kinds, strict=True):
                 plant(Path(root), rel, kind, data)
-            facts = hf.gather_host_facts(root)
-            capacity = capacity_facts(root)
+            facts = hf.gather_host_facts(HostReader(root))
+            capacity = capacity_facts(HostReader(root))
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host import misc_cgroup as mc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -112,32 +113,32 @@ class TestCanonical:
 class TestLocate:
     def test_cgroup_v2(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx 63\n")
-        layout = mc.locate_misc("/")
+        layout = mc.locate_misc(HostReader("/"))
         assert (layout.cgroup_version, layout.directory) == (2, V2)
 
     def test_cgroup_v1(self, fs):
         write(fs, f"{V1}/misc.capacity", "tdx 63\n")
-        layout = mc.locate_misc("/")
+        layout = mc.locate_misc(HostReader("/"))
         assert (layout.cgroup_version, layout.directory) == (1, V1)
 
     def test_host_root_prefix(self, fs):
         write(fs, f"/host{V2}/misc.capacity", "tdx 63\n")
-        assert mc.locate_misc("/host").directory == f"/host{V2}"
-        assert not mc.locate_misc("/").present
+        assert mc.locate_misc(HostReader("/host")).directory == f"/host{V2}"
+        assert not mc.locate_misc(HostReader("/")).present
 
     def test_no_cgroup_filesystem(self, fs):
-        layout = mc.locate_misc("/")
+        layout = mc.locate_misc(HostReader("/"))
         assert not layout.present and "does not exist" in layout.reason
 
     def test_controller_not_in_kernel(self, fs):
         write(fs, f"{V2}/cgroup.controllers", "cpuset cpu io memory pids\n")
-        layout = mc.locate_misc("/")
+        layout = mc.locate_misc(HostReader("/"))
         assert not layout.present
         assert "cpuset cpu io memory pids" in layout.reason and "CONFIG_CGROUP_MISC" in layout.reason
 
     def test_the_misspelled_cgroups_path_is_not_used(self, fs):
         write(fs, "/sys/fs/cgroups/misc.capacity", "tdx 63\n")
-        assert not mc.locate_misc("/").present
+        assert not mc.locate_misc(HostReader("/")).present
 
 
 class TestReadState:
@@ -145,7 +146,7 @@ class TestReadState:
         write(fs, f"{V2}/misc.capacity", "tdx 63\n")
         write(fs, f"{V2}/misc.current", "sev 0\nsev_es 0\ntdx 5\n")
         write(fs, f"{V2}/misc.peak", "tdx 9\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         tdx = state.resource("tdx")
         assert (tdx.capacity, tdx.current, tdx.free, tdx.peak) == (63, 5, 58, 9)
         assert tdx.current_source == mc.SOURCE_ROOT and not tdx.current_is_lower_bound
@@ -156,7 +157,7 @@ class TestReadState:
     def test_snp_host(self, fs):
         write(fs, f"{V2}/misc.capacity", "sev 410\nsev_es 99\n")
         write(fs, f"{V2}/misc.current", "sev 3\nsev_es 12\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert state.resource("snp").name == "sev_es"
         assert (state.resource("snp").free, state.resource("sev").free) == (87, 407)
 
@@ -166,7 +167,7 @@ class TestReadState:
         write(fs, f"{V2}/kubepods.slice/pod1/misc.current", "tdx 4\n")  # nested: already in its parent
         write(fs, f"{V2}/machine.slice/misc.current", "tdx 2\n")
         fs.create_dir(f"{V2}/user.slice")  # no misc files: not counted
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         tdx = state.resource("tdx")
         assert (tdx.current, tdx.free) == (6, 57)
         assert tdx.current_is_lower_bound and tdx.as_dict()["free_is_upper_bound"]
@@ -174,18 +175,18 @@ class TestReadState:
 
     def test_old_kernel_without_children_reports_zero_lower_bound(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx 63\n")
-        tdx = mc.read_misc_state("/").resource("tdx")
+        tdx = mc.read_misc_state(HostReader("/")).resource("tdx")
         assert tdx.current == 0 and tdx.current_is_lower_bound
 
     def test_no_controller_is_a_fact(self, fs):
         fs.create_dir(V2)
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert not state.layout.present and state.resources == {}
 
     def test_empty_capacity_means_no_resources(self, fs):
         write(fs, f"{V2}/misc.capacity", "")
         write(fs, f"{V2}/misc.current", "")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert state.layout.present and state.resources == {}
 
     def test_unreadable_current_is_unknown_usage(self, fs):
@@ -193,7 +194,7 @@ class TestReadState:
         fs.create_file(f"{V2}/misc.current", contents="tdx 5\n", st_mode=0o100000)
         set_uid(1000)
         try:
-            state = mc.read_misc_state("/")
+            state = mc.read_misc_state(HostReader("/"))
         finally:
             set_uid(0)
         tdx = state.resource("tdx")
@@ -203,14 +204,14 @@ class TestReadState:
 
     def test_capacity_is_a_directory(self, fs):
         fs.create_dir(f"{V2}/misc.capacity")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert state.layout.present
         assert any("is a directory" in issue.problem for issue in state.issues)
 
     def test_capacity_directory_is_unknown_never_zero(self, fs):
         fs.create_dir(f"{V2}/misc.capacity")
         write(fs, f"{V2}/misc.current", "tdx 0\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         entry = state.entry("tdx")
         assert (entry.capacity, entry.free) == (None, None)
 
@@ -228,7 +229,7 @@ class TestReadState:
     def test_unreadable_capacity_is_unknown_never_zero(self, fs, data):
         write(fs, f"{V2}/misc.capacity", data)
         write(fs, f"{V2}/misc.current", "tdx 0\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         for name in ("tdx", "sev", "sev_es"):
             assert state.entry(name).capacity is None, name
         assert state.issues
@@ -246,7 +247,7 @@ class TestReadState:
     def test_a_line_that_does_not_parse_makes_its_resource_unknown(self, fs, line, unknown, known_zero):
         write(fs, f"{V2}/misc.capacity", line + "\n")
         write(fs, f"{V2}/misc.current", "")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert [name for name in ("tdx", "sev", "sev_es") if state.entry(name).capacity is None] == sorted(
             unknown, key=("tdx", "sev", "sev_es").index
         )
@@ -257,14 +258,14 @@ class TestReadState:
         base.mkdir(parents=True)
         os.mkfifo(base / "misc.capacity")
         (base / "misc.current").symlink_to("/dev/zero")  # absolute: resolved inside host_root, so absent
-        state = mc.read_misc_state(str(tmp_path))
+        state = mc.read_misc_state(HostReader(str(tmp_path)))
         assert state.entry("tdx").capacity is None
         assert "FIFO" in state.issues[0].problem
 
     def test_shapes_the_kernel_never_prints_are_accepted_with_a_note(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx\t063\r\n")
         write(fs, f"{V2}/misc.current", "tdx -0\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         tdx = state.resource("tdx")
         assert (tdx.capacity, tdx.current) == (63, 0)
         assert state.issues == []
@@ -272,27 +273,27 @@ class TestReadState:
 
     def test_huge_file_is_rejected(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx 63\n" * 20000)
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert state.resources == {} and "larger than" in state.issues[0].problem
 
     def test_usage_above_capacity_is_flagged_and_free_is_zero(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx 3\n")
         write(fs, f"{V2}/misc.current", "tdx 5\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert state.resource("tdx").free == 0
         assert "exceeds capacity" in state.issues[0].problem
 
     def test_missing_current_line_for_resource_with_capacity_is_unknown(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx 63\nsev 2\n")
         write(fs, f"{V2}/misc.current", "sev 0\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert state.resource("tdx").current is None
         assert "no 'tdx' line" in state.issues[0].problem
 
     def test_unknown_resources_are_kept_and_reported(self, fs):
         write(fs, f"{V2}/misc.capacity", "tdx 63\nfuture_tee 5\n")
         write(fs, f"{V2}/misc.current", "tdx 0\nfuture_tee 1\n")
-        state = mc.read_misc_state("/")
+        state = mc.read_misc_state(HostReader("/"))
         assert state.unknown_resources == ["future_tee"]
         assert state.resources["future_tee"].free == 4
         assert any("future_tee" in note for note in state.notes)
@@ -306,10 +307,10 @@ class TestReadState:
         write(fs, f"{V1}/machine/misc.events.local", "sev_es.max 2\n")
         write(fs, f"{V1}/machine/vm1/misc.current", "sev_es 3\n")
         write(fs, f"{V1}/machine/vm1/misc.max", "sev_es max\n")
-        state = mc.read_misc_state("/", include_cgroups=True, cgroup_depth=1)
+        state = mc.read_misc_state(HostReader("/"), include_cgroups=True, cgroup_depth=1)
         assert [c.path for c in state.cgroups] == ["machine"]
         assert state.cgroups[0].as_dict()["events"] == {"sev_es": 2}
-        deep = mc.read_misc_state("/", include_cgroups=True, cgroup_depth=2)
+        deep = mc.read_misc_state(HostReader("/"), include_cgroups=True, cgroup_depth=2)
         assert [c.path for c in deep.cgroups] == ["machine", os.path.join("machine", "vm1")]
         assert deep.cgroups[1].as_dict()["max"] == {"sev_es": "max"}
 
@@ -327,7 +328,7 @@ def test_arbitrary_bytes_never_raise(fs, capacity, current):
         fs.remove_object("/" + path)
     write(fs, f"{V2}/misc.capacity", capacity)
     write(fs, f"{V2}/misc.current", current)
-    state = mc.read_misc_state("/", include_cgroups=True)
+    state = mc.read_misc_state(HostReader("/"), include_cgroups=True)
     for entry in state.resources.values():
         for number in (entry.capacity, entry.current, entry.free):
             assert number is None or (isinstance(number, int) and 0 <= number <= mc.U64_MAX)
@@ -367,7 +368,7 @@ def test_a_private_cgroup_namespace_says_why_there_is_no_capacity(tmp_path):
     from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 
     _container_cgroup(tmp_path, "0::/\n")
-    facts = capacity_facts(str(tmp_path))
+    facts = capacity_facts(HostReader(str(tmp_path)))
     controller = facts["misc_controller"]
     assert controller["present"] is False and controller["not_root_cgroup"] is True
     assert "not the host's root cgroup, and misc.capacity exists only there" in controller["reason"]
@@ -379,7 +380,7 @@ def test_a_bind_mounted_container_cgroup_names_its_path(tmp_path):
     from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_check import evaluate
 
     _container_cgroup(tmp_path, "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope\n")
-    state = mc.read_misc_state(str(tmp_path))
+    state = mc.read_misc_state(HostReader(str(tmp_path)))
     assert "this process's cgroup /kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope" in state.layout.reason
     (failure,) = evaluate(state, "tdx").failures
     assert "CONFIG_CGROUP_MISC" not in failure.message  # the kernel is fine; the reader looks at the wrong cgroup
@@ -389,7 +390,7 @@ def test_a_kernel_without_misc_is_still_told_apart(tmp_path):
     cg = tmp_path / "sys/fs/cgroup"
     cg.mkdir(parents=True)
     (cg / "cgroup.controllers").write_text("cpu memory pids\n")
-    layout = mc.locate_misc(str(tmp_path))
+    layout = mc.locate_misc(HostReader(str(tmp_path)))
     assert layout.not_root is False and "CONFIG_CGROUP_MISC" in layout.reason
 
 
@@ -398,5 +399,7 @@ def test_the_preflight_in_a_container_says_where_the_capacity_is(tmp_path):
     from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import kernel_counts_tdx
 
     _container_cgroup(tmp_path, "0::/\n")
-    counts, why = kernel_counts_tdx({"version": [6, 18, 0], "release": "6.18.0"}, capacity_facts(str(tmp_path)))
+    counts, why = kernel_counts_tdx(
+        {"version": [6, 18, 0], "release": "6.18.0"}, capacity_facts(HostReader(str(tmp_path)))
+    )
     assert counts is None and "not the host's root cgroup" in why and not why.startswith("no misc cgroup controller")

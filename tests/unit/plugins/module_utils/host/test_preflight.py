@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host.gpu_facts import empty_gpu
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import (
@@ -26,8 +27,8 @@ from teesim.kernel.node import PciDevice
 
 
 def preflight(root: Path, min_free: int = 1) -> dict:
-    facts = gather_host_facts(str(root))
-    return gather_preflight(str(root), facts, min_free)["preflight"]
+    host = HostReader(str(root))
+    return gather_preflight(host, gather_host_facts(host), min_free)["preflight"]
 
 
 def checks(verdict: dict) -> dict[str, dict]:
@@ -230,7 +231,7 @@ def test_attestation_results_plug_in(given, verdict):
 
 def test_iommu_off_only_fails_where_passthrough_is_needed(tmp_path):
     root = build_tree(tmp_path)
-    facts = gather_host_facts(str(root))
+    facts = gather_host_facts(HostReader(str(root)))
     facts["iommu"]["enabled"] = False
     assert iommu_section(facts)["checks"][0]["verdict"] == SKIP
     gpu = {
@@ -263,7 +264,7 @@ def test_table_lines_have_fixes_for_failures(tmp_path):
 
 
 def test_unknown_vendor_is_never_ready(tmp_path):
-    facts = gather_host_facts(str(build_tree(tmp_path)))
+    facts = gather_host_facts(HostReader(str(build_tree(tmp_path))))
     facts = copy.deepcopy(facts)
     facts["tee_vendor"], facts["cpu"]["vendor"] = None, None
     verdict = preflight_verdict(facts, {"misc_controller": {"present": False}}, {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host import readiness as rd
 from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import cmdline_facts
 
@@ -101,8 +102,8 @@ def _facts_with_capacity(root):
     from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
     from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 
-    facts = gather_host_facts(str(root))
-    rd.apply_capacity(facts, capacity_facts(str(root)))
+    facts = gather_host_facts(HostReader(str(root)))
+    rd.apply_capacity(facts, capacity_facts(HostReader(str(root))))
     return facts
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.host_facts import gather_host_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.preflight import gather_preflight
@@ -23,8 +24,8 @@ def amd_tree(tmp_path: Path, hiding: int | None, **kwargs) -> Path:
 
 
 def split_of(root: Path, capacity: bool = True) -> dict:
-    facts = gather_host_facts(str(root))
-    return sev_asid_split(facts["kvm"]["amd"], capacity_facts(str(root)) if capacity else None)
+    facts = gather_host_facts(HostReader(str(root)))
+    return sev_asid_split(facts["kvm"]["amd"], capacity_facts(HostReader(str(root))) if capacity else None)
 
 
 def test_kernel_without_the_parameter_shares_one_joint_range(tmp_path):
@@ -69,7 +70,8 @@ def test_without_the_capacity_the_snp_count_is_still_known_and_sev_es_is_not(tmp
 def test_the_joint_count_falls_back_to_cpuid(tmp_path):
     root = amd_tree(tmp_path, 10, registers=True)
     (root / "sys/fs/cgroup/misc.capacity").write_text("sev 410\nsev_es many\n")  # garbled: unknown, not 0
-    facts = gather_preflight(str(root), gather_host_facts(str(root)))
+    host = HostReader(str(root))
+    facts = gather_preflight(host, gather_host_facts(host))
     split = facts["sev_asids"]
     assert split["joint"] == {"capacity": 99, "source": "CPUID 0x8000001F EDX (min SEV ASID) - 1"}
     assert split["sev_es"]["capacity"] == 89
@@ -96,8 +98,8 @@ def test_parameter_values(text, asids, problem):
 def test_a_garbled_parameter_is_unknown_with_the_reason_never_a_number(tmp_path):
     root = amd_tree(tmp_path, 16)
     (root / CIPHERTEXT_HIDING_PARAM).write_text("max\n")
-    facts = gather_host_facts(str(root))
-    split = sev_asid_split(facts["kvm"]["amd"], capacity_facts(str(root)))
+    facts = gather_host_facts(HostReader(str(root)))
+    split = sev_asid_split(facts["kvm"]["amd"], capacity_facts(HostReader(str(root))))
     assert split["ciphertext_hiding"] is None
     assert split["snp"]["capacity"] is None and split["sev_es"]["capacity"] is None
     assert "draft" in split["reasons"][0]
@@ -113,7 +115,8 @@ def test_snp_disabled_in_kvm_has_no_snp_capacity(tmp_path):
 
 def test_preflight_says_what_the_split_means_and_bounds_free_snp_keys(tmp_path):
     root = amd_tree(tmp_path, 16, usage={"sev_es": 10}, registers=True)
-    verdict = gather_preflight(str(root), gather_host_facts(str(root)), 8)["preflight"]
+    host = HostReader(str(root))
+    verdict = gather_preflight(host, gather_host_facts(host), 8)["preflight"]
     found = {c["id"]: c for s in verdict["sections"] for c in s["checks"]}
     assert found["sev.snp_asids"]["verdict"] == "PASS"
     assert found["sev.snp_asids"]["detail"].startswith("ciphertext hiding on: SNP guests get ASIDs 1..16 (16 ASIDs)")
@@ -121,7 +124,8 @@ def test_preflight_says_what_the_split_means_and_bounds_free_snp_keys(tmp_path):
         "sev_es: 89 of 99 free (10 in use); SNP can use at most 16 of them (ciphertext hiding: SNP ASIDs 1..16)"
     )
     assert found["keys.free"]["verdict"] == "PASS"
-    verdict = gather_preflight(str(root), gather_host_facts(str(root)), 17)["preflight"]
+    host = HostReader(str(root))
+    verdict = gather_preflight(host, gather_host_facts(host), 17)["preflight"]
     found = {c["id"]: c for s in verdict["sections"] for c in s["checks"]}
     assert found["keys.free"]["verdict"] == "FAIL"  # 89 look free, but only 16 can be SNP
 
