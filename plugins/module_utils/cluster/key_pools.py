@@ -96,7 +96,7 @@ def _snp_asids(name: str, vendor: str, split: object) -> int | None:
     ``arch/x86/kvm/svm/sev.c``) SNP guests get ASIDs 1..N only, while NFD's ``@cpu.security.sev.encrypted_state_ids``
     copies the joint ``sev_es`` line of ``misc.capacity``: advertising it would overstate SNP capacity.
     """
-    if vendor != tee.AMD or split is None:
+    if tee_registry.by_vendor(vendor).misc != tee.SEV_ES or split is None:
         return None
     if not isinstance(split, dict):
         raise KeyPoolError(

@@ -40,7 +40,8 @@ class TeeTech(Record):
     its feature ``gate``, whether it ``counts_keys`` and what it ``reads``; ``agent_reads``: what the node agent
     sizes the pool from; ``runtime_classes``: Kata's RuntimeClass names, without and with the GPU;
     ``host_role``: the role whose ``<role>_kernel_args`` turn the TEE on; ``preflight``: its section id in
-    ``tee_preflight``; ``kvm``: its key in the ``kvm`` facts; ``teesim_profile``: the simulated host."""
+    ``tee_preflight``; ``kvm``: its key in the ``kvm`` facts and ``kvm_param`` the KVM module parameter that turns
+    it on (what NFD's ``match`` reads); ``teesim_profile``: the simulated host."""
 
     __slots__ = (
         "agent_reads",
@@ -49,6 +50,7 @@ class TeeTech(Record):
         "key",
         "kubevirt",
         "kvm",
+        "kvm_param",
         "misc",
         "name",
         "nfd",
@@ -65,7 +67,8 @@ class TeeTech(Record):
         self.vendor, self.cpu_vendor, self.vendor_name = vendor
         self.nfd, self.kubevirt, self.agent_reads = parts["nfd"], parts["kubevirt"], parts["agent_reads"]
         self.runtime_classes = ("kata-qemu-%s" % short, "kata-qemu-nvidia-gpu-%s" % short)
-        self.host_role, self.preflight, self.kvm = parts["host_role"], parts["preflight"], parts["kvm"]
+        self.host_role, self.preflight = parts["host_role"], parts["preflight"]
+        self.kvm, self.kvm_param = parts["kvm"]
         self.teesim_profile = parts.get("teesim_profile", key)
 
 
@@ -93,7 +96,7 @@ REGISTRY = (
         agent_reads="misc.capacity tdx - keys held outside Kubernetes",
         host_role="tdx_host",
         preflight="tdx",
-        kvm="intel",
+        kvm=("intel", "tdx"),
     ),
     TeeTech(
         "sev-snp",
@@ -118,7 +121,7 @@ REGISTRY = (
         agent_reads="misc.capacity sev_es (ciphertext hiding: the SNP range) - keys held outside Kubernetes",
         host_role="snp_host",
         preflight="sev_snp",
-        kvm="amd",
+        kvm=("amd", "sev_snp"),
     ),
 )
 
@@ -139,6 +142,14 @@ def by_vendor(vendor: str) -> TeeTech:
 def of_vendor(vendor) -> TeeTech | None:
     """The TEE of ``vendor``, ``None`` for an unknown or unset one (facts of a CPU without a supported TEE)."""
     return next((tech for tech in REGISTRY if tech.vendor == vendor), None)
+
+
+def of_misc(misc: str) -> TeeTech:
+    """The TEE whose guests charge the misc resource ``misc`` (``sev_es``: SEV-SNP)."""
+    for tech in REGISTRY:
+        if tech.misc == misc:
+            return tech
+    raise KeyError("no TEE charges misc resource %r" % (misc,))
 
 
 def by_short(short: str) -> TeeTech:

@@ -39,13 +39,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from teesim._collection import VENDOR_MISC_RESOURCES, canonical_resource
+from teesim._collection import VENDOR_MISC_RESOURCES, canonical_resource, tee_registry
 from teesim.kernel.kvm import KvmKeys
 from teesim.kernel.profiles import CURRENT, KernelProfile
 from teesim.kernel.tee_hosts import HostProfile, host_profile
 
 CGROUP_ROOT = "sys/fs/cgroup"
 VENDOR_RESOURCES: dict[str, tuple[str, ...]] = dict(VENDOR_MISC_RESOURCES)
+# The first TEE of the registry (TDX): what a node is unless told otherwise.
+DEFAULT_VENDOR: str = tee_registry.VENDORS[0]
 IOMMU_GROUPS = 4
 # A Debian 12 host's files the host roles read (os-release from base-files 12, passwd/group from base-passwd, plus
 # the kvm group and uid/gid 107, the QEMU user of KubeVirt's virt-launcher).
@@ -104,7 +106,7 @@ class NodeSpec:
 
     name: str = "node-1"
     profile: KernelProfile = CURRENT
-    vendor: str = "intel"
+    vendor: str = DEFAULT_VENDOR
     capacity: Mapping[str, int] | None = None
     cpus: int = 4
     registers: bool = False
