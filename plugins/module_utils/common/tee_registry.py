@@ -39,9 +39,9 @@ class TeeTech(Record):
     extended resource it may publish (``resource`` = ``feature``); ``kubevirt``: virt-handler's ``resource``,
     its feature ``gate``, whether it ``counts_keys`` and what it ``reads``; ``agent_reads``: what the node agent
     sizes the pool from; ``runtime_classes``: Kata's RuntimeClass names, without and with the GPU;
-    ``host_role``: the role whose ``<role>_kernel_args`` turn the TEE on; ``preflight``: its section id in
-    ``tee_preflight``; ``kvm``: its key in the ``kvm`` facts and ``kvm_param`` the KVM module parameter that turns
-    it on (what NFD's ``match`` reads); ``teesim_profile``: the simulated host."""
+    ``host_role``: the role whose ``<role>_kernel_args`` turn the TEE on; ``preflight``: its section id in the
+    preflight verdict (``host/preflight.py``); ``kvm``: its key in the ``kvm`` facts and ``kvm_param`` the KVM
+    module parameter that turns it on (what NFD's ``match`` reads); ``teesim_profile``: the simulated host."""
 
     __slots__ = (
         "agent_reads",
@@ -61,6 +61,7 @@ class TeeTech(Record):
         "vendor",
         "vendor_name",
     )
+    __hash__ = None  # the nfd and kubevirt parts are dicts
 
     def __init__(self, key: str, short: str, name: str, vendor: tuple, misc: str, **parts) -> None:
         self.key, self.short, self.name, self.misc = key, short, name, misc

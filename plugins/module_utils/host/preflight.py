@@ -630,7 +630,7 @@ def _ready(vendor, sections) -> tuple[bool, list[str]]:
         names = " or ".join(t.name for t in tee_registry.REGISTRY)
         return False, ["no %s CPU (vendor %s)" % (names, vendor or "unknown")]
     if wanted not in by_id:
-        return False, ["tee_preflight has no checks for %s yet" % tee_registry.by_vendor(vendor).name]
+        return False, ["preflight has no checks for %s yet" % tee_registry.by_vendor(vendor).name]
     blocking = []
     for item in by_id[wanted]["checks"] + by_id["keys"]["checks"]:
         if item["verdict"] == FAIL or (item["verdict"] == SKIP and item["id"] != "keys.free"):

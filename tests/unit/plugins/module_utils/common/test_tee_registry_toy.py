@@ -9,8 +9,8 @@ files plus its tests).
 The files it changes: the registry record (``common/tee_registry.py``), its names (``common/tee.py``: the misc
 resource, the extended resources, the vendor), its facts probe (``host/host_facts.py``), its simulated host
 (``simulator/teesim/kernel/tee_hosts.py``) and the vendor in the module's documented choices (YAML cannot import
-the registry; ``test_tee_registry.py`` checks them). What it does not get: preflight checks (``tee_preflight``
-says it has none for the TEE), a host role with kernel arguments, a teesim strategy or scenario.
+the registry; ``test_tee_registry.py`` checks them). What it does not get: preflight checks (the preflight
+verdict says it has none for the TEE), a host role with kernel arguments, a teesim strategy or scenario.
 """
 
 from __future__ import annotations
@@ -247,5 +247,5 @@ def test_a_toy_tee_in_five_files_reaches_every_renderer_the_plan_and_teesim(tmp_
     assert seen["preflight"] == {
         "technology": "CCA",
         "ready": False,
-        "blocking": ["tee_preflight has no checks for CCA yet"],
+        "blocking": ["preflight has no checks for CCA yet"],
     }
