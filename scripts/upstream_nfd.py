@@ -48,6 +48,7 @@ nfd_rules = collection_module("plugins.module_utils.cluster.nfd_rules")
 host_facts = collection_module("plugins.module_utils.host.host_facts")
 preflight = collection_module("plugins.module_utils.host.preflight")
 host_reader = collection_module("plugins.module_utils.common.host_reader")
+tee_registry = collection_module("plugins.module_utils.common.tee_registry")
 
 NFD_VERSION = "v0.19.0"
 KATA_RULE = REPO / "upstream" / "nfd" / "kata-tee-keys.yaml"
@@ -233,8 +234,8 @@ def collection_rule_and_claim(tree: Path, vendor: str) -> tuple[dict, dict[str, 
     rule = nfd_rules.node_feature_rule(plan, "confidential-tee-keys")
     res = key_pools.TEE_RESOURCES[vendor]
     entry = plan["nfd"][res.tee]
-    kvm = facts["kvm"]["intel" if vendor == "intel" else "amd"]
-    enabled = kvm.get("tdx") if vendor == "intel" else kvm.get("sev_snp")
+    tech = tee_registry.by_vendor(vendor)
+    enabled = facts["kvm"][tech.kvm].get(tech.kvm_param)
     # The collection's reading of the kvm module parameter NFD's rule matches on (True, False, or None: unread).
     labels = {entry["label"]: "true"} if enabled is True else {}
     resources: dict[str, str] = {}

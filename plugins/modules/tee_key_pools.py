@@ -163,7 +163,7 @@ plan:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError, plan
-from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee_registry
 
 
 def main() -> None:
@@ -175,7 +175,7 @@ def main() -> None:
                 "required": True,
                 "options": {
                     "name": {"type": "str", "required": True},
-                    "vendor": {"type": "str", "required": True, "choices": ["intel", "amd"]},
+                    "vendor": {"type": "str", "required": True, "choices": list(tee_registry.VENDORS)},
                     "consumers": {"type": "list", "elements": "str", "default": [], "choices": ["kata", "kubevirt"]},
                     "mode": {"type": "str", "default": "auto", "choices": list(pool_policy.mode_names())},
                     "qgs": {"type": "dict"},

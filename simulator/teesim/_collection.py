@@ -57,6 +57,8 @@ tee: ModuleType = collection_module("plugins.module_utils.common.tee")
 # The one key-pool policy (plugins/module_utils/common/pool_policy.py): the modes strategies model.
 pool_policy: ModuleType = collection_module("plugins.module_utils.common.pool_policy")
 
+# The TEE registry (plugins/module_utils/common/tee_registry.py): which TEE a vendor's host is (kernel/tee_hosts.py).
+tee_registry: ModuleType = collection_module("plugins.module_utils.common.tee_registry")
 MISC_RESOURCES = tee.MISC_RESOURCES
 MISC_REPORT_ORDER = tee.MISC_REPORT_ORDER
 VENDOR_MISC_RESOURCES = tee.VENDOR_MISC_RESOURCES
@@ -123,4 +125,5 @@ __all__ = [
     "read_misc_file",
     "read_misc_state",
     "tee",
+    "tee_registry",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 from teesim._args import integer, seconds, seed
 from teesim._collection import KUBEVIRT_TDX, MISC_REPORT_ORDER
 from teesim.kernel.backends import NodeWriter, RealDirBackend
-from teesim.kernel.node import Node, NodeSpec
+from teesim.kernel.node import VENDOR_RESOURCES, Node, NodeSpec
 from teesim.kernel.profiles import get_profile
 from teesim.kubelet.server import Kubelet
 
@@ -177,7 +177,8 @@ class GrpcNode:
         """Write the kernel files under ``root`` (a new short /tmp dir by default), start the kubelet."""
         owns = root is None
         path = Path(tempfile.mkdtemp(prefix="ts-", dir="/tmp")) if root is None else Path(root)
-        vendor = vendor or ("intel" if misc_resource == "tdx" else "amd")
+        # The vendor whose TEE has that misc resource (tee.VENDOR_MISC_RESOURCES); NodeSpec refuses any other.
+        vendor = vendor or next((v for v, names in VENDOR_RESOURCES.items() if misc_resource in names), "")
         node = Node(NodeSpec(profile=get_profile(profile), vendor=vendor, capacity={misc_resource: capacity}))
         writer = NodeWriter(TimedDirBackend(path))
         writer.sync(node.files())

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee, tee_registry
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     DNS1123_SUBDOMAIN_MAX,
     is_dns1123_subdomain,
@@ -21,9 +21,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.validation
 
 OUTPUTS = ("apply", "manifests", "machineconfig")
 FLAVORS = ("kubernetes", "openshift")
-VENDORS = ("auto", tee.INTEL, tee.AMD)
+VENDORS = ("auto", *tee_registry.VENDORS)
 # The vendors a key pool can be planned for (``auto`` resolved from host facts, else ``unknown``).
-PLANNED_VENDORS = (tee.INTEL, tee.AMD)
+PLANNED_VENDORS = tee_registry.VENDORS
 # The per-node inventory variables playbooks/cluster.yml reads; the cluster-wide ones it reads.
 NODE_VARS = (
     "tee_cpu_vendor",

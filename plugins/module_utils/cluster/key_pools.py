@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee, tee_registry
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.text import name_list
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import is_dns1123_subdomain
@@ -66,7 +66,9 @@ def _node_input(raw: object, index: int) -> dict:
         )
     vendor = raw.get("vendor")
     if vendor not in TEE_RESOURCES:
-        raise KeyPoolError("node %s: vendor must be intel or amd, got %r (set tee_cpu_vendor)" % (name, vendor))
+        raise KeyPoolError(
+            "node %s: vendor must be %s, got %r (set tee_cpu_vendor)" % (name, tee_registry.vendor_choices(), vendor)
+        )
     consumers = raw.get("consumers", [])
     if isinstance(consumers, str) or not isinstance(consumers, (list, tuple)):
         raise KeyPoolError("node %s: consumers must be a list such as [kata, kubevirt], got %r" % (name, consumers))
@@ -94,7 +96,7 @@ def _snp_asids(name: str, vendor: str, split: object) -> int | None:
     ``arch/x86/kvm/svm/sev.c``) SNP guests get ASIDs 1..N only, while NFD's ``@cpu.security.sev.encrypted_state_ids``
     copies the joint ``sev_es`` line of ``misc.capacity``: advertising it would overstate SNP capacity.
     """
-    if vendor != tee.AMD or split is None:
+    if tee_registry.by_vendor(vendor).misc != tee.SEV_ES or split is None:
         return None
     if not isinstance(split, dict):
         raise KeyPoolError(
@@ -241,7 +243,7 @@ def _resolve(node: dict, rule_name: str, problems: list, warnings: list) -> dict
 def _kata_pools(nodes: list, problems: list) -> dict:
     """Per TEE, the one resource Kata's RuntimeClasses can name in overhead.podFixed."""
     kata = {}
-    for tee_name in ("tdx", "snp"):
+    for tee_name in tee_registry.SHORT_NAMES:
         members = [n for n in nodes if n["tee"] == tee_name and KATA in n["consumers"]]
         resources = sorted({n["pool"]["resource"] for n in members})
         if len(resources) > 1:

@@ -19,16 +19,19 @@ from __future__ import annotations
 import re
 
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import KeyPoolError
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee_registry
 
 KATA_RUNTIME_LABEL = "katacontainers.io/kata-runtime"
-TEE_LABELS = {"tdx": "intel.feature.node.kubernetes.io/tdx", "snp": "amd.feature.node.kubernetes.io/snp"}
+# The NFD label of each TEE's nodes (the TEE registry's rule), keyed as the plan keys its Kata pools.
+TEE_LABELS = {tech.short: tech.nfd["label"] for tech in tee_registry.REGISTRY}
 DEFAULT_OVERHEAD = {"cpu": {"memory": "2048Mi", "cpu": "1"}, "gpu": {"memory": "10240Mi", "cpu": "1"}}
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?\Z")
 MANAGED_BY = "confidential.tee"
 
 
 def class_name(tee: str, gpu: bool) -> str:
-    return "kata-qemu-nvidia-gpu-%s" % tee if gpu else "kata-qemu-%s" % tee
+    """Kata's RuntimeClass for a TEE of the registry (``short`` name), with or without the GPU."""
+    return tee_registry.by_short(tee).runtime_classes[1 if gpu else 0]
 
 
 def _quantity(value, where: str) -> str:

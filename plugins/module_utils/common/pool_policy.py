@@ -26,7 +26,7 @@ pool of the SNP work that ``teesim`` models and the fleet report recognises wher
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee, tee_registry
 from ansible_collections.confidential.tee.plugins.module_utils.common.record import Record
 
 AUTO = "auto"
@@ -43,15 +43,11 @@ class TeeResource(Record):
         self.nfd_rule, self.nfd_label, self.nfd_match = nfd_rule, nfd_label, nfd_match
 
 
-# Per vendor: the TEE whose keys the pool counts (TDX, SEV-SNP), its misc resource, and NFD's rule for it.
-TEE_RESOURCES = {
-    tee.INTEL: TeeResource(
-        tee.INTEL, "tdx", tee.TDX, "intel.tdx", "intel.feature.node.kubernetes.io/tdx", "tdx.enabled"
-    ),
-    tee.AMD: TeeResource(
-        tee.AMD, "snp", tee.SEV_ES, "amd.sev-snp", "amd.feature.node.kubernetes.io/snp", "sev.snp.enabled"
-    ),
-}
+# Per vendor: the TEE whose keys the pool counts (TDX, SEV-SNP), its misc resource, and NFD's rule for it, from the
+# TEE registry (common/tee_registry.py).
+TEE_RESOURCES = tee_registry.per_vendor(
+    lambda t: TeeResource(t.vendor, t.short, t.misc, t.nfd["rule"], t.nfd["label"], t.nfd["match"])
+)
 
 
 class Advertiser(Record):
@@ -93,9 +89,9 @@ ADVERTISERS = {
         Advertiser(
             "nfd",
             "NFD (NodeFeatureRule extended resource)",
-            {tee.INTEL: tee.NFD_TDX_KEYS, tee.AMD: tee.NFD_SNP_ESIDS},
-            {tee.INTEL: True, tee.AMD: True},
-            {tee.INTEL: tee.NFD_FEATURE_TDX_KEYS, tee.AMD: tee.NFD_FEATURE_SEV_ESIDS},
+            tee_registry.per_vendor(lambda t: t.nfd["resource"]),
+            tee_registry.per_vendor(lambda t: True),
+            tee_registry.per_vendor(lambda t: t.nfd["feature"]),
             key_resources=tee.NFD_KEYS,
             owner="NFD",
         ),
@@ -103,13 +99,13 @@ ADVERTISERS = {
         Advertiser(
             "kubevirt",
             "KubeVirt's virt-handler device plugin",
-            {tee.INTEL: tee.KUBEVIRT_TDX, tee.AMD: tee.KUBEVIRT_SEV},
-            {tee.INTEL: True, tee.AMD: False},
-            {tee.INTEL: "misc.capacity tdx", tee.AMD: "virt-handler --max-devices"},
+            tee_registry.per_vendor(lambda t: t.kubevirt["resource"]),
+            tee_registry.per_vendor(lambda t: t.kubevirt["counts_keys"]),
+            tee_registry.per_vendor(lambda t: t.kubevirt["reads"]),
             key_resources=tee.KUBEVIRT_KEYS,
             brought_by=KUBEVIRT,
             owner="KubeVirt",
-            gates={tee.INTEL: "WorkloadEncryptionTDX", tee.AMD: "WorkloadEncryptionSEV"},
+            gates=tee_registry.per_vendor(lambda t: t.kubevirt["gate"]),
         ),
         # plugins/module_utils/agent (tee-key-agent): the Node's status at misc.capacity - keys held outside
         # Kubernetes - --reserve, every interval (agent/decision.py is the rule); Kata's names, so Kata's shipped
@@ -117,12 +113,9 @@ ADVERTISERS = {
         Advertiser(
             "agent",
             "the node agent tee-key-agent (Node status: the keys the kernel has free for Kubernetes)",
-            {tee.INTEL: tee.NFD_TDX_KEYS, tee.AMD: tee.NFD_SNP_ESIDS},
-            {tee.INTEL: True, tee.AMD: True},
-            {
-                tee.INTEL: "misc.capacity tdx - keys held outside Kubernetes",
-                tee.AMD: "misc.capacity sev_es (ciphertext hiding: the SNP range) - keys held outside Kubernetes",
-            },
+            tee_registry.per_vendor(lambda t: t.nfd["resource"]),
+            tee_registry.per_vendor(lambda t: True),
+            tee_registry.per_vendor(lambda t: t.agent_reads),
             key_resources=tee.NFD_KEYS,
             counts_usage=True,
             owner="the node agent",

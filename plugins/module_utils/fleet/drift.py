@@ -27,7 +27,7 @@ Every finding has ``id``, ``node``, ``resource``, ``severity`` (``critical``: gu
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import pool_policy, tee, tee_registry
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.kube_objects import (
     is_running,
     items,
@@ -308,20 +308,24 @@ def _stale_remedy() -> str:
 
 
 def _snp_remedies() -> dict:
-    amd = pool_policy.TEE_RESOURCES[tee.AMD]
+    """Remedies for the findings on the SEV-ES/SNP ASID pool, for the TEE whose guests charge it (SEV-SNP)."""
+    snp = tee_registry.of_misc(tee.SEV_ES)
+    amd = pool_policy.TEE_RESOURCES[snp.vendor]
     nfd_mode = next(m.name for m in pool_policy.MODES if m.advertiser == "nfd")
-    default = ", the default on AMD" if pool_policy.auto_mode(tee.AMD, (tee.KATA,)) == nfd_mode else ""
+    default = (
+        ", the default on %s" % snp.vendor_name if pool_policy.auto_mode(snp.vendor, (tee.KATA,)) == nfd_mode else ""
+    )
     kata_pool = next(
         m.name
         for m in pool_policy.MODES
-        if tee.KATA in m.draws and not pool_policy.problems_of(m.name, tee.AMD, (tee.KATA,))
+        if tee.KATA in m.draws and not pool_policy.problems_of(m.name, snp.vendor, (tee.KATA,))
     )
     return {
         ("snp_pool_exceeds_snp_range", None): "confidential.tee.cluster (role nfd_tee_rules) publishes the SNP range "
         "as a fixed count on nodes with ciphertext hiding (tee_key_pool_mode: %s%s)" % (nfd_mode, default),
         ("sev_es_uncounted", None): "run confidential.tee.cluster with tee_key_pool_mode: %s for {node}: it "
         "advertises %s and its kata-qemu-%s RuntimeClass requests it"
-        % (kata_pool, pool_policy.advertiser_of(kata_pool).resources[tee.AMD], amd.tee),
+        % (kata_pool, pool_policy.advertiser_of(kata_pool).resources[snp.vendor], amd.tee),
     }
 
 

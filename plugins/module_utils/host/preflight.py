@@ -19,7 +19,7 @@ Verdicts:
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee, tee_registry
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import gather_hardware_keys
@@ -39,8 +39,8 @@ NVIDIA_PCI_VENDOR = "0x10de"
 # PCI base class + subclass: VGA (0x0300) and 3D (0x0302) controllers are GPUs, 0x0680 an NVSwitch.
 NVIDIA_PCI_CLASSES = ("0x0300", "0x0302", "0x0680")
 VERDICTS = (PASS, FAIL, SKIP)
-TEE_RESOURCE = tee.VENDOR_KEY_POOL
-TEE_SECTION = {"intel": "tdx", "amd": "sev_snp"}
+TEE_RESOURCE = tee_registry.per_vendor(lambda t: t.misc)
+TEE_SECTION = tee_registry.per_vendor(lambda t: t.preflight)
 
 
 def check(check_id, title, verdict, detail, remediation=None, source=None) -> dict:
@@ -82,7 +82,7 @@ def _vendor_skip(facts, wanted, technology):
     cpu_vendor = (facts.get("cpu") or {}).get("vendor")
     if cpu_vendor is None:
         return "CPU vendor unknown (/proc/cpuinfo unreadable): cannot evaluate %s" % technology
-    return "CPU vendor is %s: %s needs %s" % (cpu_vendor, technology, "Intel" if wanted == "intel" else "AMD")
+    return "CPU vendor is %s: %s needs %s" % (cpu_vendor, technology, tee_registry.by_vendor(wanted).vendor_name)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -627,7 +627,10 @@ def _ready(vendor, sections) -> tuple[bool, list[str]]:
     wanted = TEE_SECTION.get(vendor)
     by_id = {s["id"]: s for s in sections}
     if wanted is None:
-        return False, ["no TDX or SEV-SNP CPU (vendor %s)" % (vendor or "unknown")]
+        names = " or ".join(t.name for t in tee_registry.REGISTRY)
+        return False, ["no %s CPU (vendor %s)" % (names, vendor or "unknown")]
+    if wanted not in by_id:
+        return False, ["preflight has no checks for %s yet" % tee_registry.by_vendor(vendor).name]
     blocking = []
     for item in by_id[wanted]["checks"] + by_id["keys"]["checks"]:
         if item["verdict"] == FAIL or (item["verdict"] == SKIP and item["id"] != "keys.free"):
@@ -651,7 +654,7 @@ def preflight_verdict(facts, capacity, hardware, min_free_keys=1, attestation=No
     result = {
         "verdict": combine(s["verdict"] for s in sections),
         "ready": ready,
-        "technology": {"intel": "TDX", "amd": "SEV-SNP"}.get(facts.get("tee_vendor")),
+        "technology": tee_registry.per_vendor(lambda t: t.name).get(facts.get("tee_vendor")),
         "min_free_keys": min_free_keys,
         "counts": {v: verdicts.count(v) for v in VERDICTS},
         "blocking": blocking,

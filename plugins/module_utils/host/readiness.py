@@ -22,6 +22,7 @@ Kernel facts behind the rules:
 
 from __future__ import annotations
 
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee_registry
 from ansible_collections.confidential.tee.plugins.module_utils.host.cmdline import cmdline_facts
 
 KVM_TDX_SINCE = (6, 16)
@@ -38,7 +39,8 @@ TDX_DMESG_HINT = (
     "'virt/tdx: TDX-Module initialized' at boot, or '... initialization failed (<errno>)' on failure"
 )
 KVM_SNP_SINCE = (6, 11)
-VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
+# /proc/cpuinfo vendor_id -> tee_cpu_vendor, from the TEE registry.
+VENDORS = tee_registry.CPU_VENDORS
 
 
 def _version_text(version) -> str:
@@ -422,18 +424,18 @@ def boot_verdict(facts, vendor=None) -> dict:
     and ``reasons`` (empty when ``ok``).
     """
     vendor = vendor or facts.get("tee_vendor")
-    if vendor == "intel":
-        section, technology = facts["tdx"], "TDX"
-    elif vendor == "amd":
-        section, technology = facts["snp"], "SEV-SNP"
-    else:
+    tech = tee_registry.of_vendor(vendor)
+    if tech is None:
         cpu_vendor = facts.get("cpu", {}).get("vendor") or "unknown (cpuinfo unreadable)"
         return {
             "ok": False,
             "vendor": None,
             "technology": None,
-            "reasons": ["CPU vendor %s is neither GenuineIntel nor AuthenticAMD: set tee_cpu_vendor" % cpu_vendor],
+            "reasons": [
+                "CPU vendor %s is neither %s: set tee_cpu_vendor" % (cpu_vendor, " nor ".join(tee_registry.CPU_VENDORS))
+            ],
         }
+    section, technology = facts[tech.short], tech.name
     return {
         "ok": bool(section["ready"]),
         "vendor": vendor,

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from teesim._args import integer
+from teesim._collection import tee_registry
 from teesim.kernel.backends import NodeWriter, RealDirBackend
-from teesim.kernel.node import CGROUP_ROOT, Node, NodeSpec, parse_assignments
+from teesim.kernel.node import CGROUP_ROOT, DEFAULT_VENDOR, Node, NodeSpec, parse_assignments
 from teesim.kernel.profiles import PROFILES, get_profile
 
 
@@ -25,7 +26,7 @@ def build_node_tree(
     out: Path,
     *,
     profile: str = "current",
-    vendor: str = "intel",
+    vendor: str = DEFAULT_VENDOR,
     capacity: dict[str, int] | None = None,
     usage: dict[str, int] | None = None,
     usage_cgroup: str = "machine.slice",
@@ -129,7 +130,9 @@ def _add_kernel_parser(node_sub: Any) -> None:
     )
     kernel.add_argument("--root", required=True, help="directory the node's tree is written to (created)")
     kernel.add_argument("--socket", required=True, help="unix socket the guests connect to")
-    kernel.add_argument("--vendor", choices=("intel", "amd"), default="intel", help="CPU vendor (default: %(default)s)")
+    kernel.add_argument(
+        "--vendor", choices=tee_registry.VENDORS, default=DEFAULT_VENDOR, help="CPU vendor (default: %(default)s)"
+    )
     kernel.add_argument("--capacity", action="append", metavar="RES=N", help="misc capacity (repeatable)")
     kernel.add_argument("--usage", action="append", metavar="RES=N", help="keys already in use by external VMs")
     kernel.add_argument("--name", default="node-1", help="host name")
@@ -145,7 +148,9 @@ def register(subparsers: Any) -> None:
     node_sub.required = True
     build = node_sub.add_parser("build", help="write a simulated host tree to a directory")
     build.add_argument("--profile", choices=sorted(PROFILES), default="current", help="kernel profile")
-    build.add_argument("--vendor", choices=("intel", "amd"), default="intel", help="CPU vendor (default: %(default)s)")
+    build.add_argument(
+        "--vendor", choices=tee_registry.VENDORS, default=DEFAULT_VENDOR, help="CPU vendor (default: %(default)s)"
+    )
     build.add_argument(
         "--capacity",
         action="append",

@@ -36,37 +36,19 @@ CPU model per vendor; no firmware tables; IOMMU groups have no devices; register
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from teesim._collection import VENDOR_MISC_RESOURCES, canonical_resource
+from teesim._collection import VENDOR_MISC_RESOURCES, canonical_resource, tee_registry
 from teesim.kernel.kvm import KvmKeys
 from teesim.kernel.profiles import CURRENT, KernelProfile
+from teesim.kernel.tee_hosts import HostProfile, host_profile
 
 CGROUP_ROOT = "sys/fs/cgroup"
 VENDOR_RESOURCES: dict[str, tuple[str, ...]] = dict(VENDOR_MISC_RESOURCES)
-DEFAULT_CAPACITY: dict[str, dict[str, int]] = {"intel": {"tdx": 63}, "amd": {"sev": 410, "sev_es": 99}}
-
-_BASE_FLAGS = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2"
-_CPU: dict[str, dict[str, str]] = {
-    "intel": {
-        "vendor_id": "GenuineIntel",
-        "model name": "Intel(R) Xeon(R) Platinum 8580 (simulated by teesim)",
-        "flags": f"{_BASE_FLAGS} ht syscall nx lm constant_tsc vmx tme tdx_host_platform",
-    },
-    "amd": {
-        "vendor_id": "AuthenticAMD",
-        "model name": "AMD EPYC 9654 96-Core Processor (simulated by teesim)",
-        "flags": f"{_BASE_FLAGS} ht syscall nx lm constant_tsc svm sme sev sev_es sev_snp",
-    },
-}
+# The first TEE of the registry (TDX): what a node is unless told otherwise.
+DEFAULT_VENDOR: str = tee_registry.VENDORS[0]
 IOMMU_GROUPS = 4
-_POWER_STATE: dict[str, str] = {"intel": "freeze mem", "amd": "freeze mem disk"}  # nohibernate on Intel only
-_CMDLINE: dict[str, str] = {
-    "intel": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet kvm_intel.tdx=1 nohibernate",
-    "amd": "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda1 ro quiet mem_encrypt=on kvm_amd.sev=1",
-}
 # A Debian 12 host's files the host roles read (os-release from base-files 12, passwd/group from base-passwd, plus
 # the kvm group and uid/gid 107, the QEMU user of KubeVirt's virt-launcher).
 _OS_FILES: dict[str, str] = {
@@ -103,8 +85,6 @@ def parse_assignments(items: list[str] | None, what: str) -> dict[str, int]:
     return result
 
 
-MSR_KEYID_PARTITIONING = 0x87
-CPUID_SEV_LEAF = 0x8000001F
 KVM_TDX_CHOICES = ("auto", "Y", "N", "absent")
 
 
@@ -126,7 +106,7 @@ class NodeSpec:
 
     name: str = "node-1"
     profile: KernelProfile = CURRENT
-    vendor: str = "intel"
+    vendor: str = DEFAULT_VENDOR
     capacity: Mapping[str, int] | None = None
     cpus: int = 4
     registers: bool = False
@@ -138,18 +118,22 @@ class NodeSpec:
     # N = SNP ASIDs 1..N and SEV-ES ASIDs N+1..sev_es (KVM caps N at the joint range and prints what it kept).
     ciphertext_hiding_asids: int | None = None
 
+    def host(self) -> HostProfile:
+        """The simulated host of this vendor's TEE (``teesim.kernel.tee_hosts``)."""
+        return host_profile(self.vendor)
+
     def resolved_capacity(self) -> dict[str, int]:
-        if self.vendor not in VENDOR_RESOURCES:
-            raise ValueError(f"unknown vendor {self.vendor!r}; choose intel or amd")
+        host = self.host()
         if self.capacity is None:
-            return dict(DEFAULT_CAPACITY[self.vendor])
+            return dict(host.capacity)
         allowed = VENDOR_RESOURCES[self.vendor]
         capacity = {canonical_resource(k): v for k, v in self.capacity.items()}
         wrong = sorted(set(capacity) - set(allowed))
         if wrong:
+            others = [v for v, names in VENDOR_RESOURCES.items() if v != self.vendor and set(wrong) <= set(names)]
             raise ValueError(
                 f"{self.vendor} hosts have misc resources {', '.join(allowed)}, not {', '.join(wrong)}: "
-                f"use --vendor {'amd' if self.vendor == 'intel' else 'intel'} or drop those capacities"
+                f"use --vendor {' or '.join(others) or 'of a host that has them'} or drop those capacities"
             )
         return capacity
 
@@ -179,7 +163,8 @@ class Node:
 
     def _render_static(self, capacity: Mapping[str, int]) -> dict[str, str]:
         spec = self.spec
-        cpu = dict(_CPU[spec.vendor])
+        host = spec.host()
+        cpu = dict(host.cpu)
         if spec.kvm_tdx == "absent":
             # A kernel without KVM TDX predates the host TDX support that sets this flag.
             cpu["flags"] = cpu["flags"].replace(" tdx_host_platform", "")
@@ -190,35 +175,20 @@ class Node:
         )
         files = {
             "proc/cpuinfo": processors + "\n",
-            "proc/cmdline": _CMDLINE[spec.vendor] + "\n",
+            "proc/cmdline": host.cmdline + "\n",
             "proc/sys/kernel/osrelease": spec.profile.release + "\n",
             "etc/hostname": spec.name + "\n",
             **_OS_FILES,
-            "etc/default/grub": _default_grub(_CMDLINE[spec.vendor]),
+            "etc/default/grub": _default_grub(host.cmdline),
             f"{CGROUP_ROOT}/cgroup.controllers": " ".join(spec.profile.controllers) + "\n",
             "dev/kvm": "",
             "dev/vhost-vsock": "",
-            "sys/power/state": _POWER_STATE[spec.vendor] + "\n",
+            "sys/power/state": host.power_state + "\n",
             "sys/kernel/security/lockdown": "[none] integrity confidentiality\n",
         }
         for group in range(IOMMU_GROUPS):
             files[f"sys/kernel/iommu_groups/{group}/type"] = "DMA-FQ\n"
-        if spec.vendor == "intel":
-            tdx = {"auto": "Y" if capacity.get("tdx") else "N"}.get(spec.kvm_tdx, spec.kvm_tdx)
-            if tdx != "absent":
-                files["sys/module/kvm_intel/parameters/tdx"] = tdx + "\n"
-            files["sys/module/kvm_intel/parameters/nested"] = "Y\n"
-        else:
-            files["dev/sev"] = ""
-            # sev_hardware_setup() enables SEV whenever the CPU offers ASIDs, even if all are SEV-ES ASIDs.
-            any_asids = capacity.get("sev") or capacity.get("sev_es")
-            files["sys/module/kvm_amd/parameters/sev"] = "Y\n" if any_asids else "N\n"
-            enabled = "Y\n" if capacity.get("sev_es") else "N\n"
-            files["sys/module/kvm_amd/parameters/sev_es"] = enabled
-            files["sys/module/kvm_amd/parameters/sev_snp"] = enabled
-            if spec.ciphertext_hiding_asids is not None:
-                snp = min(spec.ciphertext_hiding_asids, capacity.get("sev_es", 0))
-                files["sys/module/kvm_amd/parameters/ciphertext_hiding_asids"] = f"{snp}\n"
+        files.update(host.module_files(spec, capacity))
         for device in spec.pci:
             base = f"sys/bus/pci/devices/{device.bdf}"
             files[f"{base}/vendor"] = device.vendor + "\n"
@@ -230,15 +200,7 @@ class Node:
         """``{relpath: (offset, bytes)}`` of the register files (empty unless ``spec.registers``)."""
         if not self.spec.registers:
             return {}
-        capacity = self.hardware_capacity
-        if self.spec.vendor == "intel":
-            tdx_keyids = capacity.get("tdx", 0) + 1 if capacity.get("tdx") else 0
-            value = (tdx_keyids << 32) | self.spec.mktme_keyids
-            return {"dev/cpu/0/msr": (MSR_KEYID_PARTITIONING, value.to_bytes(8, "little"))}
-        sev, sev_es = capacity.get("sev", 0), capacity.get("sev_es", 0)
-        # EAX: SME, SEV, SEV-ES, SEV-SNP (bits 0, 1, 3, 4); EBX: C-bit 51; ECX max ASID; EDX min SEV ASID.
-        regs = struct.pack("<4I", 0b11011, 51, sev + sev_es, sev_es + 1)
-        return {"dev/cpu/0/cpuid": (CPUID_SEV_LEAF, regs)}
+        return self.spec.host().registers(self.spec, self.hardware_capacity)
 
     def links(self) -> dict[str, str]:
         """``{relpath: target}`` of the symbolic links (the PCI devices' ``driver`` and ``iommu_group``)."""

@@ -38,10 +38,10 @@ from typing import Any
 
 import yaml
 
-from teesim._collection import KUBEVIRT_KEYS, MISC_RESOURCES, NFD_KEYS
+from teesim._collection import KUBEVIRT_KEYS, MISC_RESOURCES, NFD_KEYS, SEV_ES, tee_registry
 from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import FAULT_KINDS, FaultSpec, Range, WorkloadSpec, generate_arrivals
-from teesim.kernel.node import NodeSpec
+from teesim.kernel.node import DEFAULT_VENDOR, NodeSpec
 from teesim.kernel.profiles import get_profile
 from teesim.kubelet.names import extended_resource_name_problem
 from teesim.sim.simulation import Settings, World
@@ -143,8 +143,11 @@ def _hiding(data: dict, at: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
         raise ScenarioError(f"{at}.ciphertext_hiding_asids: expected an unsigned 32-bit integer, got {value!r}")
-    if data.get("vendor") != "amd":
-        raise ScenarioError(f"{at}.ciphertext_hiding_asids: AMD ciphertext hiding needs vendor: amd")
+    # Ciphertext hiding splits the SEV-ES/SNP ASID range: only a TEE whose guests charge sev_es has one.
+    tech = tee_registry.of_vendor(data.get("vendor"))
+    if tech is None or tech.misc != SEV_ES:
+        wanted = " or ".join(t.vendor for t in tee_registry.REGISTRY if t.misc == SEV_ES)
+        raise ScenarioError(f"{at}.ciphertext_hiding_asids: AMD ciphertext hiding needs vendor: {wanted}")
     return value
 
 
@@ -165,7 +168,7 @@ def _nodes(raw: Any, where: str) -> list[NodeSpec]:
                 spec = NodeSpec(
                     name=name if count == 1 else f"{name}-{n + 1}",
                     profile=profile,
-                    vendor=str(data.get("vendor", "intel")),
+                    vendor=str(data.get("vendor", DEFAULT_VENDOR)),
                     capacity=capacity,
                     cpus=int(_number(data, "cpus", at, 4, 1) or 4),
                     # AMD ciphertext hiding (teesim.kernel.kvm): SNP ASIDs 1..N of the sev_es range.
