@@ -52,7 +52,7 @@ class Executor:
     changes: Changes = field(init=False)
 
     def __post_init__(self) -> None:
-        self.changes = Changes(self.host.host_root, self.check_mode, backup=self.backup, runner=self.run_command)
+        self.changes = Changes(self.host.fresh(), self.check_mode, backup=self.backup, runner=self.run_command)
 
     @property
     def backups(self) -> list[str]:

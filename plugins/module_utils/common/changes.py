@@ -119,16 +119,15 @@ class Changes:
 
     def __init__(
         self,
-        host: HostReader | str | None = None,
+        host: HostReader | None = None,
         check_mode: bool = False,
         *,
-        host_root: str | None = None,
         backup: bool = True,
         secrets=(),
         runner=None,
         durable: bool = True,
     ) -> None:
-        self.reader = _the_host(host, host_root)
+        self.reader = _the_host(host)
         self.check_mode = check_mode
         self.backup = backup
         self.runner = runner  # callable(argv) -> (rc, stdout, stderr)
@@ -408,20 +407,11 @@ class Changes:
         return [self.redact(change.record()) for change in self.files]
 
 
-def _the_host(host: HostReader | str | None, host_root: str | None) -> HostReader:
-    """The host a recorder changes: the module's own (from ``open_host``), passed down.
-
-    A root given as a string (positionally or as ``host_root=``) is still taken, for one step of issue 44: the
-    boot wing builds its recorder that way until it passes its host down too. Nothing given is a usage error.
-    """
-    if isinstance(host, HostReader):
-        if host_root is not None:
-            raise TypeError("give the host or host_root, not both")
-        return host
-    root = host if host is not None else host_root
-    if not root:
+def _the_host(host: HostReader | None) -> HostReader:
+    """The host a recorder changes: the module's own (from ``open_host``), passed down; never a root string."""
+    if not isinstance(host, HostReader):
         raise TypeError("Changes needs the host it changes: open_host(module), or local_host() for the controller")
-    return HostReader(root)
+    return host
 
 
 def _reasons(change: FileChange, st) -> list[str]:
