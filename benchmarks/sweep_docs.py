@@ -401,14 +401,13 @@ def _claim_restart(sw: Sweep) -> str:
     require(rejecting == sorted([UNIFIED, KOK]), "only overhead on a device-plugin name is rejected", f"{rejecting}")
     vmi = "rejected_at_kubelet_restart.kubevirt"
     vmis = [(s, t) for s in sw.scenarios for t in STRATEGIES if sw.mean(s, t, vmi)]
-    require(all(t == KERNEL for _, t in vmis), "a kubelet restart rejects no VMI but under kernel-pool", f"{vmis}")
+    kernels = (KERNEL, KERNEL_NO_RESERVE)
+    require(all(t in kernels for _, t in vmis), "a kubelet restart rejects no VMI but under the kernel mode", f"{vmis}")
     kernel_vmis = (
         "0 VMIs"
         if not vmis
-        else "0 VMIs but under `"
-        + KERNEL
-        + "`: "
-        + series([f"{sw.pm(s, KERNEL, vmi)} a run on `{s}`" for s, _ in vmis])
+        else "0 VMIs but under the kernel mode: "
+        + series([f"{sw.pm(s, t, vmi)} a run on `{s}` under `{t}`" for s, t in vmis])
         + ", a VMI bound on a key that a VM outside Kubernetes took in the race window, still retrying its launch"
         " when the restarted kubelet re-admits pods against the smaller pool"
     )
