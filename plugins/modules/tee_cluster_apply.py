@@ -83,7 +83,7 @@ changes:
     - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
     - C(written) (objects created, updated or patched) and C(removed) (objects deleted), by C(Kind/namespace/name)
       (C(Kind/name) for cluster-scoped ones; in check mode what would be), C(hidden), C(commands) and C(backups)
-      (0 and empty here), and C(entries) (each object with C(name), C(changed) and C(reasons), the action:
+      (0 and empty here), and C(entries) (each object with C(name), C(changed) and C(reasons), the action,
       C(create), C(update), C(patch), C(delete) or C(unchanged)).
   returned: always
   type: dict

@@ -145,7 +145,7 @@ changes:
   description:
     - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
     - C(written) and C(removed) (full paths; in check mode what would be), C(hidden), C(commands) and C(backups)
-      (0 and empty here: a report is not backed up) and C(entries) (every file of the report with C(name),
+      (0 and empty here; a report is not backed up) and C(entries) (every file of the report with C(name),
       C(changed) and C(reasons)).
   returned: always
   type: dict

@@ -79,7 +79,7 @@ changes:
       vocabulary).
     - C(written) and C(removed) (full paths under O(dest); in check mode what would be), C(hidden) (how many files
       staged mode 0600, Secrets, were written; their names are not returned), C(commands) and C(backups) (empty
-      here: no backups in a GitOps directory) and C(entries) (each other file with C(name), C(changed) and
+      here; no backups in a GitOps directory) and C(entries) (each other file with C(name), C(changed) and
       C(reasons)).
   returned: when state is committed
   type: dict

@@ -83,7 +83,7 @@ changes:
     - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
     - C(written) and C(removed) (full paths under O(dest), or under O(staged_for) when given; in check mode what
       would be), C(hidden) (how many O(secret_files) were written; their names are not returned), C(commands) and
-      C(backups) (empty here: no backups in a GitOps directory) and C(entries) (each file but the Secrets written,
+      C(backups) (empty here; no backups in a GitOps directory) and C(entries) (each file but the Secrets written,
       with C(name), C(changed) and C(reasons)).
   returned: always
   type: dict

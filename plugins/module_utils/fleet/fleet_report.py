@@ -158,8 +158,13 @@ def _node_entry(host, facts, error, drift) -> dict:
         "pools": {r: drift["pools"][r] for r in MISC_RESOURCES if _pool_has_data(drift["pools"][r])},
         "findings": findings,
         "problems": drift["problems"],
-        "warnings": [w.get("problem") for w in (facts or {}).get("warnings") or []],
+        # A host's problems (the name tee_host_info returned as "warnings" before release 0.2.0).
+        "warnings": [w.get("problem") for w in _host_problems(facts or {})],
     }
+
+
+def _host_problems(facts) -> list:
+    return facts.get("problems", facts.get("warnings")) or []
 
 
 def _gpu_summary(facts) -> dict | None:
