@@ -100,8 +100,8 @@ objects:
   sample: [{ref: RuntimeClass/kata-qemu-tdx, action: unchanged}]
 writes:
   description:
-    - Deprecated, removed in release 0.3.0; the requests sent are RV(changes.written) and RV(changes.removed) (none
-      in check mode).
+    - Deprecated, removed in release 0.3.0; read RV(changes.written) and RV(changes.removed), the requests sent
+      (none in check mode).
     - The write requests sent (dry runs not counted; 0 when nothing differed).
   returned: always
   type: int

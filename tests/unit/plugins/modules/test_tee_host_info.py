@@ -160,7 +160,8 @@ def test_bad_nvidia_smi_path_is_a_warning(capsys, tmp_path):
     code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": missing})
     assert code == 0
     problem = "nvidia_smi_path is not an executable file: fix the path or set gather_gpu: false"
-    assert result["host"]["warnings"] == [{"path": missing, "problem": problem, "line_number": None, "line": None}]
+    assert result["host"]["warnings"] == result["host"]["problems"]  # deprecated name, until release 0.3.0
+    assert result["host"]["problems"] == [{"path": missing, "problem": problem, "line_number": None, "line": None}]
     assert warning_messages(result) == [f"{missing}: {problem}"]
 
 
@@ -169,7 +170,7 @@ def test_hanging_and_failing_nvidia_smi_are_warnings(capsys, tmp_path, nvidia_sm
     monkeypatch.setenv("FAKE_SMI_MODE", "hang")
     code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 1})
     assert code == 0
-    problems = [warning["problem"] for warning in result["host"]["warnings"]]
+    problems = [warning["problem"] for warning in result["host"]["problems"]]
     assert problems == ["timed out: killed after gpu_timeout seconds without finishing"]
     # -f still answered, so the CC state is known even though -q timed out.
     assert result["host"]["gpu"]["cc_enabled"] is True and result["host"]["gpu"]["ready"] is True
@@ -193,7 +194,7 @@ def test_nvidia_smi_output_is_bounded(capsys, tmp_path, nvidia_smi, monkeypatch)
     monkeypatch.setenv("FAKE_SMI_MODE", "flood")
     code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 20})
     assert code == 0
-    problems = [warning["problem"] for warning in result["host"]["warnings"]]
+    problems = [warning["problem"] for warning in result["host"]["problems"]]
     assert any(problem.startswith("printed more than 4194304 bytes") for problem in problems)
 
 
