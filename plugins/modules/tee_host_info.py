@@ -470,8 +470,12 @@ host:
         - Only with O(preflight=true). C(verdict) (V(PASS), V(FAIL) or V(SKIP)), C(ready) (every check of the
           CPU TEE section passes and free keys do not fail), C(technology), C(counts) per verdict, C(blocking)
           (what keeps C(ready) false), C(sections) (each with C(id), C(title), C(verdict), C(reason) when the
-          whole section does not apply, and C(checks) with C(id), C(title), C(verdict), C(detail),
-          C(remediation) for failures and C(source)), and C(table), the same as lines for people.
+          whole section does not apply, and C(checks), each a check record as every module of this collection
+          returns one (docs/modules.md, result vocabulary) - C(name), C(status) (V(PASS), V(FAIL) or V(SKIP)),
+          C(ok), C(message), C(fix) (for failures) - with C(title) and C(source)), and C(table), the same as lines
+          for people.
+        - Each check also repeats C(name), C(status), C(message) and C(fix) as C(id), C(verdict), C(detail) and
+          C(remediation); deprecated, removed in release 0.3.0.
       returned: when O(preflight=true)
       type: dict
       sample:

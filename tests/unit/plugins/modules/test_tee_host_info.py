@@ -281,7 +281,14 @@ def test_preflight_in_the_same_round_trip(capsys, tmp_path):
     host = result["host"]
     preflight = host["preflight"]
     keys = next(s for s in preflight["sections"] if s["id"] == "keys")["checks"][0]
-    assert keys["verdict"] == "FAIL" and keys["detail"] == "tdx: 1 of 63 free (62 in use)" and keys["remediation"]
+    assert keys["status"] == "FAIL" and keys["ok"] is False and keys["fix"]
+    assert keys["name"] == "keys.free" and keys["message"] == "tdx: 1 of 63 free (62 in use)"
+    # The old names of the check record (until release 0.3.0) say the same.
+    checks = [check for section in preflight["sections"] for check in section["checks"]]
+    assert checks and all(
+        (c["id"], c["verdict"], c["detail"], c["remediation"]) == (c["name"], c["status"], c["message"], c["fix"])
+        for c in checks
+    )
     assert preflight["ready"] is False and preflight["table"][0].startswith("FAIL  NOT READY for TDX guests")
     assert host["capacity"]["cgroups"][0]["events"] == {"tdx": 3}
     assert "ansible_facts" not in result  # registered instead: the facts twice would double the data
