@@ -132,7 +132,7 @@ changes:
            "entries": [{"name": "/etc/qgs.conf", "changed": true, "reasons": ["content"]}]}
 files:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.entries) (C(name) instead of C(path)).
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path)).
     - Each file considered, whether it changed and why.
   returned: always
   type: list
@@ -162,7 +162,7 @@ qgs:
                          {"unit": "qgsd-vsock.service", "transport": "vsock", "port": 4050, "serves": ["kata"]}],
            "unit": {"verified": true, "umask": "0077", "runtime_directory_mode": "0755"}}
 backups:
-  description: Deprecated, removed in release 0.3.0; read RV(changes.backups). Backup copies made (full paths).
+  description: Deprecated, removed in release 0.3.0; read C(changes.backups). Backup copies made (full paths).
   returned: always
   type: list
   elements: str

@@ -117,14 +117,14 @@ changes:
            "entries": [{"name": "/etc/modules-load.d/vfio.conf", "changed": true, "reasons": ["create"]}]}
 files:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.entries) (C(name) instead of C(path)).
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path)).
     - Each file, whether it changed and why.
   returned: always
   type: list
   elements: dict
   sample: [{"path": "/etc/modules-load.d/vfio.conf", "changed": true, "reasons": ["create"]}]
 backups:
-  description: Deprecated, removed in release 0.3.0; read RV(changes.backups). Backup copies made (full paths).
+  description: Deprecated, removed in release 0.3.0; read C(changes.backups). Backup copies made (full paths).
   returned: always
   type: list
   elements: str

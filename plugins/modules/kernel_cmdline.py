@@ -219,7 +219,7 @@ actions:
       argv: [/usr/sbin/update-grub]
 backups:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.backups).
+    - Deprecated, removed in release 0.3.0; read C(changes.backups).
     - Backup copies made before files changed (full paths, including I(host_root)).
   returned: always
   type: list

@@ -179,7 +179,7 @@ changes:
            "entries": [{"name": "/etc/modules-load.d/vsock.conf", "changed": true, "reasons": ["create"]}]}
 files:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.entries) (C(name) instead of C(path)).
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path)).
     - Each file, whether it changed and why.
   returned: always
   type: list
@@ -187,7 +187,7 @@ files:
   sample: [{"path": "/etc/modules-load.d/vsock.conf", "changed": true, "reasons": ["create"]}]
 backups:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.backups).
+    - Deprecated, removed in release 0.3.0; read C(changes.backups).
     - Backup copies made (full paths, including O(host_root)).
   returned: always
   type: list

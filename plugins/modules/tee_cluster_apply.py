@@ -91,7 +91,7 @@ changes:
            "entries": [{"name": "RuntimeClass/kata-qemu-tdx", "changed": true, "reasons": ["create"]}]}
 objects:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.entries) (C(name) and C(reasons) instead of C(ref) and
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) and C(reasons) instead of C(ref) and
       C(action)).
     - Each object and what happened to it (create, update, patch, delete or unchanged).
   returned: always
@@ -100,7 +100,7 @@ objects:
   sample: [{ref: RuntimeClass/kata-qemu-tdx, action: unchanged}]
 writes:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.written) and RV(changes.removed), the requests sent
+    - Deprecated, removed in release 0.3.0; read C(changes.written) and C(changes.removed), the requests sent
       (none in check mode).
     - The write requests sent (dry runs not counted; 0 when nothing differed).
   returned: always

@@ -153,7 +153,7 @@ changes:
            "entries": [{"name": "/var/www/tee/report.html", "changed": true, "reasons": ["create"]}]}
 files:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.entries) (C(name) instead of C(path); the format is
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path); the format is
       the file's name).
     - Every file of the report with its C(path), C(format) and whether it C(changed) (or would, in check mode).
   returned: always

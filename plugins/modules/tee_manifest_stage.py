@@ -89,20 +89,20 @@ changes:
                         "reasons": ["create"]}]}
 written:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.written) (full paths).
+    - Deprecated, removed in release 0.3.0; read C(changes.written) (full paths).
     - Files written into O(dest) (or that would be), relative to it; files staged mode 0600 are only counted.
   returned: when state is committed
   type: list
   elements: str
 written_private:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.hidden).
+    - Deprecated, removed in release 0.3.0; read C(changes.hidden).
     - How many files staged mode 0600 (Secrets) were written.
   returned: when state is committed
   type: int
 removed:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.removed) (full paths).
+    - Deprecated, removed in release 0.3.0; read C(changes.removed) (full paths).
     - Manifests this collection wrote that were removed from O(dest) (or would be), relative to it.
   returned: when state is committed
   type: list

@@ -93,7 +93,7 @@ changes:
                         "reasons": ["create"]}]}
 written:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.written) (full paths).
+    - Deprecated, removed in release 0.3.0; read C(changes.written) (full paths).
     - Files written (or that would be, in check mode), by name.
   returned: always
   type: list
@@ -101,14 +101,14 @@ written:
   sample: [30-runtimeclass-kata-qemu-tdx.yaml]
 written_secrets:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.hidden).
+    - Deprecated, removed in release 0.3.0; read C(changes.hidden).
     - How many O(secret_files) were written (or would be); their names are not returned.
   returned: always
   type: int
   sample: 2
 removed:
   description:
-    - Deprecated, removed in release 0.3.0; read RV(changes.removed) (full paths).
+    - Deprecated, removed in release 0.3.0; read C(changes.removed) (full paths).
     - Files removed (or that would be), by name.
   returned: always
   type: list

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 MODULES = sorted((Path(__file__).parents[4] / "plugins" / "modules").glob("*.py"))
-DEPRECATED = "Deprecated, removed in release 0.3.0; read RV("
+DEPRECATED = "Deprecated, removed in release 0.3.0; read "
 # The names results had before the vocabulary: each may only be documented as a deprecated alias.
 OLD_NAMES = {"files", "backups", "actions", "written", "written_secrets", "written_private", "removed", "writes"}
 OLD_NAMES |= {"objects", "issues"}
