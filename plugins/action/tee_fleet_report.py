@@ -46,7 +46,7 @@ class ActionModule(ActionBase):
         except ReportError as exc:
             result.update(failed=True, msg=str(exc))
             if exc.files is not None:
-                result["files"] = exc.files
+                result.update(changes=exc.changes, files=exc.files)
         return result
 
     def _as_the_module_sees(self, params: dict) -> dict:

@@ -119,8 +119,21 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changes:
+  description:
+    - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
+    - C(written) and C(removed) (full paths, including O(host_root); in check mode what would be), C(hidden) (0
+      here), C(commands) (empty here), C(backups) (backup copies made, full paths) and C(entries) (each file with
+      C(name), C(changed) and C(reasons) such as C(create), C(content), C(mode ...), C(remove)).
+  returned: always
+  type: dict
+  sample: {"written": ["/etc/qgs.conf"], "removed": [], "hidden": 0, "commands": [],
+           "backups": ["/etc/qgs.conf.2026-11-22@12-00-00~"],
+           "entries": [{"name": "/etc/qgs.conf", "changed": true, "reasons": ["content"]}]}
 files:
-  description: Each file considered, whether it changed and why (C(create), C(content), C(mode ...), C(remove)).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path)).
+    - Each file considered, whether it changed and why.
   returned: always
   type: list
   elements: dict
@@ -149,7 +162,7 @@ qgs:
                          {"unit": "qgsd-vsock.service", "transport": "vsock", "port": 4050, "serves": ["kata"]}],
            "unit": {"verified": true, "umask": "0077", "runtime_directory_mode": "0755"}}
 backups:
-  description: Backup copies made (full paths).
+  description: Deprecated, removed in release 0.3.0; read C(changes.backups). Backup copies made (full paths).
   returned: always
   type: list
   elements: str
@@ -166,6 +179,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.dcap_
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError, refused_option
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import file_changes_result
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
     list_of_strings_problem,
@@ -212,16 +226,14 @@ def main():
         )
         module.fail_json(
             msg=changes.redact(display_text(message)),
-            files=changes.records(),
-            backups=changes.backups,
+            **file_changes_result(changes),
             **refused_option(getattr(exc, "option", None)),
         )
     result = dict(
         changed=changes.changed,
-        files=changes.records(),
         restart=units_to_restart(plan),
         effective=plan.effective,
-        backups=changes.backups,
+        **file_changes_result(changes),
     )
     if params["component"] == "qgs":
         result["qgs"] = plan.info

@@ -105,14 +105,26 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changes:
+  description:
+    - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
+    - C(written) and C(removed) (full paths, including O(host_root); in check mode what would be), C(hidden) (0
+      here), C(commands) (empty here), C(backups) (backup copies made, full paths) and C(entries) (each file with
+      C(name), C(changed) and C(reasons) such as C(create), C(content), C(mode ...), C(owner ...)).
+  returned: always
+  type: dict
+  sample: {"written": ["/etc/modules-load.d/vfio.conf"], "removed": [], "hidden": 0, "commands": [], "backups": [],
+           "entries": [{"name": "/etc/modules-load.d/vfio.conf", "changed": true, "reasons": ["create"]}]}
 files:
-  description: Each file, whether it changed and why (C(create), C(content), C(mode ...), C(owner ...)).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path)).
+    - Each file, whether it changed and why.
   returned: always
   type: list
   elements: dict
   sample: [{"path": "/etc/modules-load.d/vfio.conf", "changed": true, "reasons": ["create"]}]
 backups:
-  description: Backup copies made (full paths, including O(host_root)).
+  description: Deprecated, removed in release 0.3.0; read C(changes.backups). Backup copies made (full paths).
   returned: always
   type: list
   elements: str
@@ -123,6 +135,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import file_changes_result
 
 
 def argument_spec():
@@ -196,8 +209,8 @@ def main():
             )
         changes.apply()
     except (TeeError, OSError) as exc:
-        module.fail_json(msg=changes.redact(str(exc)), files=changes.records(), backups=changes.backups)
-    result = dict(changed=changes.changed, files=changes.records(), backups=changes.backups)
+        module.fail_json(msg=changes.redact(str(exc)), **file_changes_result(changes))
+    result = dict(changed=changes.changed, **file_changes_result(changes))
     if module._diff:
         result["diff"] = changes.diff()
     module.exit_json(**changes.redact(result))

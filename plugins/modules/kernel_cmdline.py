@@ -191,8 +191,22 @@ reboot_required:
   returned: always
   type: bool
   sample: true
+changes:
+  description:
+    - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
+    - C(written) and C(removed) (full paths, including O(host_root); in check mode what would be), C(hidden) (0
+      here), C(commands) (the commands run, such as C(update-grub) or C(grubby), by description; in check mode
+      those that would run), C(backups) (backup copies made, full paths) and C(entries) (each file with C(name),
+      C(changed) and C(reasons)).
+  returned: always
+  type: dict
+  sample: {"written": ["/etc/default/grub.d/90-tdx-host.cfg"], "removed": [], "hidden": 0,
+           "commands": ["regenerate the GRUB configuration"], "backups": [],
+           "entries": [{"name": "/etc/default/grub.d/90-tdx-host.cfg", "changed": true, "reasons": ["create"]}]}
 actions:
-  description: Actions taken, or in check mode the actions that would be taken.
+  description:
+    - Deprecated, removed in release 0.3.0; read RV(changes).
+    - Actions taken, or in check mode the actions that would be taken.
   returned: always
   type: list
   elements: dict
@@ -204,7 +218,9 @@ actions:
       description: regenerate the GRUB configuration
       argv: [/usr/sbin/update-grub]
 backups:
-  description: Backup copies made before files changed (full paths, including I(host_root)).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.backups).
+    - Backup copies made before files changed (full paths, including I(host_root)).
   returned: always
   type: list
   elements: str
@@ -227,6 +243,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.boot.kernel_cmdli
     verify,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import open_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import recorded_changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.validation import (
     display_text,
     list_of_strings_problem,
@@ -242,6 +259,11 @@ def _arguments_diff(result_plan):
         "before": "".join(f"{display_text(raw)}\n" for raw in result_plan.before),
         "after": "".join(f"{display_text(raw)}\n" for raw in result_plan.configured),
     }
+
+
+def _changes(executor):
+    """RV(changes) from the executor's change recorder, and the keys it replaces (deprecated until 0.3.0)."""
+    return dict(changes=recorded_changes(executor.changes), actions=executor.done, backups=executor.backups)
 
 
 def _plan(host, params):
@@ -292,14 +314,13 @@ def main():
         running = running_cmdline(host)
         needs_reboot = reboot_required(running, present, absent)
     except CmdlineError as exc:
-        module.fail_json(msg=redact(display_text(str(exc))), actions=redact(executor.done), backups=executor.backups)
+        module.fail_json(msg=redact(display_text(str(exc))), **redact(_changes(executor)))
     except Exception as exc:  # whatever failed after a change, the host is put back first
         executor.rollback()
         module.fail_json(
             msg=redact(display_text(f"kernel_cmdline could not complete: {exc}{executor.restored()}")),
-            actions=redact(executor.done),
-            backups=executor.backups,
             exception=redact(traceback.format_exc()),
+            **redact(_changes(executor)),
         )
 
     result = dict(
@@ -310,8 +331,7 @@ def main():
         configured_facts=describe_cmdline(display_text(" ".join(result_plan.configured)), result_plan.source),
         running=managed_running(running, present, absent),
         reboot_required=needs_reboot,
-        actions=executor.done,
-        backups=executor.backups,
+        **_changes(executor),
     )
     if diff is not None:
         result["diff"] = diff

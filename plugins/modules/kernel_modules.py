@@ -165,14 +165,30 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changes:
+  description:
+    - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
+    - C(written) and C(removed) (full paths, including O(host_root); in check mode what would be), C(hidden) (0
+      here), C(commands) (the C(modprobe) run, by description; none in check mode), C(backups) (backup copies
+      made, full paths) and C(entries) (each file with C(name), C(changed) and C(reasons) such as C(create),
+      C(content), C(mode ...), C(remove)).
+  returned: always
+  type: dict
+  sample: {"written": ["/etc/modules-load.d/vsock.conf"], "removed": [], "hidden": 0,
+           "commands": ["load vsock_loopback"], "backups": [],
+           "entries": [{"name": "/etc/modules-load.d/vsock.conf", "changed": true, "reasons": ["create"]}]}
 files:
-  description: Each file, whether it changed and why (C(create), C(content), C(mode ...), C(remove)).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path)).
+    - Each file, whether it changed and why.
   returned: always
   type: list
   elements: dict
   sample: [{"path": "/etc/modules-load.d/vsock.conf", "changed": true, "reasons": ["create"]}]
 backups:
-  description: Backup copies made (full paths, including O(host_root)).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.backups).
+    - Backup copies made (full paths, including O(host_root)).
   returned: always
   type: list
   elements: str
@@ -208,6 +224,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, open_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import file_changes_result
 from ansible_collections.confidential.tee.plugins.module_utils.host.kernel_modules import (
     default_content,
     loaded_modules,
@@ -348,7 +365,7 @@ def main():
     try:
         loaded, kept = apply(module, changes)
     except (TeeError, OSError) as exc:
-        module.fail_json(msg=str(exc), files=changes.records(), backups=changes.backups)
+        module.fail_json(msg=str(exc), **file_changes_result(changes))
     for path in kept:
         module.warn(
             f"{changes.display(path)} differs from what this task writes (someone edited or wrote it): it is kept; "
@@ -357,8 +374,7 @@ def main():
     named = list(dict.fromkeys(name for request in requests_of(module.params) for name in request["modules"]))
     result = dict(
         changed=changes.changed or bool(loaded),
-        files=changes.records(),
-        backups=changes.backups,
+        **file_changes_result(changes),
         modules=loaded_modules(changes.reader, named),
         loaded=loaded,
         kept=changes.display(kept[0]) if kept else None,

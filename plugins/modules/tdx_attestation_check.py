@@ -106,16 +106,22 @@ EXAMPLES = r"""
 
 RETURN = r"""
 checks:
-  description: One entry per link, in chain order.
+  description:
+    - One check record per link, in chain order, as every module of this collection returns a check
+      (docs/modules.md, result vocabulary) - C(name) (the link), C(status) (C(PASS), C(FAIL) or C(SKIP)), C(ok)
+      (not C(FAIL)), C(message), C(fix) - plus C(details).
+    - C(link) repeats C(name); deprecated, removed in release 0.3.0.
   returned: always
   type: list
   elements: dict
   sample:
-    - link: qgs_config
+    - name: qgs_config
       status: PASS
+      ok: true
       message: /etc/qgs.conf selects Unix socket /var/run/tdx-qgs/qgs.socket on DCAP 1.26
       fix: null
       details: {}
+      link: qgs_config
 summary:
   description: Counts of PASS, FAIL and SKIP, and C(ok) (no FAIL).
   returned: always
@@ -225,11 +231,11 @@ def main():
         verdict="PASS" if summary["ok"] else "FAIL",
         msg=display_text(
             f"{len(failing)} link(s) of the attestation chain fail ({counts}): "
-            + "; ".join(f"{item['link']}: {item['message']}" for item in failing)
+            + "; ".join(f"{item['name']}: {item['message']}" for item in failing)
             if failing
             else f"attestation chain: {counts}"
         ),
-        remediation=display_text("; ".join(f"{item['link']}: {item['fix']}" for item in failing)) or None,
+        remediation=display_text("; ".join(f"{item['name']}: {item['fix']}" for item in failing)) or None,
     )
     if params["fail_on_fail"] and failing:
         module.fail_json(**outcome)

@@ -123,14 +123,18 @@ snp_asids:
   type: int
   sample: null
 checks:
-  description: Every check evaluated, with its outcome and message.
+  description:
+    - Every check evaluated, as every module of this collection returns a check (docs/modules.md, result
+      vocabulary) - C(name), C(status) (C(PASS) or C(FAIL)), C(ok), C(message) and C(fix) (null here).
   returned: always
   type: list
   elements: dict
   sample:
     - name: min_capacity
+      status: PASS
       ok: true
       message: tdx capacity 63 >= 1
+      fix: null
 """
 
 from ansible.module_utils.basic import AnsibleModule

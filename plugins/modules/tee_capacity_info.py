@@ -174,8 +174,16 @@ cgroups:
       peak: {tdx: 3}
       events: {tdx: 0}
       events_local: {tdx: 0}
+problems:
+  description:
+    - Every malformed line or unreadable file, with C(path), C(problem), C(line_number) and C(line); the one name of
+      a problem list in this collection (docs/modules.md, result vocabulary).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
 issues:
-  description: Every malformed line or unreadable file, with its path and line number.
+  description: Deprecated, removed in release 0.3.0; read RV(problems), the same list.
   returned: always
   type: list
   elements: dict
@@ -214,7 +222,7 @@ def main() -> None:
         module.fail_json(msg=f"cgroup_depth must be at least 1, got {params['cgroup_depth']}")
     result = capacity_facts(open_host(module), params["resources"], params["cgroups"], params["cgroup_depth"])
     result["changed"] = False
-    for issue in result["issues"]:
+    for issue in result["problems"]:
         module.warn(
             f"{issue['path']}{':' + str(issue['line_number']) if issue['line_number'] else ''}: {issue['problem']}"
         )

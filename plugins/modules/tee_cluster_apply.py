@@ -78,14 +78,31 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changes:
+  description:
+    - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
+    - C(written) (objects created, updated or patched) and C(removed) (objects deleted), by C(Kind/namespace/name)
+      (C(Kind/name) for cluster-scoped ones; in check mode what would be), C(hidden), C(commands) and C(backups)
+      (0 and empty here), and C(entries) (each object with C(name), C(changed) and C(reasons), the action,
+      C(create), C(update), C(patch), C(delete) or C(unchanged)).
+  returned: always
+  type: dict
+  sample: {"written": ["RuntimeClass/kata-qemu-tdx"], "removed": [], "hidden": 0, "commands": [], "backups": [],
+           "entries": [{"name": "RuntimeClass/kata-qemu-tdx", "changed": true, "reasons": ["create"]}]}
 objects:
-  description: Each object and what happened to it (create, update, patch, delete or unchanged).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) and C(reasons) instead of C(ref) and
+      C(action)).
+    - Each object and what happened to it (create, update, patch, delete or unchanged).
   returned: always
   type: list
   elements: dict
   sample: [{ref: RuntimeClass/kata-qemu-tdx, action: unchanged}]
 writes:
-  description: The write requests sent (dry runs not counted; 0 when nothing differed).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.written) and C(changes.removed), the requests sent
+      (none in check mode).
+    - The write requests sent (dry runs not counted; 0 when nothing differed).
   returned: always
   type: int
 """
@@ -101,6 +118,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.apply_pla
     plan_step,
     projection,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import change_summary
 
 try:
     from kubernetes import config as kube_config
@@ -276,8 +294,10 @@ def run(module: AnsibleModule, cluster: Cluster, objects: list) -> dict:
         if not module.check_mode:
             cluster.write(changing)
             cluster.verify(changing)
+    entries = [{"name": s.ref, "changed": bool(s.writes), "reasons": [s.action]} for s in steps]
     result = {
         "changed": bool(changing),
+        "changes": change_summary(entries, removed=[s.ref for s in changing if s.action == "delete"]),
         "objects": [{"ref": s.ref, "action": s.action} for s in steps],
         "writes": 0 if module.check_mode else len(changing),
     }

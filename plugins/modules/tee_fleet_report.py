@@ -141,8 +141,21 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changes:
+  description:
+    - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
+    - C(written) and C(removed) (full paths; in check mode what would be), C(hidden), C(commands) and C(backups)
+      (0 and empty here; a report is not backed up) and C(entries) (every file of the report with C(name),
+      C(changed) and C(reasons)).
+  returned: always
+  type: dict
+  sample: {"written": ["/var/www/tee/report.html"], "removed": [], "hidden": 0, "commands": [], "backups": [],
+           "entries": [{"name": "/var/www/tee/report.html", "changed": true, "reasons": ["create"]}]}
 files:
-  description: Every file of the report with its C(path), C(format) and whether it C(changed) (or would, in check mode).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.entries) (C(name) instead of C(path); the format is
+      the file's name).
+    - Every file of the report with its C(path), C(format) and whether it C(changed) (or would, in check mode).
   returned: always
   type: list
   elements: dict
@@ -194,7 +207,7 @@ def main():
     try:
         result = run_report(module.params, module.check_mode, module._diff)
     except ReportError as exc:
-        extra = {} if exc.files is None else {"files": exc.files}
+        extra = {} if exc.files is None else {"changes": exc.changes, "files": exc.files}
         module.fail_json(msg=str(exc), **extra)
     module.exit_json(**result)
 

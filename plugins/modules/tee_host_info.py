@@ -185,7 +185,8 @@ host:
     - With O(result=fleet), only the keys C(kernel) (C(release), C(version)), C(tee_vendor), C(gpu) (C(probed),
       C(present), C(cc_capable), C(cc_state), C(ready_state), C(gpus) with C(name)), C(capacity)
       (C(misc_controller), C(resources), C(cgroups)), C(hardware_keys) (C(tdx_misc_resource), C(tdx_misc_reason),
-      C(tdx) with C(readable) and C(tdx_guest_keyids)), C(warnings) (C(problem) only) and C(preflight).
+      C(tdx) with C(readable) and C(tdx_guest_keyids)), C(problems) and C(warnings) (the same, deprecated; each
+      with C(problem) only) and C(preflight).
   returned: always
   type: dict
   contains:
@@ -437,7 +438,8 @@ host:
     capacity:
       description:
         - Only with O(capacity=true) or O(preflight=true). The misc cgroup facts C(misc_controller), C(resources),
-          C(unknown_resources), C(resource_aliases), C(issues) and C(notes), as returned by
+          C(unknown_resources), C(resource_aliases), C(problems) (and C(issues), the same list, deprecated until
+          release 0.3.0) and C(notes), as returned by
           M(confidential.tee.tee_capacity_info) with its default options.
         - With O(preflight=true) also C(cgroups), the top-level cgroups only (C(cgroups=true), C(cgroup_depth=1)).
       returned: when O(capacity=true) or O(preflight=true)
@@ -468,8 +470,12 @@ host:
         - Only with O(preflight=true). C(verdict) (V(PASS), V(FAIL) or V(SKIP)), C(ready) (every check of the
           CPU TEE section passes and free keys do not fail), C(technology), C(counts) per verdict, C(blocking)
           (what keeps C(ready) false), C(sections) (each with C(id), C(title), C(verdict), C(reason) when the
-          whole section does not apply, and C(checks) with C(id), C(title), C(verdict), C(detail),
-          C(remediation) for failures and C(source)), and C(table), the same as lines for people.
+          whole section does not apply, and C(checks), each a check record as every module of this collection
+          returns one (docs/modules.md, result vocabulary) - C(name), C(status) (V(PASS), V(FAIL) or V(SKIP)),
+          C(ok), C(message), C(fix) (for failures) - with C(title) and C(source)), and C(table), the same as lines
+          for people.
+        - Each check also repeats C(name), C(status), C(message) and C(fix) as C(id), C(verdict), C(detail) and
+          C(remediation); deprecated, removed in release 0.3.0.
       returned: when O(preflight=true)
       type: dict
       sample:
@@ -482,14 +488,20 @@ host:
           - "FAIL  Intel TDX"
           - "  FAIL  CPU flag tdx_host_platform  CPU flag tdx_host_platform absent and this is a virtual machine"
           - "        fix: run on bare metal"
-    warnings:
-      description: Files that could not be read or parsed (FIFOs and devices are refused unopened), and
-        C(nvidia-smi) commands that failed, each with C(path), C(problem), C(line_number) and C(line) (both
-        V(null) unless a line is at fault). They are also emitted as module warnings.
+    problems:
+      description:
+        - Files that could not be read or parsed (FIFOs and devices are refused unopened), and C(nvidia-smi)
+          commands that failed, each with C(path), C(problem), C(line_number) and C(line) (both V(null) unless a
+          line is at fault). They are also emitted as module warnings.
+        - The one name of a problem list in this collection (docs/modules.md, result vocabulary).
       type: list
       elements: dict
       sample: [{"path": "/proc/cpuinfo", "problem": "unreadable: Permission denied", "line_number": null,
                 "line": null}]
+    warnings:
+      description: Deprecated, removed in release 0.3.0; read RV(host.problems), the same list.
+      type: list
+      elements: dict
 """
 
 import os
@@ -588,10 +600,10 @@ def main():
         facts["capacity"] = capacity_facts(host)
         facts["sev_asids"] = sev_asid_split(facts["kvm"]["amd"], facts["capacity"])
         apply_capacity(facts, facts["capacity"])
-    for issue in facts.get("capacity", {}).get("issues", []):
+    for issue in facts.get("capacity", {}).get("problems", []):
         line = ":%s" % issue["line_number"] if issue["line_number"] else ""
         module.warn("%s%s: %s" % (issue["path"], line, issue["problem"]))
-    for warning in facts["warnings"]:
+    for warning in facts["problems"]:
         module.warn("%s: %s" % (warning["path"], warning["problem"]))
     if params["preflight"]:
         # Register the result instead: the facts twice would double the data the controller processes per host.

@@ -99,66 +99,104 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-nodes:
-  description: Per node name, the resolved plan.
-  returned: always
-  type: dict
-  sample:
-    tdx-1:
-      name: tdx-1
-      vendor: intel
-      tee: tdx
-      misc_resource: tdx
-      consumers: [kata, kubevirt]
-      mode: kubevirt
-      pool: {resource: devices.kubevirt.io/tdx, advertiser: kubevirt, counts_keys: true}
-      virt_handler: true
-      nfd_extended_resource: false
-kata:
-  description: Per TEE (C(tdx), C(snp)) with Kata nodes, the one resource its RuntimeClasses request and the nodes.
-  returned: always
-  type: dict
-  sample: {tdx: {resource: devices.kubevirt.io/tdx, nodes: [tdx-1]}}
-nfd:
+plan:
   description:
-    - Per TEE present, the NFD rule name, label, matched feature, resource and the nodes it advertises on.
-    - C(static_values) maps node names to the fixed count published instead of the feature (the SNP range of
-      AMD ciphertext hiding).
+    - The key-pool plan, returned once (docs/modules.md, result vocabulary); C(warnings) lists what is worth
+      knowing but does not stop the plan (also emitted as module warnings).
+  returned: always
+  type: dict
+  contains:
+    nodes:
+      description: Per node name, the resolved plan.
+      returned: always
+      type: dict
+      sample:
+        tdx-1:
+          name: tdx-1
+          vendor: intel
+          tee: tdx
+          misc_resource: tdx
+          consumers: [kata, kubevirt]
+          mode: kubevirt
+          pool: {resource: devices.kubevirt.io/tdx, advertiser: kubevirt, counts_keys: true}
+          virt_handler: true
+          nfd_extended_resource: false
+    kata:
+      description: Per TEE (C(tdx), C(snp)) with Kata nodes, the one resource its RuntimeClasses request and the nodes.
+      returned: always
+      type: dict
+      sample: {tdx: {resource: devices.kubevirt.io/tdx, nodes: [tdx-1]}}
+    nfd:
+      description:
+        - Per TEE present, the NFD rule name, label, matched feature, resource and the nodes it advertises on.
+        - C(static_values) maps node names to the fixed count published instead of the feature (the SNP range of
+          AMD ciphertext hiding).
+      returned: always
+      type: dict
+    kubevirt:
+      description:
+        - C(feature_gates) KubeVirt needs, C(nodes) where virt-handler is the pool, C(tdx_nodes) among them, and
+          C(excluded_nodes) where virt-handler must not run.
+      returned: always
+      type: dict
+    kernel:
+      description:
+        - Per TEE with nodes in C(kernel) mode, the pool C(resource), the C(nodes) the agent runs on, and
+          C(kubevirt_resource) (the KubeVirt resource the admission policy keys on) where such a node runs VMIs.
+      returned: always
+      type: dict
+      sample: {tdx: {resource: tdx.intel.com/keys, nodes: [tdx-1], kubevirt_resource: devices.kubevirt.io/tdx}}
+    summary:
+      description: One line per node saying which resource is its pool and who charges it.
+      returned: always
+      type: list
+      elements: str
+    overview:
+      description:
+        - The plan for a person to read, one line per distinct decision in the order of its first node, naming the
+          first five of its nodes and counting the rest (a 5,000-node plan is a few lines, where RV(plan.summary)
+          has 5,000).
+      returned: always
+      type: list
+      elements: str
+      sample:
+        - "tdx-1, tdx-3 (2 nodes, TDX): one pool devices.kubevirt.io/tdx advertised by KubeVirt's virt-handler device
+          plugin, charged by kata and kubevirt"
+    warnings:
+      description: Advice about the plan (such as VMIs whose keys no pool counts); also emitted as module warnings.
+      returned: always
+      type: list
+      elements: str
+nodes:
+  description: Deprecated, removed in release 0.3.0; read RV(plan.nodes), the same value.
+  returned: always
+  type: dict
+kata:
+  description: Deprecated, removed in release 0.3.0; read RV(plan.kata), the same value.
+  returned: always
+  type: dict
+nfd:
+  description: Deprecated, removed in release 0.3.0; read RV(plan.nfd), the same value.
   returned: always
   type: dict
 kubevirt:
-  description:
-    - C(feature_gates) KubeVirt needs, C(nodes) where virt-handler is the pool, C(tdx_nodes) among them, and
-      C(excluded_nodes) where virt-handler must not run.
+  description: Deprecated, removed in release 0.3.0; read RV(plan.kubevirt), the same value.
   returned: always
   type: dict
 kernel:
-  description:
-    - Per TEE with nodes in C(kernel) mode, the pool C(resource), the C(nodes) the agent runs on, and
-      C(kubevirt_resource) (the KubeVirt resource the admission policy keys on) where such a node runs VMIs.
+  description: Deprecated, removed in release 0.3.0; read RV(plan.kernel), the same value.
   returned: always
   type: dict
-  sample: {tdx: {resource: tdx.intel.com/keys, nodes: [tdx-1], kubevirt_resource: devices.kubevirt.io/tdx}}
 summary:
-  description: One line per node saying which resource is its pool and who charges it.
+  description: Deprecated, removed in release 0.3.0; read RV(plan.summary), the same value.
   returned: always
   type: list
   elements: str
 overview:
-  description:
-    - The plan for a person to read, one line per distinct decision in the order of its first node, naming the
-      first five of its nodes and counting the rest (a 5,000-node plan is a few lines, where RV(summary) has 5,000).
+  description: Deprecated, removed in release 0.3.0; read RV(plan.overview), the same value.
   returned: always
   type: list
   elements: str
-  sample:
-    - "tdx-1, tdx-3 (2 nodes, TDX): one pool devices.kubevirt.io/tdx advertised by KubeVirt's virt-handler device
-      plugin, charged by kata and kubevirt"
-plan:
-  description:
-    - The whole plan (C(nodes), C(kata), C(nfd), C(kubevirt), C(summary), C(overview), C(warnings)) in one value.
-  returned: always
-  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -193,7 +231,8 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     for warning in result["warnings"]:
         module.warn(warning)
-    # Ansible reserves the key "warnings" for module.warn(); the plan's own list stays inside RV(plan).
+    # The plan once, in RV(plan). Its keys at the top level are deprecated copies until release 0.3.0 (Ansible
+    # reserves the key "warnings" for module.warn(), so the plan's own list was never among them).
     module.exit_json(changed=False, plan=result, **{k: v for k, v in result.items() if k != "warnings"})
 
 

@@ -73,17 +73,37 @@ staging:
   returned: when state is present
   type: str
   sample: /srv/gitops/.cluster.tee-staging-k2j3h4
+changes:
+  description:
+    - What the commit changed, in the shape every module of this collection returns (docs/modules.md, result
+      vocabulary).
+    - C(written) and C(removed) (full paths under O(dest); in check mode what would be), C(hidden) (how many files
+      staged mode 0600, Secrets, were written; their names are not returned), C(commands) and C(backups) (empty
+      here; no backups in a GitOps directory) and C(entries) (each other file with C(name), C(changed) and
+      C(reasons)).
+  returned: when state is committed
+  type: dict
+  sample: {"written": ["/srv/gitops/30-runtimeclass-kata-qemu-tdx.yaml"], "removed": [], "hidden": 0,
+           "commands": [], "backups": [],
+           "entries": [{"name": "/srv/gitops/30-runtimeclass-kata-qemu-tdx.yaml", "changed": true,
+                        "reasons": ["create"]}]}
 written:
-  description: Files written into O(dest) (or that would be), relative to it; files staged mode 0600 are only counted.
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.written) (full paths).
+    - Files written into O(dest) (or that would be), relative to it; files staged mode 0600 are only counted.
   returned: when state is committed
   type: list
   elements: str
 written_private:
-  description: How many files staged mode 0600 (Secrets) were written.
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.hidden).
+    - How many files staged mode 0600 (Secrets) were written.
   returned: when state is committed
   type: int
 removed:
-  description: Manifests this collection wrote that were removed from O(dest) (or would be).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.removed) (full paths).
+    - Manifests this collection wrote that were removed from O(dest) (or would be), relative to it.
   returned: when state is committed
   type: list
   elements: str
@@ -96,6 +116,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common import man
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import Changes
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import local_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import recorded_changes
 
 
 def commit(module, dest, staging):
@@ -115,6 +136,7 @@ def commit(module, dest, staging):
     shown = [w["file"] for w in writes if w["mode"] & 0o077]
     return {
         "changed": bool(writes or removals),
+        "changes": recorded_changes(changes, hide_secret_names=True),
         "written": shown,
         "written_private": len(writes) - len(shown),
         "removed": removals,

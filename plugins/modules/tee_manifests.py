@@ -78,19 +78,38 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+changes:
+  description:
+    - What changed, in the shape every module of this collection returns (docs/modules.md, result vocabulary).
+    - C(written) and C(removed) (full paths under O(dest), or under O(staged_for) when given; in check mode what
+      would be), C(hidden) (how many O(secret_files) were written; their names are not returned), C(commands) and
+      C(backups) (empty here; no backups in a GitOps directory) and C(entries) (each file but the Secrets written,
+      with C(name), C(changed) and C(reasons)).
+  returned: always
+  type: dict
+  sample: {"written": ["/srv/gitops/30-runtimeclass-kata-qemu-tdx.yaml"], "removed": [], "hidden": 2,
+           "commands": [], "backups": [],
+           "entries": [{"name": "/srv/gitops/30-runtimeclass-kata-qemu-tdx.yaml", "changed": true,
+                        "reasons": ["create"]}]}
 written:
-  description: Files written (or that would be, in check mode).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.written) (full paths).
+    - Files written (or that would be, in check mode), by name.
   returned: always
   type: list
   elements: str
   sample: [30-runtimeclass-kata-qemu-tdx.yaml]
 written_secrets:
-  description: How many O(secret_files) were written (or would be); their names are not returned.
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.hidden).
+    - How many O(secret_files) were written (or would be); their names are not returned.
   returned: always
   type: int
   sample: 2
 removed:
-  description: Files removed (or that would be).
+  description:
+    - Deprecated, removed in release 0.3.0; read C(changes.removed) (full paths).
+    - Files removed (or that would be), by name.
   returned: always
   type: list
   elements: str
@@ -103,6 +122,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.changes im
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import local_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.manifests import ManifestError, plan_directory
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import recorded_changes
 
 
 def _read_directory(dest):
@@ -169,6 +189,9 @@ def main() -> None:
         module.fail_json(msg=changes.redact("cannot update %s: %s" % (dest, exc)))
     module.exit_json(
         changed=bool(writes or removals),
+        changes=recorded_changes(
+            changes, hide_secret_names=True, name=lambda path: os.path.join(shown_dest, os.path.relpath(path, dest))
+        ),
         written=[w["file"] for w in writes if w["file"] not in secrets],
         written_secrets=len([w for w in writes if w["file"] in secrets]),
         removed=removals,

@@ -54,9 +54,9 @@ from ansible_collections.confidential.tee.plugins.module_utils.attestation.regis
     registration_status,
 )
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import FAIL, PASS, SKIP, check_record
 from ansible_collections.confidential.tee.plugins.module_utils.common.tee import QGS_SOCKET
 
-PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 QCNL_CACHE = "var/opt/qgsd/.dcap-qcnl"
 VMADDR_CID_HOST = 2
 
@@ -86,7 +86,8 @@ class ChainRequest:
 
 
 def result(link: str, status: str, message: str, fix: str | None = None, **details) -> dict:
-    return {"link": link, "status": status, "message": message, "fix": fix, "details": details}
+    """One link as the collection's check record (``name`` is the link); ``link`` repeats it until 0.3.0."""
+    return check_record(link, status, message, fix, details=details, link=link)
 
 
 class Chain:
@@ -604,7 +605,7 @@ def summarize(results: list[dict]) -> dict:
 def report_lines(results: list[dict]) -> list[str]:
     lines = []
     for item in results:
-        lines.append(f"{item['status']} {item['link']}: {item['message']}")
+        lines.append(f"{item['status']} {item['name']}: {item['message']}")
         if item["fix"] and item["status"] == FAIL:
             lines.append(f"     fix: {item['fix']}")
     return lines

@@ -63,7 +63,7 @@ def _headline(report) -> str:
 
 
 def _failed_checks(node) -> list[dict]:
-    return [c for s in node["sections"] for c in s["checks"] if c["verdict"] == "FAIL"]
+    return [c for s in node["sections"] for c in s["checks"] if c["status"] == "FAIL"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def render_markdown(report) -> str:
         if node["error"]:
             lines.append("- %s" % _md(node["error"]))
         for item in _failed_checks(node):
-            lines.append("- **%s** %s. Fix: %s" % (_md(item["id"]), _md(item["detail"]), _md(item["remediation"])))
+            lines.append("- **%s** %s. Fix: %s" % (_md(item["name"]), _md(item["message"]), _md(item["fix"])))
         if not node["error"] and not _failed_checks(node):
             lines += ["- %s" % _md(reason) for reason in node["blocking"]]
         lines.append("")
@@ -276,7 +276,7 @@ def _not_ready_html(node) -> str:
     for check in _failed_checks(node):
         items.append(
             '<li><b>%s</b> %s<div class="fix"><b>Fix:</b> %s</div></li>'
-            % (_e(check["id"]), _e(check["detail"]), _e(check["remediation"]))
+            % (_e(check["name"]), _e(check["message"]), _e(check["fix"]))
         )
     if not items:
         items = ["<li>%s</li>" % _e(reason) for reason in node["blocking"]]

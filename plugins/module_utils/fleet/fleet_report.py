@@ -116,7 +116,7 @@ def _cpu_tee_present(facts, preflight) -> bool:
     wanted = TEE_SECTION.get((facts or {}).get("tee_vendor"))
     section = next((s for s in preflight.get("sections") or [] if s.get("id") == wanted), None)
     checks = (section or {}).get("checks") or []
-    return bool(checks) and checks[0].get("verdict") == "PASS"
+    return bool(checks) and checks[0].get("status", checks[0].get("verdict")) == "PASS"  # verdict: before 0.2.0
 
 
 def tee_label(facts, preflight, gpu) -> str | None:
@@ -131,8 +131,23 @@ def tee_label(facts, preflight, gpu) -> str | None:
     return "%s; no CPU TEE" % gpu_cc
 
 
+# A preflight check's names before the check record (tee_host_info before release 0.2.0): record name -> old name.
+_OLD_CHECK_NAMES = {"name": "id", "status": "verdict", "message": "detail", "fix": "remediation"}
+
+
+def _with_record_names(preflight: dict) -> dict:
+    """``preflight`` whose checks all carry the check record's names, also when it was registered by a release
+    that returned only the old ones (until 0.3.0, when those are no longer returned)."""
+    sections = [
+        dict(section, checks=[{**{new: c.get(old) for new, old in _OLD_CHECK_NAMES.items()}, **c} for c in checks])
+        for section in preflight.get("sections") or []
+        for checks in [section.get("checks") or []]
+    ]
+    return dict(preflight, sections=sections) if sections else preflight
+
+
 def _node_entry(host, facts, error, drift) -> dict:
-    preflight = (facts or {}).get("preflight") or {}
+    preflight = _with_record_names((facts or {}).get("preflight") or {})
     kernel = (facts or {}).get("kernel") or {}
     findings = sorted(drift["findings"], key=lambda f: (SEVERITY_ORDER.get(f["severity"], 9), f["id"]))
     preflight_verdict = preflight.get("verdict") if facts else "UNKNOWN"
@@ -158,8 +173,13 @@ def _node_entry(host, facts, error, drift) -> dict:
         "pools": {r: drift["pools"][r] for r in MISC_RESOURCES if _pool_has_data(drift["pools"][r])},
         "findings": findings,
         "problems": drift["problems"],
-        "warnings": [w.get("problem") for w in (facts or {}).get("warnings") or []],
+        # A host's problems (the name tee_host_info returned as "warnings" before release 0.2.0).
+        "warnings": [w.get("problem") for w in _host_problems(facts or {})],
     }
+
+
+def _host_problems(facts) -> list:
+    return facts.get("problems", facts.get("warnings")) or []
 
 
 def _gpu_summary(facts) -> dict | None:

@@ -20,6 +20,7 @@ from ansible_collections.confidential.tee.plugins.module_utils.common.changes im
 from ansible_collections.confidential.tee.plugins.module_utils.common.emit import json as emit_json
 from ansible_collections.confidential.tee.plugins.module_utils.common.errors import TeeError
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import local_host
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import PROBLEMS, recorded_changes
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_render import render_html, render_markdown
 from ansible_collections.confidential.tee.plugins.module_utils.fleet.fleet_report import (
     all_findings,
@@ -65,7 +66,8 @@ MAX_JSON_BYTES = 512 * 1024 * 1024
 class ReportError(Exception):
     """Input the report cannot be built from, or files it could not write; the message says what and where."""
 
-    files = None  # the files planned when a write failed
+    files = None  # the files planned when a write failed (deprecated: changes)
+    changes = None  # the changes value of the files planned when a write failed
 
 
 def read_kubernetes_dir(directory):
@@ -199,15 +201,17 @@ def run_report(params, check_mode, diff):
     except (TeeError, OSError) as exc:
         error = ReportError("cannot write the report under %s: %s" % (params["dest"], exc))
         error.files = writer.files
+        error.changes = recorded_changes(writer.changes)
         raise error from None
     result = dict(
         changed=any(f["changed"] for f in writer.files),
-        files=writer.files,
+        changes=recorded_changes(writer.changes),
+        files=writer.files,  # deprecated: changes.entries, and each file's format from its name (0.3.0)
         summary=report["summary"],
         findings=all_findings(report["nodes"], report["fleet_findings"]),
-        problems=all_problems(report),
         textfiles=writer.textfiles,
     )
+    result[PROBLEMS] = all_problems(report)
     if diff:
         result["diff"] = writer.diffs
     return result

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import FAIL, PASS, check_record
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import (
     MiscState,
     canonical_resource,
@@ -71,7 +72,8 @@ class CheckResult:
     message: str
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "ok": self.ok, "message": self.message}
+        """The collection's check record: PASS or FAIL (a capacity check never skips), no fix of its own."""
+        return check_record(self.name, PASS if self.ok else FAIL, self.message)
 
 
 @dataclass

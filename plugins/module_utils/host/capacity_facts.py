@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, Problem
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import PROBLEMS
 from ansible_collections.confidential.tee.plugins.module_utils.host.misc_cgroup import (
     KNOWN_RESOURCES,
     RESOURCE_ALIASES,
@@ -64,9 +65,10 @@ def capacity_facts(
         "resources": reported,
         "unknown_resources": {name: state.resources[name].as_dict() for name in state.unknown_resources},
         "resource_aliases": dict(RESOURCE_ALIASES),
-        "issues": [issue.as_dict() for issue in state.issues],
         "notes": list(state.notes),
     }
+    # The one name of a problem list; "issues" is the same list, deprecated (returned until release 0.3.0).
+    result[PROBLEMS] = result["issues"] = [issue.as_dict() for issue in state.issues]
     if cgroups:
         result["cgroups"] = [cgroup.as_dict() for cgroup in state.cgroups]
     return result
@@ -102,7 +104,7 @@ def state_from_facts(facts: dict) -> MiscState:
         )
     issues = [
         Problem(str(issue.get("path", "")), str(issue.get("problem", "")), issue.get("line_number"), issue.get("line"))
-        for issue in facts.get("issues") or []
+        for issue in facts.get(PROBLEMS, facts.get("issues")) or []
         if isinstance(issue, dict)
     ]
     # Only the resources the result carries are known; a missing one was not read, so it stays unknown.

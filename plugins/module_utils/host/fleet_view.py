@@ -19,11 +19,12 @@ def _pick(mapping, keys) -> dict:
 
 def fleet_view(host: dict) -> dict:
     """The facts ``fleet_report`` reads from one host (kernel, vendor, GPU summary, misc cgroup, TDX key register
-    summary, warnings' problems, the whole preflight verdict)."""
+    summary, problems (their text only), the whole preflight verdict)."""
     capacity = host.get("capacity") or {}
     registers = host.get("hardware_keys") or {}
     gpu = host.get("gpu") or {}
     preflight = host.get("preflight")
+    problems = [_pick(w, ("problem",)) for w in host.get("problems", host.get("warnings")) or []]
     return {
         "kernel": _pick(host.get("kernel") or {}, ("release", "version")),
         "tee_vendor": host.get("tee_vendor"),
@@ -33,6 +34,8 @@ def fleet_view(host: dict) -> dict:
             _pick(registers, ("tdx_misc_resource", "tdx_misc_reason")),
             tdx=_pick(registers.get("tdx") or {}, ("readable", "tdx_guest_keyids")),
         ),
-        "warnings": [_pick(w, ("problem",)) for w in host.get("warnings") or []],
+        # The same list twice until release 0.3.0: "warnings" is its deprecated name.
+        "problems": problems,
+        "warnings": problems,
         "preflight": preflight if isinstance(preflight, dict) else None,
     }

@@ -378,5 +378,6 @@ def gather_host_facts(reader: HostReader, gpu=None, qgs_socket=QGS_SOCKET):
     else:
         facts["gpu"], gpu_warnings = gpu
         warnings += [Problem(w["path"], w["problem"]).as_dict() for w in gpu_warnings]
-    facts["warnings"] = warnings
+    # The one name of a problem list; "warnings" is the same list, deprecated (returned until release 0.3.0).
+    facts["problems"] = facts["warnings"] = warnings
     return facts

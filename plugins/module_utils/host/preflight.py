@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee, tee_registry
 from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
+from ansible_collections.confidential.tee.plugins.module_utils.common.results import FAIL, PASS, SKIP, check_record
 from ansible_collections.confidential.tee.plugins.module_utils.host.capacity_facts import capacity_facts
 from ansible_collections.confidential.tee.plugins.module_utils.host.hardware_keys import gather_hardware_keys
 from ansible_collections.confidential.tee.plugins.module_utils.host.readiness import (
@@ -34,7 +35,6 @@ from ansible_collections.confidential.tee.plugins.module_utils.host.readiness im
 )
 from ansible_collections.confidential.tee.plugins.module_utils.host.sev_asids import sev_asid_split
 
-PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI base class + subclass: VGA (0x0300) and 3D (0x0302) controllers are GPUs, 0x0680 an NVSwitch.
 NVIDIA_PCI_CLASSES = ("0x0300", "0x0302", "0x0680")
@@ -44,17 +44,25 @@ TEE_SECTION = tee_registry.per_vendor(lambda t: t.preflight)
 
 
 def check(check_id, title, verdict, detail, remediation=None, source=None) -> dict:
-    """One check; a FAIL without a remediation is a bug in this module."""
+    """One check as the collection's check record (``name`` the id, ``status`` the verdict, ``message`` the detail,
+    ``fix`` the remediation), with its ``title`` and ``source``; a FAIL without a remediation is a bug in this module.
+    ``id``, ``verdict``, ``detail`` and ``remediation`` repeat the record under their old names until release 0.3.0.
+    """
     if verdict == FAIL and not remediation:
         raise ValueError("check %s fails without a remediation" % check_id)
-    return {
-        "id": check_id,
-        "title": title,
-        "verdict": verdict,
-        "detail": detail,
-        "remediation": remediation if verdict == FAIL else None,
-        "source": source,
-    }
+    fix = remediation if verdict == FAIL else None
+    return check_record(
+        check_id,
+        verdict,
+        detail,
+        fix,
+        title=title,
+        source=source,
+        id=check_id,
+        verdict=verdict,
+        detail=detail,
+        remediation=fix,
+    )
 
 
 def combine(verdicts) -> str:
@@ -69,7 +77,7 @@ def section(section_id, title, checks, skipped=None) -> dict:
     return {
         "id": section_id,
         "title": title,
-        "verdict": SKIP if skipped else combine(c["verdict"] for c in checks),
+        "verdict": SKIP if skipped else combine(c["status"] for c in checks),
         "reason": skipped,
         "checks": [] if skipped else checks,
     }
@@ -217,7 +225,7 @@ def tdx_section(facts, capacity, hardware) -> dict:
     if skipped:
         return section("tdx", "Intel TDX", [], skipped)
     cpu_check = _tdx_cpu_check(facts)
-    if cpu_check["verdict"] == FAIL and facts["cpu"]["flags"]["hypervisor"]:
+    if cpu_check["status"] == FAIL and facts["cpu"]["flags"]["hypervisor"]:
         # A virtual machine cannot host TDs: the kernel, KVM and key checks would only add noise.
         why = "not evaluated: a virtual machine cannot host TDX guests"
         rest = [
@@ -633,8 +641,8 @@ def _ready(vendor, sections) -> tuple[bool, list[str]]:
         return False, ["preflight has no checks for %s yet" % tee_registry.by_vendor(vendor).name]
     blocking = []
     for item in by_id[wanted]["checks"] + by_id["keys"]["checks"]:
-        if item["verdict"] == FAIL or (item["verdict"] == SKIP and item["id"] != "keys.free"):
-            blocking.append("%s %s: %s" % (item["id"], item["verdict"], item["detail"]))
+        if item["status"] == FAIL or (item["status"] == SKIP and item["name"] != "keys.free"):
+            blocking.append("%s %s: %s" % (item["name"], item["status"], item["message"]))
     return not blocking, blocking
 
 
@@ -650,7 +658,7 @@ def preflight_verdict(facts, capacity, hardware, min_free_keys=1, attestation=No
         attestation_section(attestation),
     ]
     ready, blocking = _ready(facts.get("tee_vendor"), sections)
-    verdicts = [c["verdict"] for s in sections for c in s["checks"]]
+    verdicts = [c["status"] for s in sections for c in s["checks"]]
     result = {
         "verdict": combine(s["verdict"] for s in sections),
         "ready": ready,
@@ -711,7 +719,7 @@ def format_table(verdict) -> list[str]:
         head = "%-4s  %s" % (item["verdict"], item["title"])
         lines += _wrap(head + (": " if item["reason"] else ""), item["reason"] or "", 6)
         for entry in item["checks"]:
-            lines += _wrap("  %-4s  %-38s " % (entry["verdict"], entry["title"]), entry["detail"], 47)
-            if entry["remediation"]:
-                lines += _wrap("        fix: ", entry["remediation"], 13)
+            lines += _wrap("  %-4s  %-38s " % (entry["status"], entry["title"]), entry["message"], 47)
+            if entry["fix"]:
+                lines += _wrap("        fix: ", entry["fix"], 13)
     return lines

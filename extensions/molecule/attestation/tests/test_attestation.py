@@ -65,7 +65,7 @@ def check_chain(tmp_path: Path, name: str, qcnl: dict | None = None) -> dict:
     result = json.loads(completed.stdout)["plays"][0]["tasks"][-1]["hosts"][INSTANCE]
     REPORTS.mkdir(parents=True, exist_ok=True)
     (REPORTS / f"{name}.txt").write_text("\n".join(result["report"]) + "\n")
-    return {item["link"]: item for item in result["checks"]}
+    return {item["name"]: item for item in result["checks"]}
 
 
 def plain(host, path: str, user: str, group: str, mode: int) -> str:

@@ -57,9 +57,12 @@ def test_converge_then_idempotent(tmp_path, module_result):
     assert first["configured"] == ["console=ttyS0", "iommu=pt", "kvm_intel.tdx=1", "nohibernate", "quiet"]
     assert first["running"] == []  # only managed names are returned: the rest may carry credentials
     assert first["configured_facts"]["nohibernate"] is True and first["configured_facts"]["verdict"]["tdx"]["ready"]
-    assert len(first["backups"]) == 0  # only a new drop-in was written
+    assert first["changes"]["backups"] == first["backups"] == []  # only a new drop-in was written
+    assert first["changes"]["written"] == [f"{root}/etc/default/grub.d/90-tdx-host.cfg"]
+    assert first["changes"]["commands"] == [a["description"] for a in first["actions"] if a["kind"] == "command"]
     second = module_result(request)
-    assert second["changed"] is False and second["actions"] == [] and second["_calls"] == []
+    assert second["changed"] is False and second["_calls"] == []
+    assert second["changes"]["written"] == second["changes"]["commands"] == second["actions"] == []
     assert second["reboot_required"] is True  # still not running what is configured
 
 
@@ -79,6 +82,8 @@ def test_check_mode_and_diff_change_nothing(tmp_path, module_result):
     assert result["changed"] is True and result["_calls"] == []
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     assert [a["kind"] for a in result["actions"]] == ["write", "write", "command"]
+    assert result["changes"]["written"] == [f"{root}/etc/default/grub", f"{root}/etc/default/grub.d/tee.cfg"]
+    assert len(result["changes"]["commands"]) == 1 and result["changes"]["backups"] == []
     token_diff = result["diff"][0]
     assert token_diff["before"] == "console=ttyS0\niommu=pt\nquiet\n"
     assert token_diff["after"] == "console=ttyS0\nnohibernate\nquiet\n"
@@ -96,7 +101,7 @@ def test_running_kernel_already_has_it(tmp_path, module_result):
 def test_backup_disabled(tmp_path, module_result):
     root = grub_tree(tmp_path)
     result = module_result({"host_root": root, "absent": ["iommu"], "backup": False})
-    assert result["changed"] is True and result["backups"] == []
+    assert result["changed"] is True and result["changes"]["backups"] == result["backups"] == []
     assert not list((tmp_path / "etc/default").glob("grub.*~"))
 
 
@@ -173,6 +178,9 @@ def test_requests_check_mode_diff_then_one_update(tmp_path, module_result):
     applied = module_result({"host_root": root, "requests": REQUESTS, "_ansible_diff": True})
     assert applied["_calls"] == [["chroot", root, "/usr/sbin/update-grub"]]  # one boot update for both
     assert applied["actions"] == planned["actions"] and applied["diff"] == planned["diff"]
+    assert {k: v for k, v in applied["changes"].items() if k != "backups"} == {
+        k: v for k, v in planned["changes"].items() if k != "backups"
+    }
     assert applied["reboot_required"] is True
     assert sorted(applied["running"]) == []
     assert module_result({"host_root": root, "requests": REQUESTS})["changed"] is False

@@ -62,9 +62,12 @@ def test_writes_the_file_reports_the_kernel_and_is_idempotent(tmp_path, run_modu
     assert first["modules"] == {"vhost_vsock": True, "vsock_loopback": False}
     assert first["loaded"] == [] and first["kept"] is None
     second = run_module(kernel_modules, args(root, content=CONTENT))
-    assert not second["changed"] and second["files"] == [
-        {"path": "/etc/modules-load.d/vsock.conf", "changed": False, "reasons": []}
+    assert not second["changed"] and second["changes"]["entries"] == [
+        {"name": f"{root}/etc/modules-load.d/vsock.conf", "changed": False, "reasons": []}
     ]
+    assert first["changes"]["written"] == [f"{root}/etc/modules-load.d/vsock.conf"]
+    # The deprecated name (until release 0.3.0) says the same, by the path on the host.
+    assert second["files"] == [{"path": "/etc/modules-load.d/vsock.conf", "changed": False, "reasons": []}]
 
 
 def test_default_content_is_one_module_a_line(tmp_path, run_module):
@@ -120,7 +123,8 @@ def test_absent_removes_only_the_file_this_task_writes(tmp_path, run_module):
     run_module(kernel_modules, args(root, content=CONTENT))
     removed = run_module(kernel_modules, args(root, content=CONTENT, state="absent"))
     assert removed["changed"] and not (root / "etc/modules-load.d/vsock.conf").exists()
-    assert removed["files"][0]["reasons"] == ["remove"]
+    assert removed["changes"]["entries"][0]["reasons"] == ["remove"]
+    assert removed["changes"]["removed"] == [f"{root}/etc/modules-load.d/vsock.conf"]
     nothing = run_module(kernel_modules, args(root, content=CONTENT, state="absent"))
     assert not nothing["changed"] and nothing["kept"] is None
 
@@ -174,7 +178,8 @@ def test_requests_write_every_file_and_load_with_one_modprobe(tmp_path, run_modu
     assert (tmp_path / "vfio.conf").read_text() == "vfio\nvfio_iommu_type1\nvfio_pci\n"
     assert kernel.calls == [["/usr/sbin/modprobe", "-a", "--", "vsock_loopback", "vfio_iommu_type1", "vfio_pci"]]
     assert result["modules"] == dict.fromkeys(VSOCK + VFIO, True)
-    assert [record["path"] for record in result["files"]] == [str(tmp_path / "vsock.conf"), str(tmp_path / "vfio.conf")]
+    assert result["changes"]["written"] == [str(tmp_path / "vsock.conf"), str(tmp_path / "vfio.conf")]
+    assert result["changes"]["commands"] == ["load vsock_loopback, vfio_iommu_type1, vfio_pci"]
     again = run_module(kernel_modules, two_requests(tmp_path))
     assert not again["changed"] and len(kernel.calls) == 1
 

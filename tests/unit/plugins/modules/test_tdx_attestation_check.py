@@ -31,7 +31,9 @@ def test_report_only(run_module, tree):
     args = {"host_root": str(tree), "dcap_version": "1.23", "fail_on_fail": False, "timeout": 2, "registration": "none"}
     result = run_module(tdx_attestation_check, args)
     assert result["failed"] is False and result["summary"]["fail"] >= 1
-    links = {item["link"]: item["status"] for item in result["checks"]}
+    links = {item["name"]: item["status"] for item in result["checks"]}
+    assert all(item["link"] == item["name"] for item in result["checks"])  # link: deprecated until 0.3.0
+    assert all(item["ok"] == (item["status"] != "FAIL") for item in result["checks"])
     assert links["qgs_config"] == "PASS" and links["registration"] == "SKIP"  # 1.23: port = 0 is the socket
 
 

@@ -35,7 +35,13 @@ def test_min_free_failure_says_what_where_and_how(tdx_host, run_module):
     assert result["failed"]
     assert "only 3 of 63 keys free" in result["msg"] and CG in result["msg"]
     assert "stop unused guests" in result["msg"]
-    assert result["checks"][-1] == {"name": "min_free", "ok": False, "message": result["msg"]}
+    assert result["checks"][-1] == {
+        "name": "min_free",
+        "status": "FAIL",
+        "ok": False,
+        "message": result["msg"],
+        "fix": None,
+    }
 
 
 def test_zero_tdx_capacity_points_at_dmesg_bios_and_kernel(fs, run_module):

@@ -49,7 +49,8 @@ def test_malformed_lines_warn_and_stay_unknown(fs, run_module):
     fs.create_file(f"{CG}/misc.current", contents="tdx 5\n")
     result = run_module(tee_capacity_info, {"host_root": "/host"})
     assert result["resources"]["tdx"]["capacity"] is None and result["resources"]["tdx"]["free"] is None
-    assert result["issues"][0]["line_number"] == 1
+    assert result["problems"][0]["line_number"] == 1
+    assert result["issues"] == result["problems"]  # the deprecated name, until release 0.3.0
     assert any("misc.capacity:1" in w and "not a decimal integer" in w for w in result["warnings"])
 
 

@@ -41,6 +41,11 @@ def test_nothing_differs_nothing_is_sent():
     result = mod.run(Module(), cluster, [NODE, OTHER])
     assert cluster.calls == [("read", 2)]
     assert result["changed"] is False and result["writes"] == 0
+    assert result["changes"]["written"] == result["changes"]["removed"] == []
+    assert result["changes"]["entries"] == [
+        {"name": "Node/gpu-1", "changed": False, "reasons": ["unchanged"]},
+        {"name": "Node/gpu-2", "changed": False, "reasons": ["unchanged"]},
+    ]
 
 
 def test_every_differing_object_is_dry_run_before_the_first_write_and_read_back():
@@ -55,6 +60,7 @@ def test_every_differing_object_is_dry_run_before_the_first_write_and_read_back(
         ("write", "Node/gpu-2"),
         ("read", 2),
     ]
+    assert result["changes"]["written"] == ["Node/gpu-1", "Node/gpu-2"]
     assert result["writes"] == 2 and [d["before_header"] for d in result["diff"]] == ["Node/gpu-1", "Node/gpu-2"]
     assert '"off"' in result["diff"][1]["before"] and '"on"' in result["diff"][1]["after"]
 
@@ -70,5 +76,17 @@ def test_one_refused_dry_run_writes_none_and_check_mode_writes_nothing():
     cluster = Recorder({"Node/gpu-1": {**NODE, "metadata": {"name": "gpu-1"}}})
     result = mod.run(Module(check_mode=True), cluster, [NODE])
     assert result["changed"] is True and result["writes"] == 0
+    assert result["changes"]["written"] == ["Node/gpu-1"]  # what would be sent
     assert cluster.calls == [("read", 1), ("dry run", "Node/gpu-1")]
     assert plan_step(NODE, cluster.live["Node/gpu-1"], "patched", "confidential-tee").writes
+
+
+def test_a_deletion_is_named_among_the_removed():
+    cluster = Recorder({"Node/gpu-1": NODE})
+    cluster.state = "absent"
+    result = mod.run(Module(check_mode=True), cluster, [NODE, OTHER])
+    assert result["changes"]["removed"] == ["Node/gpu-1"] and result["changes"]["written"] == []
+    assert [entry["reasons"] for entry in result["changes"]["entries"]] == [
+        [step["action"]] for step in result["objects"]
+    ]
+    assert result["changes"]["entries"][0] == {"name": "Node/gpu-1", "changed": True, "reasons": ["delete"]}

@@ -62,7 +62,11 @@ def test_writes_every_format_then_changes_nothing(run_module, tmp_path, fleet):
     assert json.loads((dest / "report.json").read_text())["summary"] == summary
     assert oct((dest / "report.html").stat().st_mode & 0o777) == "0o644"
     second = run_module(tee_fleet_report, args(dest, fleet))
-    assert second["changed"] is False and not any(f["changed"] for f in second["files"])
+    assert second["changed"] is False and not any(f["changed"] for f in second["changes"]["entries"])
+    assert first["changes"]["written"] == [f["path"] for f in first["files"]]  # files: deprecated until 0.3.0
+    assert second["changes"]["written"] == [] and [e["name"] for e in second["changes"]["entries"]] == [
+        f["path"] for f in second["files"]
+    ]
 
 
 def test_check_mode_writes_nothing_and_diffs_the_markdown(run_module, tmp_path, fleet):

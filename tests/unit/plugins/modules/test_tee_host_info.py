@@ -161,7 +161,8 @@ def test_bad_nvidia_smi_path_is_a_warning(capsys, tmp_path):
     code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": missing})
     assert code == 0
     problem = "nvidia_smi_path is not an executable file: fix the path or set gather_gpu: false"
-    assert result["host"]["warnings"] == [{"path": missing, "problem": problem, "line_number": None, "line": None}]
+    assert result["host"]["warnings"] == result["host"]["problems"]  # deprecated name, until release 0.3.0
+    assert result["host"]["problems"] == [{"path": missing, "problem": problem, "line_number": None, "line": None}]
     assert warning_messages(result) == [f"{missing}: {problem}"]
 
 
@@ -170,7 +171,7 @@ def test_hanging_and_failing_nvidia_smi_are_warnings(capsys, tmp_path, nvidia_sm
     monkeypatch.setenv("FAKE_SMI_MODE", "hang")
     code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 1})
     assert code == 0
-    problems = [warning["problem"] for warning in result["host"]["warnings"]]
+    problems = [warning["problem"] for warning in result["host"]["problems"]]
     assert problems == ["timed out: killed after gpu_timeout seconds without finishing"]
     # -f still answered, so the CC state is known even though -q timed out.
     assert result["host"]["gpu"]["cc_enabled"] is True and result["host"]["gpu"]["ready"] is True
@@ -194,7 +195,7 @@ def test_nvidia_smi_output_is_bounded(capsys, tmp_path, nvidia_smi, monkeypatch)
     monkeypatch.setenv("FAKE_SMI_MODE", "flood")
     code, result = run_main(capsys, {"host_root": str(root), "nvidia_smi_path": nvidia_smi, "gpu_timeout": 20})
     assert code == 0
-    problems = [warning["problem"] for warning in result["host"]["warnings"]]
+    problems = [warning["problem"] for warning in result["host"]["problems"]]
     assert any(problem.startswith("printed more than 4194304 bytes") for problem in problems)
 
 
@@ -281,7 +282,14 @@ def test_preflight_in_the_same_round_trip(capsys, tmp_path):
     host = result["host"]
     preflight = host["preflight"]
     keys = next(s for s in preflight["sections"] if s["id"] == "keys")["checks"][0]
-    assert keys["verdict"] == "FAIL" and keys["detail"] == "tdx: 1 of 63 free (62 in use)" and keys["remediation"]
+    assert keys["status"] == "FAIL" and keys["ok"] is False and keys["fix"]
+    assert keys["name"] == "keys.free" and keys["message"] == "tdx: 1 of 63 free (62 in use)"
+    # The old names of the check record (until release 0.3.0) say the same.
+    checks = [check for section in preflight["sections"] for check in section["checks"]]
+    assert checks and all(
+        (c["id"], c["verdict"], c["detail"], c["remediation"]) == (c["name"], c["status"], c["message"], c["fix"])
+        for c in checks
+    )
     assert preflight["ready"] is False and preflight["table"][0].startswith("FAIL  NOT READY for TDX guests")
     assert host["capacity"]["cgroups"][0]["events"] == {"tdx": 3}
     assert "ansible_facts" not in result  # registered instead: the facts twice would double the data

@@ -29,6 +29,10 @@ def test_stage_commit_and_check_mode(tmp_path, run_module):
         os.remove(os.path.join(staging, "30-gone.yaml"))
         args = {"dest": str(dest), "staging": staging, "state": "committed", "_ansible_diff": True}
         result = run_module(tee_manifest_stage, args, check_mode=check)
+        assert result["changes"]["written"] == [f"{dest}/20-a.yaml"] and result["changes"]["removed"] == [
+            f"{dest}/30-gone.yaml"
+        ]
+        # The deprecated names (until release 0.3.0) say the same, relative to dest.
         assert result["changed"] and result["written"] == ["20-a.yaml"] and result["removed"] == ["30-gone.yaml"]
         assert not os.path.exists(staging)  # the stage is gone either way
         if check:

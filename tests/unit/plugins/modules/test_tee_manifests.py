@@ -27,7 +27,10 @@ def test_writes_prunes_and_is_idempotent(tmp_path, run_module):
     args = {"dest": str(dest), "owner": "kata_runtimeclasses", "files": files}
 
     planned = run_module(tee_manifests, args, check_mode=True)
-    assert planned["changed"] and planned["written"] == ["30-runtimeclass-kata-qemu-tdx.yaml"]
+    assert planned["changed"] and planned["changes"]["written"] == [f"{dest}/30-runtimeclass-kata-qemu-tdx.yaml"]
+    assert planned["changes"]["removed"] == [f"{dest}/30-runtimeclass-old.yaml"]
+    # The deprecated names (until release 0.3.0) say the same, by file name.
+    assert planned["written"] == ["30-runtimeclass-kata-qemu-tdx.yaml"]
     assert planned["removed"] == ["30-runtimeclass-old.yaml"]
     assert sorted(os.listdir(dest)) == ["20-nodefeaturerule-x.yaml", "30-runtimeclass-old.yaml", "99-mine.yaml"]
 
@@ -39,7 +42,7 @@ def test_writes_prunes_and_is_idempotent(tmp_path, run_module):
     ]
     assert (dest / "30-runtimeclass-kata-qemu-tdx.yaml").stat().st_mode & 0o777 == 0o644
     again = run_module(tee_manifests, args)
-    assert again["changed"] is False and again["written"] == [] and again["removed"] == []
+    assert again["changed"] is False and again["changes"]["written"] == [] and again["changes"]["removed"] == []
 
 
 def test_creates_the_directory_and_diffs(tmp_path, run_module):
@@ -73,12 +76,28 @@ def test_secrets_written_private_and_never_shown(tmp_path, run_module):
         "_ansible_diff": True,
     }
     done = run_module(tee_manifests, args)
+    assert done["changes"]["written"] == [f"{dest}/00-namespace-ns.yaml"] and done["changes"]["hidden"] == 1
     assert done["written"] == ["00-namespace-ns.yaml"] and done["written_secrets"] == 1
+    assert "05-secret" not in str({key: value for key, value in done.items() if key != "diff"})
     assert (dest / "05-secret-ns-pccs-config.yaml").stat().st_mode & 0o777 == 0o600
     assert "c2VjcmV0LXZhbHVl" not in str(done) and "content not shown, sha256" in str(done["diff"])
     (dest / "05-secret-ns-pccs-config.yaml").chmod(0o644)
     changed = dict(secret, content=secret["content"].replace("c2VjcmV0LXZhbHVl", "b3RoZXI="))
     again = run_module(tee_manifests, dict(args, secret_files=[changed]))
-    assert again["written_secrets"] == 1 and (dest / "05-secret-ns-pccs-config.yaml").stat().st_mode & 0o777 == 0o600
+    assert (
+        again["changes"]["hidden"] == again["written_secrets"] == 1
+        and (dest / "05-secret-ns-pccs-config.yaml").stat().st_mode & 0o777 == 0o600
+    )
     pruned = run_module(tee_manifests, dict(args, secret_files=[]))
-    assert pruned["removed"] == ["05-secret-ns-pccs-config.yaml"] and "b3RoZXI=" not in str(pruned)
+    assert pruned["changes"]["removed"] == [f"{dest}/05-secret-ns-pccs-config.yaml"] and "b3RoZXI=" not in str(pruned)
+    assert pruned["removed"] == ["05-secret-ns-pccs-config.yaml"]
+
+
+def test_a_staged_write_is_named_where_it_will_land(tmp_path, run_module):
+    stage, final = tmp_path / "stage", tmp_path / "gitops"
+    files = [{"file": "10-configmap-a.yaml", "content": manifest("o", "kind: ConfigMap\n")}]
+    args = {"dest": str(stage), "owner": "o", "files": files, "staged_for": str(final)}
+    result = run_module(tee_manifests, args, check_mode=True)
+    assert (stage / "10-configmap-a.yaml").exists()  # a stage is written in check mode too
+    assert result["changes"]["written"] == [f"{final}/10-configmap-a.yaml"]
+    assert [entry["name"] for entry in result["changes"]["entries"]] == [f"{final}/10-configmap-a.yaml"]

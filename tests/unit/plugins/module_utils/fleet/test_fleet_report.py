@@ -203,6 +203,37 @@ def test_compact_result_keeps_what_the_report_reads(tmp_path):
     assert build_report(hosts) == build_report([dict(hosts[0], result=compact)])
 
 
+def test_a_hosts_problems_are_read_under_both_names(tmp_path):
+    """tee_host_info returns its problem list as problems (warnings until release 0.3.0): a result registered by
+    an older release, with warnings only, reports the same."""
+    build_node_tree(tmp_path / "a")
+    result = result_for(tmp_path / "a")
+    result["host"]["problems"] = [{"path": "/proc/x", "problem": "unreadable"}]
+    old = {"changed": False, "host": {k: v for k, v in result["host"].items() if k != "problems"}}
+    old["host"]["warnings"] = result["host"]["problems"]
+    del result["host"]["warnings"]
+    for registered in (result, old):
+        report = build_report([{"name": "a", "node": "a", "result": registered}])
+        assert report["nodes"][0]["warnings"] == ["unreadable"]
+
+
+def test_a_preflight_registered_with_the_old_check_names_reports_the_same(tmp_path):
+    """Until release 0.3.0 a result registered by 0.1.0 (checks with id, verdict, detail, remediation only) may be
+    given: its failures are reported as the check records' are."""
+    build_node_tree(tmp_path / "a", profile="no-misc", kvm_tdx="absent")
+    result = result_for(tmp_path / "a")
+    old = json.loads(json.dumps(result))
+    for section in old["host"]["preflight"]["sections"]:
+        section["checks"] = [
+            {k: c[k] for k in ("id", "title", "verdict", "detail", "remediation")} for c in section["checks"]
+        ]
+    reports = [build_report([{"name": "a", "node": "a", "result": registered}]) for registered in (result, old)]
+    assert "Fix:" in render_markdown(reports[0])
+    assert render_markdown(reports[1]) == render_markdown(reports[0]) and render_html(reports[1]) == render_html(
+        reports[0]
+    )
+
+
 def test_fleet_host_entries_for_the_filter():
     """(The filter plugin itself imports controller-side Ansible, which changes how module warnings are recorded
     for every later test in the process; the integration test runs it through ansible-playbook.)"""
