@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.confidential.tee.plugins.module_utils.common.changes import REDACTED, Changes
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader, local_host
 from ansible_collections.confidential.tee.plugins.module_utils.common.results import (
     change_summary,
     check_record,
@@ -34,8 +35,8 @@ def plan(changes: Changes) -> None:
 
 def test_what_a_check_run_would_change_is_what_a_real_run_changes(root):
     checked, done = (
-        Changes(str(root), check_mode=True),
-        Changes(str(root), check_mode=False, runner=lambda argv: (0, "", "")),
+        Changes(HostReader(str(root)), check_mode=True),
+        Changes(HostReader(str(root)), check_mode=False, runner=lambda argv: (0, "", "")),
     )
     plan(checked)
     plan(done)
@@ -63,7 +64,7 @@ def test_what_a_check_run_would_change_is_what_a_real_run_changes(root):
 
 
 def test_the_deprecated_keys_carry_the_same_facts(root):
-    changes = Changes(str(root), check_mode=True)
+    changes = Changes(HostReader(str(root)), check_mode=True)
     plan(changes)
     result = file_changes_result(changes)
     assert result["files"] == changes.records() and result["backups"] == changes.backups
@@ -72,7 +73,7 @@ def test_the_deprecated_keys_carry_the_same_facts(root):
 
 
 def test_secret_names_are_counted_not_shown_and_secret_values_never_shown(root):
-    changes = Changes(str(root), check_mode=True, secrets=["s3cret-token"])
+    changes = Changes(HostReader(str(root)), check_mode=True, secrets=["s3cret-token"])
     changes.file("/etc/30-secret-pccs.yaml", "token: s3cret-token\n", secret=True)
     changes.file("/etc/gone.conf", None, secret=True)  # a removal is named: the collection wrote the file
     changes.file("/etc/s3cret-token.conf", "x\n")
@@ -103,7 +104,7 @@ def test_objects_and_files_share_one_shape():
         "backups": [],
         "entries": summary["entries"],
     }
-    assert set(summary) == set(recorded_changes(Changes("/", check_mode=True)))
+    assert set(summary) == set(recorded_changes(Changes(local_host(), check_mode=True)))
 
 
 def test_a_check_record_is_five_fields_and_the_modules_own():

@@ -130,12 +130,13 @@ from ansible_collections.confidential.tee.plugins.module_utils.host import host_
 from ansible_collections.confidential.tee.plugins.modules import tee_key_pools
 import teesim
 from teesim.kernel.cli import build_node_tree
+from ansible_collections.confidential.tee.plugins.module_utils.common.host_reader import HostReader
 
 nfd = key_pools.plan([{"name": "cca-1", "vendor": "arm", "consumers": ["kata"], "mode": "nfd"}])
 auto = key_pools.plan([{"name": "cca-1", "vendor": "arm", "consumers": ["kata", "kubevirt"]}])
 build_node_tree(Path(sys.argv[1]), vendor="arm", name="cca-1")
-facts = host_facts.gather_host_facts(sys.argv[1])
-facts = preflight.gather_preflight(sys.argv[1], facts)
+facts = host_facts.gather_host_facts(HostReader(sys.argv[1]))
+facts = preflight.gather_preflight(HostReader(sys.argv[1]), facts)
 print(json.dumps({
     "registry": tee_registry.__file__,
     "teesim": teesim.__file__,
