@@ -39,7 +39,7 @@ import sys
 
 repo, nvidia_smi, timeout, host_root, raw_dir = sys.argv[1:6]
 sys.path.insert(0, os.path.join(repo, "simulator"))
-from teesim._collection import collection_module  # noqa: E402
+from teesim._collection import HostReader, collection_module  # noqa: E402
 
 hf = collection_module("plugins.module_utils.host.host_facts")
 gf = collection_module("plugins.module_utils.host.gpu_facts")
@@ -56,7 +56,7 @@ def run(argv, timeout):
 
 nvidia_smi = nvidia_smi or shutil.which("nvidia-smi") or ""
 gpu = gf.probe_gpu(nvidia_smi, run, int(timeout)) if nvidia_smi else None
-facts = hf.gather_host_facts(host_root, gpu=gpu)
+facts = hf.gather_host_facts(HostReader(host_root), gpu=gpu)
 if not nvidia_smi:
     facts["gpu"]["reasons"].append("nvidia-smi not found on PATH (set NVIDIA_SMI)")
 print(json.dumps(facts, indent=2, sort_keys=True))
