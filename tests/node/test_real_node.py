@@ -11,19 +11,21 @@ teesim's double-pool model predicts.
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.module_utils.cluster.key_pools import VENDORS
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import (
     KATA_RUNTIME_LABEL,
     TEE_LABELS,
     class_name,
     kata_classes,
 )
+from ansible_collections.confidential.tee.plugins.module_utils.common import tee
+from ansible_collections.confidential.tee.plugins.module_utils.common.pool_policy import ADVERTISERS
 from kube_node import RealNode
 
 from .conftest import apply, get, kubevirt_plugins, leftovers_of, wait_until
 
-INTEL = VENDORS["intel"]
-NFD_KEYS, KUBEVIRT_TDX = INTEL["nfd_resource"], INTEL["kubevirt_resource"]
+NFD_KEYS, KUBEVIRT_TDX = tee.NFD_TDX_KEYS, tee.KUBEVIRT_TDX
+# The feature gate that starts KubeVirt's TDX plugin (virt-handler's device controller).
+KUBEVIRT_TDX_GATE = ADVERTISERS["kubevirt"].gates[tee.INTEL]
 HANDLERS = (*(class_name(tee, gpu) for tee in ("tdx", "snp") for gpu in (False, True)), "kata-cc")
 NAMESPACE = "tee-guests"
 
@@ -84,7 +86,7 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
     # KubeVirt's real TDX plugin, sized from teesim's misc.capacity, registered with the real kubelet.
     node.start_plugin(
         "kubevirt",
-        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", INTEL["kubevirt_gate"]],
+        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE],
         run_dirs=("tdx-qgs",),
     )
     node.wait_allocatable(KUBEVIRT_TDX, 2)
