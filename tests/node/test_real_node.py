@@ -125,6 +125,21 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
     message = failed["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
     assert "ENOSPC" in message and "no free TDX KeyID" in message, message
 
+    # kubernetes/kubernetes#139627 (open; v1.36+, InPlacePodLevelResourcesVerticalScaling beta): the kubelet posts
+    # the Kata pod's status.allocatedResources with its overhead in it (kubelet_pods.go generateAPIPodStatus) and
+    # PodRequests adds the overhead to that again, so the scheduler counts kata-1 as 2 of NFD's 2 keys: a second
+    # Kata pod, 1 + 1 of 2 by the rule teesim models, is refused.
+    assert phase(plane, "kata-1")["status"]["allocatedResources"][NFD_KEYS] == "1"
+    apply(plane, with_kernel(guest_pod("kata-3", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir))
+    wait_until(
+        lambda: any(
+            f"Insufficient {NFD_KEYS}" in e["message"]
+            for e in get(plane, "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=kata-3")["items"]
+        ),
+        "the second Kata pod refused by the scheduler",
+    )
+    assert phase(plane, "kata-3")["status"].get("phase") == "Pending"
+
     plane.kubectl("delete", "pod", "-n", NAMESPACE, "--all", "--wait=true", "--timeout=120s")
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 0\n", "every key released")
 
