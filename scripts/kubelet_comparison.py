@@ -31,7 +31,7 @@ from kube_control_plane import REPO_ROOT, ControlPlane
 from kube_node import RealNode
 
 sys.path.insert(0, str(REPO_ROOT / "simulator"))
-from teesim.cluster.pods import Consumer, Phase
+from teesim.cluster.pods import Consumer, Guest, Phase, vmi_pod
 from teesim.cluster.workload import Arrival
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import CURRENT
@@ -56,6 +56,8 @@ SETTINGS = Settings(
     reregister_delay=1.0,
 )
 VMIS = ("kubevirt-00001", "kubevirt-00002", "kubevirt-00003")
+# Bound by name (spec.nodeName: no scheduler) while the plugin is dead: the kubelet's device manager must refuse it.
+BY_NAME = "kubevirt-00004"
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ STEPS = (
     Step(f"VMI {VMIS[1]}", 3 * STEP),
     Step(f"VMI {VMIS[2]}: no healthy free device", 4 * STEP),
     Step("the plugin dies (SIGKILL)", 5 * STEP),
+    Step(f"VMI {BY_NAME} bound by name while the plugin is dead", 5.25 * STEP),
     Step("the plugin is back", 5.5 * STEP),
     Step("the kubelet restarts, VMIs running", 6 * STEP),
     Step("the outside VM stops", 7 * STEP),
@@ -83,7 +86,7 @@ def world(until: float) -> World:
         Arrival(STEPS[1].at, 0, Consumer.EXTERNAL, "tdx", STEPS[-1].at - STEPS[1].at, 0.0, NODE),
         *(Arrival(STEPS[2 + i].at, 1 + i, Consumer.KUBEVIRT, "tdx", FOREVER, LAUNCH_DELAY) for i in range(3)),
     ]
-    faults = (FaultSpec("plugin-crash", STEPS[5].at, NODE), FaultSpec("kubelet-restart", STEPS[7].at, NODE))
+    faults = (FaultSpec("plugin-crash", STEPS[5].at, NODE), FaultSpec("kubelet-restart", STEPS[8].at, NODE))
     node = NodeSpec(NODE, CURRENT, "intel", {"tdx": KEYS})
     return World(nodes=(node,), arrivals=tuple(arrivals), faults=faults, duration=until, settings=SETTINGS)
 
@@ -92,10 +95,12 @@ def observe_model(step: int) -> dict:
     """What the model shows just before the step after ``step`` (or ``STEP`` after the last one)."""
     until = STEPS[step + 1].at - 1 if step + 1 < len(STEPS) else STEPS[step].at + STEP
     sim = Simulation(world(until), get_strategy("reconciling"))
+    if until > STEPS[6].at:
+        sim.clock.at(STEPS[6].at, lambda: bind_by_name(sim))
     sim.run()
     node = sim.nodes[NODE]
     phases = {p.uid: "Pending" if p.phase in (Phase.PENDING, Phase.BOUND) else p.phase.value for p in sim.pods}
-    rejected = {f.uid: f.message.split(":", 1)[0] for f in sim.failures if f.kind in ("admission", "readmission")}
+    rejected = {f.uid: tuple(f.message.split(": ", 1)) for f in sim.failures if f.kind in ("admission", "readmission")}
     launches = {f.uid: f.error for f in sim.failures if f.kind == "launch"}
     held = {p.uid: len(node.devices.pod_devices(p.uid).get(p.container, {}).get(RESOURCE, [])) for p in sim.pods}
     return {
@@ -107,6 +112,16 @@ def observe_model(step: int) -> dict:
         "allocatable": node.status_allocatable().get(RESOURCE, 0),
         "misc_current": node.usage("tdx"),
     }
+
+
+def bind_by_name(sim: Simulation) -> None:
+    """A pod created with ``spec.nodeName``: no scheduler, straight to the node's kubelet."""
+    node, now = sim.nodes[NODE], sim.clock.now
+    pod = vmi_pod(BY_NAME, Guest.TDX, sim.strategy.vmi_requests(Guest.TDX), now, LAUNCH_DELAY, FOREVER)
+    sim.pods.append(pod)
+    pod.phase, pod.node, pod.bound_at = Phase.BOUND, NODE, now
+    node.bound.bind(pod, pod.need())
+    sim.kubelets[NODE].bound(pod)
 
 
 # -- the real node ---------------------------------------------------------------------------------------------
@@ -124,7 +139,7 @@ while True:
 """
 
 
-def vmi(name: str, image: str, kernel_dir: str) -> dict:
+def vmi(name: str, image: str, kernel_dir: str, node_name: str | None = None) -> dict:
     """A virt-launcher-shaped pod: one container requesting a device, launching one TDX guest."""
     devices = {RESOURCE: "1"}
     container = {
@@ -143,6 +158,8 @@ def vmi(name: str, image: str, kernel_dir: str) -> dict:
         "containers": [container],
         "volumes": [{"name": "teesim-kernel", "hostPath": {"path": kernel_dir, "type": "Directory"}}],
     }
+    if node_name:
+        spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
 
 
@@ -193,8 +210,10 @@ class RealRun:
         elif step == 5:
             node.processes.pop("plugin-teesim").send_signal(signal.SIGKILL)
         elif step == 6:
-            self.start_plugin()
+            self.apply(vmi(BY_NAME, image, kernel_dir, node_name=node.name))
         elif step == 7:
+            self.start_plugin()
+        elif step == 8:
             node.restart_kubelet()
         elif step == len(STEPS) - 1:
             node._end("outside-vm", timeout=10)
@@ -205,7 +224,7 @@ class RealRun:
         names = {p["metadata"]["uid"]: p["metadata"]["name"] for p in pods}
         events = self.get("events", "-n", NAMESPACE, "--field-selector", "type=Warning")["items"]
         rejected = {
-            e["involvedObject"]["name"]: e["reason"]
+            e["involvedObject"]["name"]: (e["reason"], e["message"])
             for e in events
             if e["reason"].startswith("OutOf") or e["reason"] == "UnexpectedAdmissionError"
         }
