@@ -4,11 +4,12 @@ One TDX node with 3 keys; teesim's reconciling device plugin (``teesim.plugins.r
 ``teesim grpc``) advertises ``devices.kubevirt.io/tdx`` from ``misc.current`` and marks the devices of keys used
 elsewhere Unhealthy. The steps, :data:`STEPS`, each at ``STEP * k`` seconds of the model's clock: a VM outside
 Kubernetes starts (one device turns Unhealthy), three VMIs arrive (the third finds no healthy free device and
-stays Pending), the plugin dies and comes back, the kubelet restarts with the VMIs running, the outside VM stops
+stays Pending), the plugin dies, a VMI bound by name (``spec.nodeName``) meanwhile is refused by the device
+manager, the plugin comes back, the kubelet restarts with the VMIs running, the outside VM stops
 (its device turns Healthy and the third VMI starts).
 
 After each step :func:`observe_model` reads, from a run of :class:`teesim.sim.simulation.Simulation` (strategy
-``reconciling``, the same arrivals and faults) stopped just before the next step, what :func:`observe_real` reads
+``reconciling``, the same arrivals and faults) stopped just before the next step, what :meth:`RealRun.observe` reads
 from the real node once it has settled: every pod's phase, the kubelet's admission rejections, the devices the
 device manager holds per pod, failed launches, the Node's capacity and allocatable of the resource, and
 ``misc.current``. :func:`compare` runs the real side step by step, waiting for each state, and returns every
