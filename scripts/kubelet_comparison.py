@@ -262,16 +262,31 @@ def checkpoint_devices(root: Path) -> dict[str, int]:
     return held
 
 
-def compare(plane: ControlPlane, node: RealNode, timeout: float = 90.0) -> list[tuple[str, str, object, object]]:
-    """Every (step, what, model, real) that differs once the real node had ``timeout`` seconds to reach the
-    model's state after each step."""
-    run, differences = RealRun(plane, node), []
+def run_steps(plane: ControlPlane, node: RealNode, timeout: float = 90.0) -> list[dict]:
+    """Each step's ``{"step", "model", "real"}``: the real node's state once it equals the model's, or as it is
+    ``timeout`` seconds after the step."""
+    run, records = RealRun(plane, node), []
     for index, step in enumerate(STEPS):
         run.act(index)
         expected = observe_model(index)
-        seen = wait_for_state(run.observe, expected, timeout)
-        differences += [(step.name, key, expected[key], seen[key]) for key in expected if expected[key] != seen[key]]
-    return differences
+        records.append({"step": step.name, "model": expected, "real": wait_for_state(run.observe, expected, timeout)})
+    return records
+
+
+def differences(records: list[dict]) -> list[tuple[str, str, object, object]]:
+    """Every (step, what, model, real) that differs."""
+    return [
+        (r["step"], key, r["model"][key], r["real"].get(key))
+        for r in records
+        for key in r["model"]
+        if r["model"][key] != r["real"].get(key)
+    ]
+
+
+def compare(plane: ControlPlane, node: RealNode, timeout: float = 90.0) -> list[tuple[str, str, object, object]]:
+    """Every (step, what, model, real) that differs once the real node had ``timeout`` seconds to reach the
+    model's state after each step."""
+    return differences(run_steps(plane, node, timeout))
 
 
 def wait_for_state(observe: Callable[[], dict], expected: dict, timeout: float) -> dict:
