@@ -11,10 +11,10 @@ manager, the plugin comes back, the kubelet restarts with the VMIs running, the 
 After each step :func:`observe_model` reads, from a run of :class:`teesim.sim.simulation.Simulation` (strategy
 ``reconciling``, the same arrivals and faults) stopped just before the next step, what :meth:`RealRun.observe` reads
 from the real node once it has settled: every pod's phase, the kubelet's admission rejections, the devices the
-device manager holds per pod, failed launches, the Node's capacity and allocatable of the resource, and
-``misc.current``. :func:`compare` runs the real side step by step, waiting for each state, and returns every
-difference; the test (tests/node/test_kubelet_model_comparison.py) accepts only those explained in
-docs/simulator.md ("The real kubelet against the model").
+device manager holds per pod, the pod-resources API's ``List`` and ``GetAllocatableResources``, failed launches, the
+Node's capacity and allocatable of the resource, and ``misc.current``. :func:`compare` runs the real side step by
+step, waiting for each state, and returns every difference; the test (tests/node/test_kubelet_model_comparison.py)
+accepts only those explained in docs/simulator.md ("The real kubelet against the model").
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ from teesim.cluster.pods import Consumer, Guest, Phase, vmi_pod
 from teesim.cluster.workload import Arrival
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import CURRENT
+from teesim.kubelet import sockets
+from teesim.kubelet.generated.podresources.v1 import api_pb2 as pr
+from teesim.kubelet.generated.podresources.v1 import api_pb2_grpc as pr_grpc
 from teesim.sim.scenario import FaultSpec
 from teesim.sim.simulation import Settings, Simulation, World
 from teesim.strategies import get_strategy
@@ -109,10 +112,24 @@ def observe_model(step: int) -> dict:
         "rejected": rejected,
         "failed_launches": launches,
         "devices_held": {uid: n for uid, n in held.items() if n},
+        **model_pod_resources(sim),
         "capacity": node.devices.capacity(sim.clock.now).get(RESOURCE, 0),
         "allocatable": node.status_allocatable().get(RESOURCE, 0),
         "misc_current": node.usage("tdx"),
     }
+
+
+def model_pod_resources(sim: Simulation) -> dict:
+    """The pod-resources API's answers in the model: ``List`` (it frees finished pods first) and
+    ``GetAllocatableResources`` (healthy devices), as teesim's gRPC kubelet answers them (teesim.kubelet.server)."""
+    manager = sim.nodes[NODE].devices
+    manager.release_finished_pods()
+    listed = {}
+    for ref in manager.active_pods():
+        count = sum(len(r.get(RESOURCE, [])) for r in manager.pod_devices(ref).values())
+        if count:
+            listed[ref.name] = count
+    return {"pod_resources_list": listed, "pod_resources_allocatable": len(manager.allocatable_devices(RESOURCE))}
 
 
 def bind_by_name(sim: Simulation) -> None:
@@ -235,6 +252,7 @@ class RealRun:
             "rejected": rejected,
             "failed_launches": {p["metadata"]["name"]: e for p in pods if (e := launch_error(p))},
             "devices_held": {names.get(uid, uid): n for uid, n in checkpoint_devices(node.root).items()},
+            **real_pod_resources(node.root / "var/lib/kubelet/pod-resources/kubelet.sock"),
             "capacity": int(status["capacity"].get(RESOURCE, 0)),
             "allocatable": int(status["allocatable"].get(RESOURCE, 0)),
             "misc_current": int((node.root / "sys/fs/cgroup/misc.current").read_text().split()[1]),
@@ -248,6 +266,25 @@ def launch_error(pod: dict) -> str | None:
         if "failed: " in message:
             return message.split("failed: ", 1)[1].split(":", 1)[0]
     return None
+
+
+def real_pod_resources(socket_path: Path) -> dict:
+    """The real kubelet's pod-resources v1 answers: ``List`` (devices of ``RESOURCE`` per pod) and
+    ``GetAllocatableResources`` (how many devices of ``RESOURCE``)."""
+    channel = sockets.channel(socket_path)
+    try:
+        stub = pr_grpc.PodResourcesListerStub(channel)
+        listed = stub.List(pr.ListPodResourcesRequest(), wait_for_ready=True, timeout=30)
+        allocatable = stub.GetAllocatableResources(pr.AllocatableResourcesRequest(), wait_for_ready=True, timeout=30)
+    finally:
+        channel.close()
+    per_pod = {}
+    for pod in listed.pod_resources:
+        count = sum(len(d.device_ids) for c in pod.containers for d in c.devices if d.resource_name == RESOURCE)
+        if count:
+            per_pod[pod.name] = count
+    devices = sum(len(d.device_ids) for d in allocatable.devices if d.resource_name == RESOURCE)
+    return {"pod_resources_list": per_pod, "pod_resources_allocatable": devices}
 
 
 def checkpoint_devices(root: Path) -> dict[str, int]:

@@ -1,11 +1,11 @@
 """The real kubelet v1.37.2 against teesim's kubelet model: the same scenario, step by step (issue 46, item 5).
 
-scripts/kubelet_comparison.py runs it: one TDX node with 3 keys, teesim's reconciling plugin (it marks the
-devices of keys used outside Kubernetes Unhealthy), a VM outside Kubernetes, three VMIs, the plugin killed, a VMI
-bound by name while it is dead, the plugin started again, the kubelet restarted with VMIs running. After each
-step every pod's phase, the kubelet's admission rejections with their messages, the devices held per pod (the real
-kubelet's checkpoint), failed launches, the Node's capacity and allocatable and ``misc.current`` must be the
-model's, or a difference docs/simulator.md explains.
+scripts/kubelet_comparison.py runs it: one TDX node with 3 keys, teesim's reconciling plugin (it marks the devices
+of keys used outside Kubernetes Unhealthy), a VM outside Kubernetes, three VMIs, the plugin killed, a VMI bound by
+name while it is dead, the plugin started again, the kubelet restarted with VMIs running. After each step every
+pod's phase, the kubelet's admission rejections with their messages, the devices held per pod (the real kubelet's
+checkpoint), the pod-resources answers (List, GetAllocatableResources), failed launches, the Node's capacity and
+allocatable and ``misc.current`` must be the model's, or a difference docs/simulator.md explains.
 """
 
 from __future__ import annotations
