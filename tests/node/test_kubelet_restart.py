@@ -4,9 +4,10 @@ docs/simulator.md claims that a kubelet restart rejects overhead-only Kata pods 
 a device-plugin name (teesim.sim.node_kubelet.readmit). Here the real kubelet v1.37.2 restarts with such a Kata pod
 and a VMI holding one of KubeVirt v1.9.0's TDX devices. What it does, read in its source (cited beside each step):
 
-* it rejects the Kata pod again at re-admission, as the model says: ``OutOfdevices.kubevirt.io/tdx``, "requested:
-  1, used: 1, capacity: 0" (``HandlePodAdditions`` -> ``allocationManager.AddPod`` -> the predicate handler;
-  ``sanitizeNodeAllocatable`` raises the resource only for a pod that holds devices itself);
+* it rejects the Kata pod again at re-admission with the reason and message teesim's model gives for the same
+  sequence: ``OutOfdevices.kubevirt.io/tdx``, "requested: 1, used: 1, capacity: 0" (``HandlePodAdditions`` ->
+  ``allocationManager.AddPod`` -> the predicate handler; ``sanitizeNodeAllocatable`` raises the resource only for
+  a pod that holds devices itself);
 * the rejection reaches the API only as a Warning event: ``rejectPod`` caches ``Failed`` in the status manager,
   ``mergePodStatus`` (pkg/kubelet/status/status_manager.go) holds a terminal phase back while containers may
   run, ``HandlePodCleanups`` kills the running containers as an orphaned pod's (grace period 1 s), and the
@@ -34,9 +35,31 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimecl
     TEE_LABELS,
     kata_classes,
 )
+from teesim.cluster.pods import Consumer, Phase
+from teesim.cluster.workload import Arrival, FaultSpec
+from teesim.kernel.node import NodeSpec
+from teesim.kernel.profiles import CURRENT
+from teesim.sim.simulation import Simulation, World
+from teesim.strategies import get_strategy
 
 from .conftest import apply, get, kubevirt_plugins, wait_until
 from .test_real_node import HANDLERS, KUBEVIRT_TDX, KUBEVIRT_TDX_GATE, NAMESPACE, guest_pod, phase, with_kernel
+
+
+def model_rejection() -> tuple[str, str]:
+    """teesim's model of the same sequence (strategy ``kata-overhead-on-kubevirt``: Kata's overhead on KubeVirt's
+    name): a VMI, then a Kata pod, on 2 keys; a kubelet restart. Its one re-admission rejection, reason and
+    message; the VMI runs on."""
+    node = NodeSpec("n", CURRENT, "intel", {"tdx": 2})
+    arrivals = (Arrival(0.0, 0, Consumer.KUBEVIRT, "tdx", 1e5, 2.0), Arrival(10.0, 1, Consumer.KATA, "tdx", 1e5, 2.0))
+    restart = (FaultSpec("kubelet-restart", 60.0, "n"),)
+    world = World(nodes=(node,), arrivals=arrivals, faults=restart, duration=120.0)
+    sim = Simulation(world, get_strategy("kata-overhead-on-kubevirt"))
+    sim.run()
+    assert {p.consumer: p.phase for p in sim.pods} == {Consumer.KUBEVIRT: Phase.RUNNING, Consumer.KATA: Phase.FAILED}
+    (failure,) = [f for f in sim.failures if f.kind == "readmission"]
+    reason, message = failure.message.split(": ", 1)
+    return reason, message
 
 
 def running(plane, name: str) -> dict:
@@ -89,7 +112,9 @@ def test_a_kubelet_restart_rejects_a_kata_pod_whose_key_is_overhead_on_a_device_
 
     node.restart_kubelet()
     # Re-admission rejects the Kata pod: its key is overhead, the resource counts 0 until the plugin registers.
-    rejection = (
+    # The same words as teesim's model gives for the same sequence.
+    rejection = model_rejection()
+    assert rejection == (
         f"OutOf{KUBEVIRT_TDX}",
         f"Node didn't have enough resource: {KUBEVIRT_TDX}, requested: 1, used: 1, capacity: 0",
     )
