@@ -20,6 +20,12 @@ from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimecl
 from ansible_collections.confidential.tee.plugins.module_utils.common import tee
 from ansible_collections.confidential.tee.plugins.module_utils.common.pool_policy import ADVERTISERS
 from kube_node import RealNode
+from teesim.cluster.pods import Consumer
+from teesim.cluster.workload import Arrival
+from teesim.kernel.node import NodeSpec
+from teesim.kernel.profiles import CURRENT
+from teesim.sim.simulation import Settings, Simulation, World
+from teesim.strategies import get_strategy
 
 from .conftest import apply, get, kubevirt_plugins, leftovers_of, wait_until
 
@@ -62,6 +68,20 @@ def with_kernel(pod: dict, kernel_dir: str) -> dict:
 
 def phase(plane, name: str) -> dict:
     return get(plane, "pod", name, "-n", NAMESPACE)
+
+
+def model_second_kata_phases() -> dict[bool, str]:
+    """teesim's model (strategy ``double-pool``: Kata on NFD's 2 keys) of a second Kata pod created after the
+    first one's status was posted, with the overhead counted once (the default) and twice (Kubernetes 1.37)."""
+    phases = {}
+    for twice in (False, True):
+        arrivals = tuple(Arrival(t, seq, Consumer.KATA, "tdx", 1e5, 2.0) for seq, t in enumerate((0.0, 30.0)))
+        node = NodeSpec("n", CURRENT, "intel", {"tdx": 2})
+        world = World(nodes=(node,), arrivals=arrivals, duration=60.0, settings=Settings(overhead_counted_twice=twice))
+        sim = Simulation(world, get_strategy("double-pool"))
+        sim.run()
+        phases[twice] = sim.pods[1].phase.value
+    return phases
 
 
 def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, node_factory) -> None:
@@ -128,7 +148,9 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
     # kubernetes/kubernetes#139627 (open; v1.36+, InPlacePodLevelResourcesVerticalScaling beta): the kubelet posts
     # the Kata pod's status.allocatedResources with its overhead in it (kubelet_pods.go generateAPIPodStatus) and
     # PodRequests adds the overhead to that again, so the scheduler counts kata-1 as 2 of NFD's 2 keys: a second
-    # Kata pod, 1 + 1 of 2 by the rule teesim models, is refused.
+    # Kata pod, 1 + 1 of 2 by the rule teesim models by default, is refused, as the model says with
+    # Settings(overhead_counted_twice=True).
+    assert model_second_kata_phases() == {False: "Running", True: "Pending"}
     assert phase(plane, "kata-1")["status"]["allocatedResources"][NFD_KEYS] == "1"
     apply(plane, with_kernel(guest_pod("kata-3", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir))
     wait_until(
