@@ -23,7 +23,7 @@ help:
 	@echo "make test   - every test: lint, ansible-test sanity, pytest (unit, integration, simulator), molecule, the real-kernel VMs (make vm-test)"
 	@echo "make vm-test - host roles on a real kernel: Debian 12 under QEMU (TCG), reboots through GRUB and systemd-boot (tests/vm)"
 	@echo "make benchmark - module and simulator benchmarks (prints figures, asserts nothing)"
-	@echo "make upstream-report - NFD's, KubeVirt's and kube-scheduler's own code against teesim's models (docs/simulator.md; needs Go)"
+	@echo "make upstream-report - NFD's, KubeVirt's, kube-scheduler's and (root) the kubelet's own code against teesim's models (docs/simulator.md; needs Go)"
 	@echo "make native - compile teesim's hot modules with mypyc (part of every target above but demo; TEESIM_NATIVE=0 skips it)"
 	@echo "make k8s    - build etcd, kube-apiserver, kube-scheduler and kubectl from Go modules (cached; part of make test)"
 	@echo "make kube-up - run that control plane on loopback until Ctrl-C (docs/DEVELOPMENT.md)"
@@ -94,11 +94,13 @@ upstream:
 	@if command -v go > /dev/null; then upstream/build.sh; else echo "make upstream: no go on PATH, the upstream tests skip"; fi
 
 # The tables of docs/simulator.md, "Upstream code in the loop" (about 10 min: 60 served runs of 40 s, 6 at once;
-# then kube-scheduler placing 90 runs' pods on make k8s's control plane, a few minutes).
-upstream-report: collection upstream k8s
+# then kube-scheduler placing 90 runs' pods on make k8s's control plane, a few minutes; then, as root, the real kubelet
+# of make node against teesim's kubelet model, about a minute: scripts/upstream_kubelet.py).
+upstream-report: collection upstream k8s node
 	$(BIN)/python scripts/upstream_nfd.py
 	$(BIN)/python scripts/upstream_kubevirt.py
 	$(BIN)/python scripts/upstream_scheduler.py
+	$(BIN)/python scripts/upstream_kubelet.py
 
 # Two workers, whole files per worker (a file's real sockets and playbooks stay in one process): about 1,240 tests in 5 to 7 min on 2 cores.
 # Every test runs on the native build, the one make demo installs: TEESIM_NATIVE=1 makes a missing or stale build an

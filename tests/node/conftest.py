@@ -21,8 +21,7 @@ from kube_control_plane import ControlPlane
 from kube_node import RUNC, RealNode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Written but not green against the real node yet (its docstring says what the real kubelet did instead).
-collect_ignore = ["test_kubelet_restart.py"]
+collect_ignore: list[str] = []
 
 
 def _missing() -> str | None:

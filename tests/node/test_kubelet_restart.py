@@ -1,43 +1,93 @@
 """A kubelet restart with a running Kata pod whose key is RuntimeClass overhead on a device-plugin name.
 
-docs/simulator.md claims "a kubelet restart rejects overhead-only Kata pods wherever Kata's key is overhead on a
-device-plugin name" (teesim.sim.node_kubelet.readmit). This file runs that on the real node. It is NOT GREEN yet and
-listed in ``collect_ignore`` (tests/node/conftest.py); what the real kubelet v1.37.2 did in three runs here
-(2026-12-02), none of it what the model says:
+docs/simulator.md claims that a kubelet restart rejects overhead-only Kata pods wherever Kata's key is overhead on
+a device-plugin name (teesim.sim.node_kubelet.readmit). Here the real kubelet v1.37.2 restarts with such a Kata pod
+and a VMI holding one of KubeVirt v1.9.0's TDX devices. What it does, read in its source (cited beside each step):
 
-* before any restart, the VMI (``devices.kubevirt.io/tdx: 1``) created together with the Kata pod (overhead
-  ``devices.kubevirt.io/tdx: 1``) was once rejected at admission: "Node didn't have enough resource:
-  devices.kubevirt.io/tdx, requested: 1, used: 2, capacity: 2" (``OutOfdevices.kubevirt.io/tdx``), and once never
-  reached Running within 120 s; once both ran;
-* after the restart, the Kata pod ended ``Succeeded`` (its guest got SIGTERM and exited 0), not ``Failed`` with
-  ``OutOfdevices.kubevirt.io/tdx``; the VMI kept running;
-* KubeVirt v1.9.0's plugins sent registration requests to the new kubelet, yet ``devices.kubevirt.io/tdx``
-  capacity stayed 0 for 120 s.
+* it rejects the Kata pod again at re-admission with the reason and message teesim's model gives for the same
+  sequence: ``OutOfdevices.kubevirt.io/tdx``, "requested: 1, used: 1, capacity: 0" (``HandlePodAdditions`` ->
+  ``allocationManager.AddPod`` -> the predicate handler; ``sanitizeNodeAllocatable`` raises the resource only for
+  a pod that holds devices itself);
+* the rejection reaches the API only as a Warning event: ``rejectPod`` caches ``Failed`` in the status manager,
+  ``mergePodStatus`` (pkg/kubelet/status/status_manager.go) holds a terminal phase back while containers may
+  run, ``HandlePodCleanups`` kills the running containers as an orphaned pod's (grace period 1 s), and the
+  container's death (PLEG) syncs the pod through a pod worker that computes the phase from the containers:
+  the guest exits 0 on SIGTERM, so the pod ends ``Succeeded``, no reason (kubelet log at -v=4: "Got phase for
+  pod" oldPhase="Failed" phase="Succeeded");
+* KubeVirt v1.9.0's TDX plugin never registers again: its socket-device health check adds the device's
+  directory twice to its watcher and never the device-plugin directory (``socket_device.go`` ``healthCheck``,
+  kubevirt/kubevirt#17122), so it does not see the new kubelet remove its socket; KubeVirt's generic plugins
+  (kvm, tun, vhost-net, sev) do and register again. ``devices.kubevirt.io/tdx`` stays 0 until virt-handler
+  restarts (the kubelet forgets it after the 5-minute grace period).
 
-Each needs the kubelet's and KubeVirt's source read against the logs before the model or the docs change.
+Before the restart the kubelet also posts the Kata pod's ``status.allocatedResources`` with its overhead in it
+(``kubelet_pods.go`` ``generateAPIPodStatus``, InPlacePodLevelResourcesVerticalScaling, beta and on since 1.36),
+which ``PodRequests`` then adds the overhead to again (kubernetes/kubernetes#139627): the VMI is created first
+here, so that its admission does not depend on when that status arrives.
 """
 
 from __future__ import annotations
+
+import datetime
 
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import (
     KATA_RUNTIME_LABEL,
     TEE_LABELS,
     kata_classes,
 )
+from teesim.cluster.pods import Consumer, Phase
+from teesim.cluster.workload import Arrival, FaultSpec
+from teesim.kernel.node import NodeSpec
+from teesim.kernel.profiles import CURRENT
+from teesim.sim.simulation import Simulation, World
+from teesim.strategies import get_strategy
 
 from .conftest import apply, get, kubevirt_plugins, wait_until
-from .test_real_node import HANDLERS, INTEL, KUBEVIRT_TDX, NAMESPACE, guest_pod, phase, with_kernel
+from .test_real_node import HANDLERS, KUBEVIRT_TDX, KUBEVIRT_TDX_GATE, NAMESPACE, guest_pod, phase, with_kernel
 
 
-def test_a_kubelet_restart_with_a_kata_pod_whose_key_is_overhead_on_a_device_plugin_name(plane, node_factory) -> None:
-    """docs/simulator.md: "a kubelet restart rejects overhead-only Kata pods wherever Kata's key is overhead on a
-    device-plugin name" (teesim.sim.node_kubelet.readmit). Here the real kubelet restarts with a Kata pod whose
-    RuntimeClass overhead takes ``devices.kubevirt.io/tdx`` and a VMI holding one of those devices."""
+def model_rejection() -> tuple[str, str]:
+    """teesim's model of the same sequence (strategy ``kata-overhead-on-kubevirt``: Kata's overhead on KubeVirt's
+    name): a VMI, then a Kata pod, on 2 keys; a kubelet restart. Its one re-admission rejection, reason and
+    message; the VMI runs on."""
+    node = NodeSpec("n", CURRENT, "intel", {"tdx": 2})
+    arrivals = (Arrival(0.0, 0, Consumer.KUBEVIRT, "tdx", 1e5, 2.0), Arrival(10.0, 1, Consumer.KATA, "tdx", 1e5, 2.0))
+    restart = (FaultSpec("kubelet-restart", 60.0, "n"),)
+    world = World(nodes=(node,), arrivals=arrivals, faults=restart, duration=120.0)
+    sim = Simulation(world, get_strategy("kata-overhead-on-kubevirt"))
+    sim.run()
+    assert {p.consumer: p.phase for p in sim.pods} == {Consumer.KUBEVIRT: Phase.RUNNING, Consumer.KATA: Phase.FAILED}
+    (failure,) = [f for f in sim.failures if f.kind == "readmission"]
+    reason, message = failure.message.split(": ", 1)
+    return reason, message
+
+
+def running(plane, name: str) -> dict:
+    return wait_until(
+        lambda: phase(plane, name)["status"].get("phase") == "Running" and phase(plane, name),
+        f"{name} running",
+        describe=lambda: phase(plane, name)["status"],
+    )
+
+
+def warnings_for(plane, name: str) -> list[tuple[str, str]]:
+    events = get(plane, "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={name},type=Warning")
+    return [(event["reason"], event["message"]) for event in events["items"]]
+
+
+def plugin_starts(node, resource: str) -> int:
+    """How often KubeVirt's plugin for ``resource`` (its log's name) started and registered."""
+    return node.log_tail("plugin-kubevirt", 10**7).count(f'"msg":"{resource} device plugin started"')
+
+
+def test_a_kubelet_restart_rejects_a_kata_pod_whose_key_is_overhead_on_a_device_plugin_name(
+    plane, node_factory
+) -> None:
     labels = {KATA_RUNTIME_LABEL: "true", TEE_LABELS["tdx"]: "true"}
     node = node_factory(name="tee-real-2", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=labels)
     node.start_plugin(
         "kubevirt",
-        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", INTEL["kubevirt_gate"]],
+        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE],
         run_dirs=("tdx-qgs",),
     )
     node.wait_allocatable(KUBEVIRT_TDX, 2)
@@ -46,33 +96,57 @@ def test_a_kubelet_restart_with_a_kata_pod_whose_key_is_overhead_on_a_device_plu
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}}
     apply(plane, namespace, account, kata_class)
     image, kernel_dir = node.build["images"]["guest"], str(node.kernel_socket.parent)
-    kata = with_kernel(guest_pod("kata-2", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir)
-    vmi = with_kernel(guest_pod("virt-launcher-3", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir)
-    apply(plane, kata, vmi)
-    for name in ("kata-2", "virt-launcher-3"):
-        wait_until(
-            lambda n=name: phase(plane, n)["status"].get("phase") == "Running",
-            f"{name} running",
-            describe=lambda n=name: phase(plane, n)["status"],
-        )
+    apply(plane, with_kernel(guest_pod("virt-launcher-3", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir))
+    running(plane, "virt-launcher-3")
+    apply(plane, with_kernel(guest_pod("kata-2", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir))
+    running(plane, "kata-2")
     misc = node.root / "sys/fs/cgroup"
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 2\n", "two keys charged")
+    # kubernetes/kubernetes#139627's input: the pod-level allocated resources the kubelet posts hold the overhead.
+    wait_until(
+        lambda: (phase(plane, "kata-2")["status"].get("allocatedResources") or {}).get(KUBEVIRT_TDX) == "1",
+        "the Kata pod's status.allocatedResources with its overhead",
+        describe=lambda: phase(plane, "kata-2")["status"].get("allocatedResources"),
+    )
+    generic_starts = plugin_starts(node, "kvm")
 
     node.restart_kubelet()
-    wait_until(  # KubeVirt's plugin registered with the new kubelet
-        lambda: get(plane, "node", node.name)["status"]["allocatable"].get(KUBEVIRT_TDX) == "2",
-        f"{KUBEVIRT_TDX} allocatable again",
-        describe=lambda: (
-            {k: v for k, v in get(plane, "node", node.name)["status"]["capacity"].items() if "tdx" in k},
-            {n: phase(plane, n)["status"] for n in ("kata-2", "virt-launcher-3")},
-            node.log_tail("plugin-kubevirt", 3000),
-        ),
+    # Re-admission rejects the Kata pod: its key is overhead, the resource counts 0 until the plugin registers.
+    # The same words as teesim's model gives for the same sequence.
+    rejection = model_rejection()
+    assert rejection == (
+        f"OutOf{KUBEVIRT_TDX}",
+        f"Node didn't have enough resource: {KUBEVIRT_TDX}, requested: 1, used: 1, capacity: 0",
     )
-    after = {name: phase(plane, name)["status"] for name in ("kata-2", "virt-launcher-3")}
-    outcome = {name: (status.get("phase"), status.get("reason")) for name, status in after.items()}
-    # The VMI's device is in the device manager's checkpoint: it is admitted again and keeps running.
-    assert outcome["virt-launcher-3"] == ("Running", None), outcome
-    # The Kata pod's key is overhead only: the model says the restarted kubelet rejects it.
-    assert outcome["kata-2"] == ("Failed", f"OutOf{KUBEVIRT_TDX}"), outcome
+    wait_until(
+        lambda: rejection in warnings_for(plane, "kata-2"),
+        "the Kata pod rejected at re-admission",
+        describe=lambda: warnings_for(plane, "kata-2"),
+    )
+    ended = wait_until(
+        lambda: phase(plane, "kata-2")["status"].get("phase") in ("Succeeded", "Failed") and phase(plane, "kata-2"),
+        "the rejected Kata pod ended",
+    )
+    # The phase comes from the killed guest's exit (0 on SIGTERM), not from the rejection.
+    assert (ended["status"]["phase"], ended["status"].get("reason")) == ("Succeeded", None), ended["status"]
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 1\n", "the rejected Kata guest's key released")
+    # The VMI's devices are in the device manager's checkpoint: admitted again, it keeps running and its key.
+    assert phase(plane, "virt-launcher-3")["status"].get("phase") == "Running"
+
+    # KubeVirt's generic plugins register with the new kubelet; its TDX plugin does not (kubevirt#17122).
+    wait_until(lambda: plugin_starts(node, "kvm") > generic_starts, "KubeVirt's kvm plugin registered again")
+    seen = datetime.datetime.now(datetime.UTC)
+    status = wait_until(
+        lambda: (s := get(plane, "node", node.name)["status"]) and _heartbeat(s) > seen and s,
+        "a node status after the generic plugins registered",
+    )
+    assert status["capacity"].get(KUBEVIRT_TDX) == "0", status["capacity"]
+    assert plugin_starts(node, KUBEVIRT_TDX) == 1
+    assert "device socket file for device tdx was removed" not in node.log_tail("plugin-kubevirt", 10**7)
     plane.kubectl("delete", "pod", "-n", NAMESPACE, "--all", "--wait=true", "--timeout=120s")
+
+
+def _heartbeat(status: dict) -> datetime.datetime:
+    ready = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+    stamp = ready[0]["lastHeartbeatTime"] if ready else "1970-01-01T00:00:00Z"
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))

@@ -99,6 +99,8 @@ class BoundPods:
         # key the kernel already charges (a VMI admitted but not started holds a device, no key).
         self._requests_started: Counter[str] = Counter()
         self._started: set[str] = set()
+        # Pods whose posted status made the scheduler count their overhead a second time (overhead_counted_twice).
+        self._status_counted: set[str] = set()
         # What requested() answers until the next change (the report and the kubelet ask per event).
         self._requested_view: dict[str, int] | None = None
         self.on_change: Callable[[], None] | None = None
@@ -135,6 +137,19 @@ class BoundPods:
         _add(self._requested, need)
         _add(self._overhead, pod.overhead)
         self.claims[pod.misc_resource] += 1
+        self._changed()
+
+    def status_posted(self, pod: Pod) -> None:
+        """The kubelet's status of ``pod``, ``allocatedResources`` with the overhead in it, reached the scheduler
+        and the kubelet's pod manager: both count the overhead again from now on (Kubernetes 1.36 and 1.37,
+        ``Settings.overhead_counted_twice``, kubernetes/kubernetes#139627)."""
+        if pod.uid not in self._pods or pod.uid in self._status_counted or not pod.overhead:
+            return
+        self._status_counted.add(pod.uid)
+        need = pod.scheduled_need
+        for resource, amount in pod.overhead.items():
+            need[resource] = need.get(resource, 0) + amount
+        _add(self._requested, pod.overhead)
         self._changed()
 
     def started(self, pod: Pod) -> None:
@@ -179,6 +194,7 @@ class BoundPods:
             _sub(self._overhead_seen, pod.overhead)
             self.seen_revision += 1
         _sub(self._requested, pod.scheduled_need)
+        self._status_counted.discard(pod.uid)
         _sub(self._overhead, pod.overhead)
         if pod.uid in self._started:
             self._started.discard(pod.uid)

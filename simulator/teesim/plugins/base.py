@@ -266,6 +266,16 @@ class PluginServer:
             except (grpc.RpcError, OSError) as exc:
                 log.warning("registration with %s failed, will retry: %s", self.kubelet_socket, exc)
                 self._kubelet_identity = None
+            except RegistrationRejected:
+                if sockets.is_socket(self.socket):
+                    raise
+                # A stream that drops because the kubelet stops is re-registered at once on the same socket, and
+                # the Register call waits for the kubelet's socket: the restarted kubelet removes every socket in
+                # its device-plugins directory when it starts (kubernetes v1.37.2
+                # pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go Start), ours too, and then cannot dial it.
+                # Serve again and register (found on the real kubelet of tests/node).
+                log.warning("the restarted kubelet removed %s; serving it again", self.socket)
+                self._kubelet_identity = None
             if wake is None:
                 stop.wait(watch_interval)
             else:

@@ -151,6 +151,9 @@ class NodeKubelet:
             self.fail(pod, "admission", RuntimeError(str(rejection)))
             return
         self.node.devices.add_pod(self.ref(pod))
+        if self.settings.overhead_counted_twice and pod.overhead:
+            # The status manager posts the admitted pod's status at once; the informers see it api_latency later.
+            self._after_api(partial(self.node.bound.status_posted, pod))
         self.clock.after(pod.launch_delay, lambda: self.launch(pod))
 
     def predicate(self, pod: Pod, admitted: Mapping[str, int] | None = None) -> AdmissionRejection | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -313,6 +314,38 @@ def test_restart_deletes_sockets_and_the_plugin_reregisters(kubelet, plugin):
     assert kubelet.device_manager.pod_devices(vm) == {"compute": {RES: [held]}}, "checkpoint survives"
     kubelet.allocate(PodRef("default", "b"), "compute", RES, 3)
     assert held not in plugin.service.allocations[-1]
+
+
+def test_a_plugin_reregistering_its_dropped_stream_survives_the_new_kubelet_removing_its_socket(kubelet, plugin):
+    """Found on the real kubelet v1.37.2 (tests/node): the kubelet exits on SIGTERM leaving its kubelet.sock behind,
+    the plugin's stream ends and it registers again on the same socket, waiting for the kubelet; the new kubelet
+    removes every socket in device-plugins/ when it starts, the plugin's too, so it cannot dial the plugin and
+    refuses the registration. The plugin serves its socket again and registers instead of exiting."""
+    stop, failures = threading.Event(), []
+
+    def watch() -> None:
+        try:
+            plugin.keep_registered(stop, 0.01)
+        except Exception as exc:  # the thread's end: what the plugin process would exit with
+            failures.append(exc)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        kubelet.stop()
+        stale = socket.socket(socket.AF_UNIX)  # the exited kubelet's socket file: bound, nobody listening
+        stale.bind(str(kubelet.registration_socket))
+        stale.close()
+        # The plugin noticed its stream end and is registering on its old socket, waiting for a kubelet.
+        assert plugin.service.stream_lost.wait(WAIT)
+        assert kubelet.wait_for(lambda k: not plugin.service.stream_lost.is_set(), WAIT)
+        kubelet.start()
+        assert kubelet.wait_for(lambda k: plugin.registrations == 2 and k.connected(RES), WAIT), failures
+    finally:
+        stop.set()
+        watcher.join(WAIT)
+    assert failures == []
+    assert _allocatable(kubelet) == 4
 
 
 def test_socket_paths_over_the_limit_are_refused(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from teesim.cluster import virthandler
 from teesim.cluster.node import SimNode
 from teesim.cluster.pods import Consumer, Guest, Phase, Pod, kata_pod, vmi_pod
+from teesim.cluster.workload import Arrival
 from teesim.engine.clock import VirtualClock
 from teesim.kernel.node import NodeSpec
 from teesim.kernel.profiles import CURRENT
@@ -113,3 +114,23 @@ def test_the_simulation_gives_every_node_one_kubelet_and_keeps_no_pod_life_cycle
     life_cycle = ("admit", "allocate_devices", "admitted", "predicate", "launch", "stop", "release", "fail", "readmit")
     assert not [m for m in life_cycle if hasattr(sim, m) or hasattr(sim, f"_{m}")]
     assert Consumer.KATA.value not in sim.launched
+
+
+def test_kubernetes_1_37_counts_a_posted_pods_overhead_twice_when_asked() -> None:
+    """``Settings.overhead_counted_twice`` (kubernetes/kubernetes#139627, measured on the real kubelet v1.37.2 in
+    tests/node/test_real_node.py): once a Kata pod's status reaches the scheduler, its overhead counts twice, so a
+    second Kata pod does not fit 2 keys; off (the default, the rule of 1.35 and of the proposed fix) both run."""
+
+    def run(twice: bool) -> Simulation:
+        arrivals = tuple(Arrival(t, seq, Consumer.KATA, "tdx", 1e5, 2.0) for seq, t in enumerate((0.0, 30.0)))
+        node = NodeSpec("n", CURRENT, "intel", {"tdx": 2})
+        world = World(nodes=(node,), arrivals=arrivals, duration=60.0, settings=Settings(overhead_counted_twice=twice))
+        sim = Simulation(world, get_strategy("double-pool"))
+        sim.run()
+        return sim
+
+    once, twice = run(False), run(True)
+    assert [p.phase for p in once.pods] == [Phase.RUNNING, Phase.RUNNING]
+    assert [p.phase for p in twice.pods] == [Phase.RUNNING, Phase.PENDING]
+    bound = twice.nodes["n"].bound
+    assert bound.requested()["tdx.intel.com/keys"] == 2 == bound.requested_recount()["tdx.intel.com/keys"]
