@@ -41,8 +41,9 @@ from upstream_kubevirt import metric_lines, metrics_of  # noqa: E402
 K8S_VERSION = "v1.37.2"
 SCENARIO = "serve-double-pool-tdx"
 # The double pool as shipped; the one pool that reads the kernel (no failure outside the race window in the
-# results sweep); the collection's one pool (tee_key_pool_mode: kubevirt, Kata's overhead on KubeVirt's name).
-STRATEGIES = ("double-pool", "unified-reconciling", "kata-overhead-on-kubevirt")
+# results sweep); the collection's one pool (tee_key_pool_mode: kubevirt, Kata's overhead on KubeVirt's name); the
+# mode the collection deploys against that (tee_key_pool_mode: kernel, its agent's decision code patching the Node).
+STRATEGIES = ("double-pool", "unified-reconciling", "kata-overhead-on-kubevirt", "kernel-pool")
 METRICS = (
     ("failed_launches_by_consumer.kubevirt", "failed launches, KubeVirt"),
     ("failed_launches_by_consumer.kata", "failed launches, Kata"),

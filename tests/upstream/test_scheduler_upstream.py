@@ -60,6 +60,19 @@ def test_one_pool_fails_none_outside_the_race_window_with_the_real_scheduler(run
 
 
 @pytest.mark.slow
+def test_the_kernel_pool_fails_none_outside_the_race_window_with_the_real_scheduler(runs):
+    # tee_key_pool_mode: kernel: the agent's decision code keeps the Node's tdx.intel.com/keys at what the kernel has
+    # free; Kata asks for it by overhead, launcher pods by a container request; kube-scheduler binds against it.
+    kernel = _of(runs, "kernel-pool")
+    for r in kernel:
+        assert r["upstream"]["failed_outside_race_window.kubevirt"] == 0, r
+        assert r["upstream"]["failed_outside_race_window.kata"] == 0, r
+    assert sum(r["placements"]["bound"] for r in kernel) > 0
+    refused = [message for r in kernel for _, message in r["placements"]["refused"]]
+    assert refused and all("Insufficient tdx.intel.com/keys" in m for m in refused), refused
+
+
+@pytest.mark.slow
 def test_kube_scheduler_counts_kata_overhead_on_kubevirts_resource(runs):
     # The collection's one pool: Kata's RuntimeClass overhead names devices.kubevirt.io/tdx, which the real
     # scheduler counts (NodeResourcesFit adds spec.overhead): Kata pods are refused when the devices are taken.
