@@ -7,10 +7,8 @@ docs change, so it is 1)."""
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +16,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[5]
 POLICY = Path("plugins", "module_utils", "common", "pool_policy.py")
 # What the derived code reads: the collection's Python, the demo script and teesim.
-COPIED = ("plugins", "scripts", "simulator")
 # The toy goes first, before the kernel mode (which also counts external VMs), so that it is what every derived
 # table shows first.
 ANCHOR = "    # First: the one pool every consumer draws from"
@@ -67,37 +64,12 @@ print(json.dumps({
 """
 
 
-def _ignore(_dir, names):
-    return [n for n in names if n in ("__pycache__", "build") or n.endswith((".so", ".pyc"))]
-
-
-def _changed(left: Path, right: Path) -> list:
-    """Files that differ or exist on one side only, relative to the trees' roots."""
-    found = []
-
-    def walk(cmp: filecmp.dircmp, rel: Path) -> None:
-        found.extend(str(rel / n) for n in cmp.diff_files + cmp.left_only + cmp.right_only)
-        for name, sub in cmp.subdirs.items():
-            walk(sub, rel / name)
-
-    for top in COPIED:
-        walk(filecmp.dircmp(left / top, right / top, ignore=["__pycache__", "build"]), Path(top))
-    return sorted(found)
-
-
-def test_a_toy_mode_in_the_policy_alone_reaches_every_consumer_of_it(tmp_path):
-    collections = tmp_path / "collections"
-    tree = collections / "ansible_collections" / "confidential" / "tee"
-    for top in COPIED:
-        shutil.copytree(ROOT / top, tree / top, ignore=_ignore)
+def test_a_toy_mode_in_the_policy_alone_reaches_every_consumer_of_it(tmp_path, toy_trees):
+    collections, tree = toy_trees.collections, toy_trees.tree
     policy = (tree / POLICY).read_text()
     assert policy.count(ANCHOR) == 1, "the toy mode goes before the first entry of MODES"
     (tree / POLICY).write_text(policy.replace(ANCHOR, TOY + ANCHOR))
-
-    pristine = tmp_path / "pristine"
-    for top in COPIED:
-        shutil.copytree(ROOT / top, pristine / top, ignore=_ignore)
-    assert _changed(pristine, tree) == [str(POLICY)]
+    assert toy_trees.changed() == [str(POLICY)]
 
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(collections), str(tree / "simulator"), str(tree / "scripts")])

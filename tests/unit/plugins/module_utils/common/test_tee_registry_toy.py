@@ -15,16 +15,13 @@ verdict says it has none for the TEE), a host role with kernel arguments, a tees
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[5]
-COPIED = ("plugins", "scripts", "simulator")
 LIMIT = 6  # issue 44: a TEE in at most 6 files plus its tests
 
 REGISTRY = Path("plugins", "module_utils", "common", "tee_registry.py")
@@ -158,24 +155,6 @@ print(json.dumps({
 """
 
 
-def _ignore(_dir, names):
-    return [n for n in names if n in ("__pycache__", "build") or n.endswith((".so", ".pyc"))]
-
-
-def _changed(left: Path, right: Path) -> list:
-    """Files that differ or exist on one side only, relative to the trees' roots."""
-    found = []
-
-    def walk(cmp: filecmp.dircmp, rel: Path) -> None:
-        found.extend(str(rel / n) for n in cmp.diff_files + cmp.left_only + cmp.right_only)
-        for name, sub in cmp.subdirs.items():
-            walk(sub, rel / name)
-
-    for top in COPIED:
-        walk(filecmp.dircmp(left / top, right / top, ignore=["__pycache__", "build"]), Path(top))
-    return sorted(found)
-
-
 def _add_toy(tree: Path) -> None:
     for path, old, new in EDITS:
         source = (tree / path).read_text()
@@ -183,16 +162,11 @@ def _add_toy(tree: Path) -> None:
         (tree / path).write_text(source.replace(old, new))
 
 
-def test_a_toy_tee_in_five_files_reaches_every_renderer_the_plan_and_teesim(tmp_path):
-    collections = tmp_path / "collections"
-    tree = collections / "ansible_collections" / "confidential" / "tee"
-    pristine = tmp_path / "pristine"
-    for top in COPIED:
-        shutil.copytree(ROOT / top, tree / top, ignore=_ignore)
-        shutil.copytree(ROOT / top, pristine / top, ignore=_ignore)
+def test_a_toy_tee_in_five_files_reaches_every_renderer_the_plan_and_teesim(tmp_path, toy_trees):
+    collections, tree = toy_trees.collections, toy_trees.tree
     _add_toy(tree)
 
-    changed = _changed(pristine, tree)
+    changed = toy_trees.changed()
     assert changed == sorted(str(p) for p in (REGISTRY, VOCABULARY, FACTS, TEESIM_HOSTS, MODULE))
     assert len(changed) <= LIMIT
 
