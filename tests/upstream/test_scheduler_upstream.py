@@ -48,27 +48,19 @@ def test_the_double_pool_fails_guests_with_the_real_scheduler(runs):
     assert sum(r["upstream"]["failed_launches_by_consumer.kubevirt"] for r in double) > 0
 
 
+# unified-reconciling: one plugin under Kata's name polling misc.current. kernel-pool (tee_key_pool_mode: kernel): the
+# agent's decision code keeping the Node's tdx.intel.com/keys; Kata asks for it by overhead, launcher pods by a
+# container request.
 @pytest.mark.slow
-def test_one_pool_fails_none_outside_the_race_window_with_the_real_scheduler(runs):
-    one = _of(runs, "unified-reconciling")
+@pytest.mark.parametrize("strategy", ["unified-reconciling", "kernel-pool"])
+def test_one_pool_fails_none_outside_the_race_window_with_the_real_scheduler(runs, strategy):
+    one = _of(runs, strategy)
     for r in one:
         assert r["upstream"]["failed_outside_race_window.kubevirt"] == 0, r
         assert r["upstream"]["failed_outside_race_window.kata"] == 0, r
-    # Not vacuous: kube-scheduler kept pods off the node while the plugin advertised no free key.
+    assert sum(r["placements"]["bound"] for r in one) > 0
+    # Not vacuous: kube-scheduler kept pods off the node while the pool had no free key.
     refused = [message for r in one for _, message in r["placements"]["refused"]]
-    assert refused and all("Insufficient tdx.intel.com/keys" in m for m in refused), refused
-
-
-@pytest.mark.slow
-def test_the_kernel_pool_fails_none_outside_the_race_window_with_the_real_scheduler(runs):
-    # tee_key_pool_mode: kernel: the agent's decision code keeps the Node's tdx.intel.com/keys at what the kernel has
-    # free; Kata asks for it by overhead, launcher pods by a container request; kube-scheduler binds against it.
-    kernel = _of(runs, "kernel-pool")
-    for r in kernel:
-        assert r["upstream"]["failed_outside_race_window.kubevirt"] == 0, r
-        assert r["upstream"]["failed_outside_race_window.kata"] == 0, r
-    assert sum(r["placements"]["bound"] for r in kernel) > 0
-    refused = [message for r in kernel for _, message in r["placements"]["refused"]]
     assert refused and all("Insufficient tdx.intel.com/keys" in m for m in refused), refused
 
 
