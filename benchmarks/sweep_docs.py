@@ -627,7 +627,8 @@ def block_kernel_pool(sw: Sweep) -> str:
             else "no run"
         )
         + ": set the reserve wherever VMs run outside Kubernetes. The headroom is held free while they do not use it,"
-        " in the stranded key-seconds below.",
+        " in the stranded key-seconds below. The strategies side by side, from the same sweep, per scenario (mean ±"
+        " 95 % interval half-width):",
     )
     intro = para(
         f"`{KERNEL}` is `tee_key_pool_mode: kernel` as docs/key-pools.md deploys it: teesim runs the node agent's own",
@@ -635,8 +636,7 @@ def block_kernel_pool(sw: Sweep) -> str:
         "`--reserve`, polling every second (the deployed default is 0.5 s) and reaching the scheduler one API latency",
         f"later. Over {len(sw.seeds)} seeds of all {len(sw.scenarios)} bundled scenarios ({runs} runs, `{APART}`",
         "included) it had no failure outside the race window, Kata, KubeVirt or VMs outside Kubernetes within their",
-        f"headroom (95 % interval 0 to {100 * high:.1f} %). Beside it, from the same sweep, per scenario (mean ± 95 %",
-        "interval half-width):",
+        f"headroom (95 % interval 0 to {100 * high:.1f} %).",
     )
     return intro + "\n\n" + headroom + "\n\n" + "\n".join(rows)
 
