@@ -316,12 +316,27 @@ def test_restart_deletes_sockets_and_the_plugin_reregisters(kubelet, plugin):
     assert held not in plugin.service.allocations[-1]
 
 
+class _RemembersSet(threading.Event):
+    """An Event that also remembers it was set once (``was_set``), after it is cleared again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.was_set = threading.Event()
+
+    def set(self) -> None:
+        self.was_set.set()
+        super().set()
+
+
 def test_a_plugin_reregistering_its_dropped_stream_survives_the_new_kubelet_removing_its_socket(kubelet, plugin):
     """Found on the real kubelet v1.37.2 (tests/node): the kubelet exits on SIGTERM leaving its kubelet.sock behind,
     the plugin's stream ends and it registers again on the same socket, waiting for the kubelet; the new kubelet
     removes every socket in device-plugins/ when it starts, the plugin's too, so it cannot dial the plugin and
     refuses the registration. The plugin serves its socket again and registers instead of exiting."""
     stop, failures = threading.Event(), []
+    # The plugin clears stream_lost as soon as it starts registering again (its loop polls every 10 ms): wait for
+    # "was set", which stays, not for the flag, which a busy machine can let this thread miss.
+    plugin.service.stream_lost = _RemembersSet()
 
     def watch() -> None:
         try:
@@ -337,7 +352,7 @@ def test_a_plugin_reregistering_its_dropped_stream_survives_the_new_kubelet_remo
         stale.bind(str(kubelet.registration_socket))
         stale.close()
         # The plugin noticed its stream end and is registering on its old socket, waiting for a kubelet.
-        assert plugin.service.stream_lost.wait(WAIT)
+        assert plugin.service.stream_lost.was_set.wait(WAIT)
         assert kubelet.wait_for(lambda k: not plugin.service.stream_lost.is_set(), WAIT)
         kubelet.start()
         assert kubelet.wait_for(lambda k: plugin.registrations == 2 and k.connected(RES), WAIT), failures
