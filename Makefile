@@ -15,7 +15,7 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv native collection demo fleet-report test lint sanity pytest molecule vm-image vm-image-grub vm-test vm-test-grub sysdeps benchmark clean upstream upstream-report k8s kube-up image node node-test
+.PHONY: help venv native collection demo fleet-report test test-checks test-builds lint sanity pytest molecule vm-image vm-image-grub vm-test vm-test-grub sysdeps benchmark clean upstream upstream-report k8s kube-up image node node-test
 
 help:
 	@echo "make demo   - simulated TDX node: plan, validate, simulate, report"
@@ -171,10 +171,20 @@ vm-test: collection vm-image
 vm-test-grub: collection vm-image-grub
 	$(BIN)/python -m pytest $(VM_GRUB_TESTS) -v --durations=0 -n 3 --dist loadfile
 
-# sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium; k8s and upstream before
-# pytest: the live tests need the control plane, the upstream tests NFD's and KubeVirt's builds. The VMs last, all
-# four files (docs/host-truth.md, "Time", has what they take).
-test: sysdeps lint sanity k8s upstream pytest molecule vm-test
+# sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium. Then two streams at once,
+# one per core: the checks (lint, sanity) beside the Go builds (k8s, upstream, node), the builds one after another so
+# that the packages the kubelet shares with the control plane are compiled once (cached: seconds). The live tests need
+# the control plane, the upstream tests NFD's and KubeVirt's builds, tests/node make node's. The VMs last, all four
+# files (docs/host-truth.md, "Time").
+test: sysdeps collection
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-checks test-builds
+	$(MAKE) --no-print-directory pytest molecule node-test vm-test
+
+test-checks:
+	$(MAKE) --no-print-directory lint sanity
+
+test-builds:
+	$(MAKE) --no-print-directory k8s upstream node
 
 benchmark: collection
 	$(BIN)/python benchmarks/bench_modules.py

@@ -2,7 +2,8 @@
 
 These tests need root (cgroups, mount namespaces, runc), the builds of ``make k8s``, ``make node`` and
 ``make upstream`` (each built here when missing: minutes the first time), and Debian's runc. They are kept out of
-the default pytest run (``norecursedirs`` in pyproject.toml); ``make node-test`` runs them.
+the default pytest run (``norecursedirs`` in pyproject.toml); ``make node-test`` runs them, and ``make test`` runs
+that target.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from kube_control_plane import ControlPlane
 from kube_node import RUNC, RealNode
+from kubelet_comparison import kubevirt_plugins  # noqa: F401 - the tests' fixture helper, one home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 collect_ignore: list[str] = []
@@ -65,16 +67,6 @@ def wait_until(check, what: str, timeout: float = 120, interval: float = 0.5, de
             return last
         time.sleep(interval)
     raise AssertionError(f"{what}: not after {timeout:.0f} s (last: {describe() if describe else last!r})")
-
-
-def kubevirt_plugins() -> Path:
-    """KubeVirt v1.9.0's device plugins as ``make upstream`` builds them (built now if missing)."""
-    built = subprocess.run(
-        [str(REPO_ROOT / "upstream" / "build.sh"), "kubevirt-plugins"], capture_output=True, text=True, check=False
-    )
-    if built.returncode != 0:
-        raise RuntimeError(f"upstream/build.sh kubevirt-plugins failed:\n{built.stderr[-4000:]}")
-    return Path(built.stdout.strip().rpartition("=")[2]) / "kubevirt-plugins"
 
 
 def leftovers_of(node: RealNode) -> list[str]:

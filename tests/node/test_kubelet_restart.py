@@ -31,10 +31,9 @@ from __future__ import annotations
 import datetime
 
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import (
-    KATA_RUNTIME_LABEL,
-    TEE_LABELS,
     kata_classes,
 )
+from kubelet_comparison import NODE_LABELS
 from teesim.cluster.pods import Consumer, Phase
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.node import NodeSpec
@@ -83,8 +82,7 @@ def plugin_starts(node, resource: str) -> int:
 def test_a_kubelet_restart_rejects_a_kata_pod_whose_key_is_overhead_on_a_device_plugin_name(
     plane, node_factory
 ) -> None:
-    labels = {KATA_RUNTIME_LABEL: "true", TEE_LABELS["tdx"]: "true"}
-    node = node_factory(name="tee-real-2", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=labels)
+    node = node_factory(name="tee-real-2", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=NODE_LABELS)
     node.start_plugin(
         "kubevirt",
         [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE],

@@ -11,15 +11,10 @@ teesim's double-pool model predicts.
 
 from __future__ import annotations
 
-from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import (
-    KATA_RUNTIME_LABEL,
-    TEE_LABELS,
-    class_name,
-    kata_classes,
-)
-from ansible_collections.confidential.tee.plugins.module_utils.common import tee
-from ansible_collections.confidential.tee.plugins.module_utils.common.pool_policy import ADVERTISERS
+from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import kata_classes
 from kube_node import RealNode
+from kubelet_comparison import HANDLERS, KUBEVIRT_TDX_GATE, NFD_KEYS, NODE_LABELS
+from kubelet_comparison import RESOURCE as KUBEVIRT_TDX
 from teesim.cluster.pods import Consumer
 from teesim.cluster.workload import Arrival
 from teesim.kernel.node import NodeSpec
@@ -29,10 +24,6 @@ from teesim.strategies import get_strategy
 
 from .conftest import apply, get, kubevirt_plugins, leftovers_of, wait_until
 
-NFD_KEYS, KUBEVIRT_TDX = tee.NFD_TDX_KEYS, tee.KUBEVIRT_TDX
-# The feature gate that starts KubeVirt's TDX plugin (virt-handler's device controller).
-KUBEVIRT_TDX_GATE = ADVERTISERS["kubevirt"].gates[tee.INTEL]
-HANDLERS = (*(class_name(tee, gpu) for tee in ("tdx", "snp") for gpu in (False, True)), "kata-cc")
 NAMESPACE = "tee-guests"
 
 
@@ -85,8 +76,7 @@ def model_second_kata_phases() -> dict[bool, str]:
 
 
 def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, node_factory) -> None:
-    labels = {KATA_RUNTIME_LABEL: "true", TEE_LABELS["tdx"]: "true"}
-    node = node_factory(name="tee-real-1", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=labels)
+    node = node_factory(name="tee-real-1", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=NODE_LABELS)
     # The kubelet registered the Node itself: its version, containerd's, and Ready from the runtime's conditions.
     info = get(plane, "node", node.name)["status"]["nodeInfo"]
     assert info["kubeletVersion"] == node.build["kubernetes"]
