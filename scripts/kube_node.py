@@ -169,7 +169,7 @@ class RealNode:
         return self
 
     def stop(self) -> list[str]:
-        """End every process, remove every cgroup and file; returns what could not be removed (empty: all)."""
+        """End every process, remove every cgroup and file and the Node; returns what could not be removed (empty: all)."""
         for name in ("kubelet", "containerd"):
             self._end(name, timeout=15)
         for _ in range(50):  # shims, containers and pause processes: whatever is left in the cgroups
@@ -188,6 +188,9 @@ class RealNode:
         shutil.rmtree(self.workdir, ignore_errors=True)
         if self.workdir.exists():
             left.append(f"{self.workdir}: not removed")
+        # The Node object its kubelet registered: without a node-lifecycle controller nobody marks it NotReady, and
+        # the scheduler would go on binding pods to a node that is gone.
+        self.plane.kubectl("delete", "node", self.name, "--ignore-not-found", "--wait=false", check=False)
         return left
 
     def _end(self, name: str, timeout: float) -> None:

@@ -1,6 +1,6 @@
 """Scenarios run on the real node and through teesim's kubelet model, compared step by step (issue 46).
 
-Two scenarios, :data:`SCENARIOS`, on one TDX node with 3 keys, each step at ``STEP * k`` seconds of the model's
+Three scenarios, :data:`SCENARIOS`, on one TDX node with 3 keys, each step at ``STEP * k`` seconds of the model's
 clock:
 
 * ``reconciling``: teesim's reconciling device plugin (``teesim.plugins.reconciling``, the process of ``teesim
@@ -13,7 +13,11 @@ clock:
   ``misc.capacity`` and NFD's ``tdx.intel.com/keys`` (published on the Node as nfd-master does) is the Kata
   RuntimeClass's overhead: the collection's double pool. A VM outside Kubernetes, a Kata pod and a VMI take the
   3 keys; a second VMI and a second Kata pod are admitted by both pools and fail to launch in the kernel
-  (``ENOSPC``); the outside VM stops and a third VMI starts.
+  (``ENOSPC``).
+* ``kernel-pool``: the cure, ``tee_key_pool_mode: kernel``: the collection's node agent (``tee-key-agent``, with
+  ``--reserve tdx=1`` of headroom for VMs outside Kubernetes) keeps ``tdx.intel.com/keys`` at what the kernel has
+  free for Kubernetes; VMIs request it, Kata pods hold it by overhead. A VM outside Kubernetes shrinks the pool, a
+  VMI waits Pending for the headroom's key instead of failing, and starts when the outside VM stops.
 
 After each step :func:`observe_model` reads, from a run of :class:`teesim.sim.simulation.Simulation` (the
 scenario's strategy, the same arrivals and faults) stopped just before the next step, what :meth:`RealRun.observe`
@@ -72,6 +76,8 @@ LAUNCH_DELAY = 2.0
 # Every Kata RuntimeClass handler the collection renders, each mapped to runc by the node's containerd.
 HANDLERS = (*(class_name(tee, gpu) for tee in ("tdx", "snp") for gpu in (False, True)), "kata-cc")
 NODE_LABELS = {KATA_RUNTIME_LABEL: "true", TEE_LABELS["tdx"]: "true"}
+# The node agent of tee_key_pool_mode: kernel, as its systemd unit and DaemonSet run it (tee-key-agent).
+AGENT = "ansible_collections.confidential.tee.plugins.module_utils.agent.cli"
 # The feature gate that starts KubeVirt's TDX plugin (virt-handler's device controller).
 KUBEVIRT_TDX_GATE = ADVERTISERS["kubevirt"].gates[tee.INTEL]
 
@@ -90,8 +96,9 @@ class Step:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A comparison: the strategy the model runs, the plugin the real node runs (``teesim-reconciling`` or
-    ``kubevirt``), whether NFD's keys are published for Kata, the steps and the model's settings."""
+    """A comparison: the strategy the model runs, the advertiser the real node runs (``teesim-reconciling``,
+    ``kubevirt``, or ``agent``: tee-key-agent, which publishes NFD's name itself), whether Kata's keys are on NFD's
+    name (published as nfd-master does, unless the agent does), the steps and the model's settings."""
 
     strategy: str
     plugin: str
@@ -184,7 +191,24 @@ DOUBLE_POOL = Scenario(
         }
     ),
 )
-SCENARIOS = {"reconciling": RECONCILING, "double-pool": DOUBLE_POOL}
+# The cure: tee-key-agent (the collection's node agent, ``tee_key_pool_mode: kernel``) keeps NFD's name at what the
+# kernel has free for Kubernetes, less the headroom kept for VMs outside Kubernetes (--reserve tdx=1); Kata pods
+# hold it by overhead, VMIs by a container request. Nothing is admitted that the kernel cannot start.
+KERNEL_POOL = Scenario(
+    strategy="kernel-pool",
+    plugin="agent",
+    nfd_keys=True,
+    settings=Settings(node_status_interval=5.0, poll_interval=0.5, overhead_counted_twice=True, reserved={"tdx": 1}),
+    steps=(
+        Step("start: the agent published the pool", _at(0), "start"),
+        Step("a VM outside Kubernetes charges a key", _at(1), "outside-start"),
+        Step("VMI kubevirt-00002", _at(2), "vmi", "kubevirt-00002"),
+        Step("VMI kubevirt-00003: the kernel's last free key is the headroom", _at(3), "vmi", "kubevirt-00003"),
+        Step("the outside VM stops: the pool grows, the VMI starts", _at(4), "outside-stop"),
+        Step("Kata kata-00005: the pool is full", _at(5), "kata", "kata-00005"),
+    ),
+)
+SCENARIOS = {"reconciling": RECONCILING, "double-pool": DOUBLE_POOL, "kernel-pool": KERNEL_POOL}
 CONSUMERS = {"vmi": Consumer.KUBEVIRT, "kata": Consumer.KATA}
 
 
@@ -268,9 +292,12 @@ while True:
 """
 
 
-def vmi(name: str, image: str, kernel_dir: str, node_name: str | None = None) -> dict:
-    """A virt-launcher-shaped pod: one container requesting a device, launching one TDX guest."""
-    devices = {RESOURCE: "1"}
+def vmi(
+    name: str, image: str, kernel_dir: str, node_name: str | None = None, requests: dict[str, int] | None = None
+) -> dict:
+    """A virt-launcher-shaped pod: one container requesting a device (or the strategy's ``requests``: the kernel
+    pool's key), launching one TDX guest."""
+    devices = {resource: str(n) for resource, n in (requests or {RESOURCE: 1}).items()}
     container = {
         "name": "compute",
         "image": image,
@@ -340,15 +367,24 @@ class RealRun:
         self.plane.kubectl("apply", "--server-side", "--field-manager=tee-compare", "-f", "-", input=text)
 
     def start_plugin(self) -> None:
+        """The scenario's advertiser: KubeVirt's TDX plugin, teesim's reconciling plugin or tee-key-agent."""
+        node, settings, env = self.node, self.scenario.settings, dict(os.environ)
         if self.scenario.plugin == "kubevirt":
-            command = [str(kubevirt_plugins()), "--node-name", self.node.name, "--feature-gates", KUBEVIRT_TDX_GATE]
-            self.node.start_plugin("kubevirt", command, run_dirs=("tdx-qgs",))
+            command = [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE]
+            node.start_plugin("kubevirt", command, run_dirs=("tdx-qgs",))
             return
-        command = [sys.executable, "-m", "teesim.plugins.reconciling", "--host-root", str(self.node.root)]
-        command += ["--resource-name", RESOURCE, "--misc-resource", "tdx"]
-        command += ["--poll-interval", str(self.scenario.settings.poll_interval)]
-        path = os.pathsep.join(filter(None, [str(REPO_ROOT / "simulator"), os.environ.get("PYTHONPATH")]))
-        self.node._spawn("plugin-teesim", command, env={**os.environ, "PYTHONPATH": path})
+        if self.scenario.plugin == "agent":
+            name, command = "agent", [sys.executable, "-m", AGENT, "--node", node.name, "--host-root", str(node.root)]
+            command += ["--kubeconfig", str(self.plane.admin_kubeconfig), "--interval", str(settings.poll_interval)]
+            command += [f"--reserve={misc}={n}" for misc, n in settings.reserved.items()]
+            path = REPO_ROOT / ".build" / "collections"
+        else:
+            name, command = "plugin-teesim", [sys.executable, "-m", "teesim.plugins.reconciling"]
+            command += ["--host-root", str(node.root), "--resource-name", RESOURCE, "--misc-resource", "tdx"]
+            command += ["--poll-interval", str(settings.poll_interval)]
+            path = REPO_ROOT / "simulator"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
+        node._spawn(name, command, env=env)
 
     def start(self) -> None:
         """The namespace, the Kata RuntimeClass, NFD's keys on the Node (as nfd-master patches its status), the
@@ -357,7 +393,7 @@ class RealRun:
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
         account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}}
         self.apply(namespace, account, self.kata_class)
-        if self.scenario.nfd_keys:
+        if self.scenario.nfd_keys and self.scenario.plugin != "agent":
             patch = json.dumps({"status": {"capacity": {NFD_KEYS: str(KEYS)}}})
             self.plane.kubectl("patch", "node", self.node.name, "--subresource=status", "--type=merge", "-p", patch)
         self.start_plugin()
@@ -372,7 +408,8 @@ class RealRun:
         elif step.action == "outside-stop":
             node._end("outside-vm", timeout=10)
         elif step.action == "vmi":
-            self.apply(vmi(step.pod, image, kernel_dir))
+            requests = get_strategy(self.scenario.strategy).vmi_requests(Guest.TDX)
+            self.apply(vmi(step.pod, image, kernel_dir, requests=requests))
         elif step.action == "kata":
             self.apply(kata(step.pod, image, kernel_dir, self.kata_class["metadata"]["name"]))
         elif step.action == "by-name":
@@ -463,8 +500,10 @@ def run_steps(plane: ControlPlane, node: RealNode, scenario: Scenario, timeout: 
                 found = differences([{"step": step.name, "model": expected, "real": real}])
                 return set(found) <= scenario.explained
 
+            began = time.monotonic()
             real = wait_for_state(run.observe, settled, timeout)
-            records.append({"step": step.name, "model": expected, "real": real})
+            took = round(time.monotonic() - began, 1)
+            records.append({"step": step.name, "model": expected, "real": real, "settled_s": took})
     finally:
         # The RuntimeClass is cluster-wide and its overhead this run's own: others on the plane render their own.
         plane.kubectl("delete", "runtimeclass", run.kata_class["metadata"]["name"], "--ignore-not-found", check=False)

@@ -26,8 +26,8 @@ def table(name: str, records: list[dict], explained: frozenset, note: str) -> st
     lines = [
         f"### The real kubelet against teesim's kubelet model: {name}" + note,
         "",
-        "| step | what differs (model / real) |",
-        "|---|---|",
+        "| step | the real node settled after | what differs (model / real) |",
+        "|---|---|---|",
     ]
     for record in records:
         found = differences([record])
@@ -35,7 +35,7 @@ def table(name: str, records: list[dict], explained: frozenset, note: str) -> st
             f"{what}: {model!r} / {real!r}" + (" (explained)" if (step, what, model, real) in explained else "")
             for step, what, model, real in found
         )
-        lines.append(f"| {record['step']} | {cell or 'nothing'} |")
+        lines.append(f"| {record['step']} | {record['settled_s']} s | {cell or 'nothing'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -99,8 +99,6 @@ def node_factory(plane: ControlPlane) -> Iterator:
 
     yield start
     failed_stops = [entry for node in started for entry in node.stop()]
-    for node in started:
-        plane.kubectl("delete", "node", node.name, "--ignore-not-found", "--wait=false", check=False)
     assert failed_stops == []
     assert {node.name: leftovers_of(node) for node in started} == {node.name: [] for node in started}
 

@@ -6,7 +6,9 @@ scripts/kubelet_comparison.py runs them on one TDX node with 3 keys:
   VM outside Kubernetes, three VMIs, the plugin killed, a VMI bound by name while it is dead, the plugin started
   again, the kubelet restarted with VMIs running;
 * ``double-pool``: KubeVirt v1.9.0's own TDX plugin and NFD's keys for Kata, a VM outside Kubernetes, Kata pods and
-  VMIs, two of them admitted by their pool and failing to launch in the kernel.
+  VMIs, two of them admitted by their pool and failing to launch in the kernel;
+* ``kernel-pool``: the collection's node agent (tee-key-agent, ``tee_key_pool_mode: kernel``) keeps one pool at
+  what the kernel has free; a VM outside Kubernetes shrinks it and a VMI waits instead of failing.
 
 After each step every pod's phase, the kubelet's admission rejections with their messages, the devices held per pod
 (the real kubelet's checkpoint), the pod-resources answers (List, GetAllocatableResources), failed launches, the
