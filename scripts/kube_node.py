@@ -169,7 +169,8 @@ class RealNode:
         return self
 
     def stop(self) -> list[str]:
-        """End every process, remove every cgroup and file and the Node; returns what could not be removed (empty: all)."""
+        """End every process, remove every cgroup and file and the Node; returns what could not be removed (empty:
+        all)."""
         for name in ("kubelet", "containerd"):
             self._end(name, timeout=15)
         for _ in range(50):  # shims, containers and pause processes: whatever is left in the cgroups
