@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\nGRUB_CMDLINE_LINUX="console=ttyS0,115200n8"\n'
@@ -134,3 +135,42 @@ def test_a_vsock_host_root_of_its_own_is_refused_before_any_change(tmp_path, tee
         f"vsock_host_root: {other})"
     ) in proc.flat, proc.flat[-3000:]
     assert (snapshot(node), snapshot(other)) == before
+
+
+def role_entries(play_file: Path) -> Counter:
+    """How often the plays of ``play_file`` enter each role: include_role, import_role and the roles: section."""
+    entries: Counter = Counter()
+
+    def walk(tasks):
+        for task in tasks or []:
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
+                if key in task:
+                    entries[task[key]["name"]] += 1
+            for key in ("block", "rescue", "always"):
+                walk(task.get(key))
+
+    for play in yaml.safe_load(play_file.read_text()):
+        for role in play.get("roles") or []:
+            entries[role["role"] if isinstance(role, dict) else role] += 1
+        for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+            walk(play.get(section))
+    return entries
+
+
+@pytest.mark.parametrize("playbook", ["tee_node.yml", "render_machineconfigs.yml"])
+def test_every_host_role_is_entered_once(playbook):
+    # Issue 44: the playbook reads each role's requests through confidential.tee.host_role_request and applies them
+    # all before entering any role; it no longer enters a role for its request and again for its changes.
+    entries = role_entries(REPO / "playbooks" / playbook)
+    host_roles = [f"confidential.tee.{role}" for role in ("tdx_host", "snp_host", "iommu_passthrough", "vsock")]
+    assert {role: entries[role] for role in host_roles} == dict.fromkeys(host_roles, 1)
+
+
+def test_the_entry_count_sees_a_second_entry(tmp_path):
+    twice = tmp_path / "twice.yml"
+    tasks = [
+        {"ansible.builtin.include_role": {"name": "confidential.tee.vsock", "tasks_from": "request"}},
+        {"block": [{"ansible.builtin.import_role": {"name": "confidential.tee.vsock"}}]},
+    ]
+    twice.write_text(yaml.safe_dump([{"hosts": "all", "roles": ["confidential.tee.vsock"], "tasks": tasks}]))
+    assert role_entries(twice)["confidential.tee.vsock"] == 3

@@ -55,6 +55,53 @@ def list_of_mappings_problem(name: str, value: object) -> str | None:
     return _list_problem(name, value, "mappings", dict, "one mapping per entry: - key: value")
 
 
+# A default that is one expression over another variable: {{ name | ... }}.
+_TEMPLATE_HEAD = re.compile(r"\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\b")
+
+
+def list_option_errors(values: dict, options: dict | None = None, defaults: dict | None = None) -> list[str]:
+    """Messages for every variable that should be a list and is not (empty when all are).
+
+    ``values`` maps variable names to values. With ``options`` (a role's argument_specs options), only variables
+    declared ``type: list`` are checked: ``elements: dict`` ones as lists of mappings, the others as lists of
+    strings, and ``null`` passes where the spec documents no default (Ansible's own argument validation skips
+    ``null`` too). ``defaults`` (the role's ``defaults/main.yml``, unrendered) lets a message name the inventory
+    variable a default reads, such as ``tee_cluster_nodes``.
+    """
+    if options is None:
+        specs = {name: {"type": "list", "elements": "str", "required": True} for name in values}
+    else:
+        specs = {name: spec for name, spec in options.items() if name in values and spec.get("type") == "list"}
+    errors = []
+    for name in sorted(specs):
+        problem = _option_list_problem(name, values[name], specs[name])
+        if problem:
+            source = _default_source((defaults or {}).get(name))
+            errors.append(f"{problem} ({name} defaults to {source}: fix whichever you set)" if source else problem)
+    return errors
+
+
+def _option_list_problem(name: str, value: object, spec: dict) -> str | None:
+    if value is None and _null_allowed(spec):
+        return None
+    if spec.get("elements", "str") != "dict":
+        return list_of_strings_problem(name, value)
+    return list_of_mappings_problem(name, value)
+
+
+def _null_allowed(spec: dict) -> bool:
+    """Whether ``null`` is a documented value: the option is not required and documents no other default."""
+    return not spec.get("required", False) and spec.get("default") is None
+
+
+def _default_source(raw_default: object) -> str | None:
+    """The variable an unrendered default such as ``{{ tee_cluster_nodes | default([]) }}`` starts from."""
+    if not isinstance(raw_default, str):
+        return None
+    match = _TEMPLATE_HEAD.match(raw_default)
+    return match.group(1) if match else None
+
+
 def display_text(text: str | None) -> str | None:
     """Text safe for JSON: bytes that are not UTF-8 (kept as surrogates) become visible ``\\xe9`` escapes."""
     if text is None:
