@@ -69,6 +69,13 @@ def wait_until(check, what: str, timeout: float = 120, interval: float = 0.5, de
     raise AssertionError(f"{what}: not after {timeout:.0f} s (last: {describe() if describe else last!r})")
 
 
+def delete_every_pod(plane: ControlPlane, namespace: str) -> None:
+    """Delete the namespace's pods and wait until they are gone (their kubelet stops the guests first; minutes on
+    a loaded machine)."""
+    plane.kubectl("delete", "pod", "-n", namespace, "--all", "--wait=false")
+    wait_until(lambda: not get(plane, "pods", "-n", namespace)["items"], f"every pod of {namespace} gone", timeout=300)
+
+
 def leftovers_of(node: RealNode) -> list[str]:
     """What a stopped node left on this machine: mounts, cgroups, processes, routes or addresses in its pod subnet,
     the host's ip_forward changed (other work on the machine may mount, make cgroups and links meanwhile: only

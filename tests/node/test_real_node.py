@@ -22,7 +22,7 @@ from teesim.kernel.profiles import CURRENT
 from teesim.sim.simulation import Settings, Simulation, World
 from teesim.strategies import get_strategy
 
-from .conftest import apply, get, kubevirt_plugins, leftovers_of, wait_until
+from .conftest import apply, delete_every_pod, get, kubevirt_plugins, leftovers_of, wait_until
 
 NAMESPACE = "tee-guests"
 
@@ -112,7 +112,9 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
 
     for name in ("kata-1", "virt-launcher-1"):
         running = wait_until(
-            lambda n=name: phase(plane, n)["status"].get("phase") == "Running" and phase(plane, n), name
+            lambda n=name: phase(plane, n)["status"].get("phase") == "Running" and phase(plane, n),
+            name,
+            describe=lambda n=name: (phase(plane, n)["status"], get(plane, "events", "-n", NAMESPACE)["items"][-6:]),
         )
         assert running["spec"]["nodeName"] == node.name  # bound by the real kube-scheduler
     # RuntimeClass admission copied the overhead, key included, into the Kata pod.
@@ -152,7 +154,7 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
     )
     assert phase(plane, "kata-3")["status"].get("phase") == "Pending"
 
-    plane.kubectl("delete", "pod", "-n", NAMESPACE, "--all", "--wait=true", "--timeout=120s")
+    delete_every_pod(plane, NAMESPACE)
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 0\n", "every key released")
 
 
