@@ -272,26 +272,21 @@ def live(live_cluster: LiveCluster):
         yield live_cluster
 
 
-@pytest.fixture
-def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
-    """``run(live, *args, kubeconfig=None, consumers=("kata",), **cluster_vars)``: cluster.yml, applying.
-
-    ``consumers``: every node's tee_node_consumers, or a dict of them by node name.
-
-    The inventory holds the simulated nodes (teesim host trees).
-
-    ``live`` may be ``None`` when ``kubeconfig`` is given. ``KUBECONFIG`` is pointed nowhere: the inventory alone
-    chooses the cluster, as the collection's messages say.
-    """
+def _cluster_runner(tmp_path: Path, teesim_node, ansible_playbook_cli):
+    """The ``cluster_run`` fixture's runner, its node trees and inventory under ``tmp_path``."""
     roots = {
         name: teesim_node(tmp_path / "nodes" / name, "--vendor", vendor)
         for name, (vendor, _address, _labels) in NODES.items()
     }
 
-    def run(live, *args: str, kubeconfig=None, consumers=("kata",), **cluster_vars):
+    def run(live, *args: str, kubeconfig=None, consumers=("kata",), node_vars=None, **cluster_vars):
         by_node = consumers if isinstance(consumers, dict) else dict.fromkeys(roots, consumers)
         hosts = {
-            name: {"tee_host_root": str(root), "tee_node_consumers": list(by_node[name])}
+            name: {
+                "tee_host_root": str(root),
+                "tee_node_consumers": list(by_node[name]),
+                **(node_vars or {}).get(name, {}),
+            }
             for name, root in roots.items()
         }
         access = {"tee_kubeconfig": str(kubeconfig or live.kubeconfig)}
@@ -312,7 +307,30 @@ def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
         path.write_text(yaml.safe_dump(inventory))
         return ansible_playbook_cli(CLUSTER_PLAYBOOK, "-i", str(path), *args, env={"KUBECONFIG": "/nonexistent"})
 
+    run.roots = roots  # the nodes' host trees, by name
     return run
+
+
+@pytest.fixture
+def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
+    """``run(live, *args, kubeconfig=None, consumers=("kata",), node_vars=None, **cluster_vars)``: cluster.yml,
+    applying.
+
+    ``consumers``: every node's tee_node_consumers, or a dict of them by node name; ``node_vars``: more host
+    variables by node name.
+
+    The inventory holds the simulated nodes (teesim host trees).
+
+    ``live`` may be ``None`` when ``kubeconfig`` is given. ``KUBECONFIG`` is pointed nowhere: the inventory alone
+    chooses the cluster, as the collection's messages say.
+    """
+    return _cluster_runner(tmp_path, teesim_node, ansible_playbook_cli)
+
+
+@pytest.fixture(scope="module")
+def module_cluster_run(tmp_path_factory, teesim_node, ansible_playbook_cli):
+    """``cluster_run`` for a module-scoped fixture: the runs a file's tests share (its node trees, one inventory)."""
+    return _cluster_runner(tmp_path_factory.mktemp("cluster"), teesim_node, ansible_playbook_cli)
 
 
 @pytest.fixture(scope="session")

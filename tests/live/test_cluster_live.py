@@ -32,7 +32,7 @@ def test_check_then_apply_then_nothing_changes_and_foreign_fields_stay(live, clu
         assert f"{kind}/{name}" in dry.flat and f"{kind}/{name}" in applied.flat
 
     # The second run (changed=0, and not one write request at the API server) is test_cluster_apply_live.py's, with
-    # the GPU nodes' labels and drop-ins on top: not run twice in the 5-minute budget of tests/live.
+    # KubeVirt, the kernel mode and the GPU nodes' labels and drop-ins on top: not run twice in the 5-minute budget.
 
     # Another field manager takes a field of ours: the next run reports the conflict and leaves it alone.
     live.require_private("changes the collection's RuntimeClass as another field manager")
