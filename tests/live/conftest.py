@@ -158,6 +158,14 @@ class LiveCluster:
         ]
         self.plane.load_objects(nodes)
 
+    def versions(self) -> dict[str, str]:
+        """Every object of the WATCHED kinds by kind/name, with the resourceVersion the server gave its last write."""
+        versions = {}
+        for resource in WATCHED:
+            for item in self.get(resource)["items"]:
+                versions[f"{resource}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+        return versions
+
     def collection_objects(self) -> dict[str, dict]:
         """The objects confidential.tee manages now (field manager confidential-tee), by kind/name."""
         found = {}
@@ -170,6 +178,13 @@ class LiveCluster:
 
 # The cluster-scoped kinds the cluster playbook applies (names vary with the plan).
 COLLECTION_KINDS = ("nodefeaturerules.nfd.k8s-sigs.io", "runtimeclasses.node.k8s.io")
+# The kinds whose objects a cluster has whoever runs it: a run on "someone's cluster" must leave each as it found it.
+WATCHED = (
+    "nodes",
+    "namespaces",
+    "customresourcedefinitions.apiextensions.k8s.io",
+    *COLLECTION_KINDS,
+)
 FIELD_MANAGER = "confidential-tee"
 
 
@@ -338,6 +353,25 @@ def someones_cluster():
     """``external_cluster(environ)``: the cluster ``live_cluster`` would use for ``environ``'s
     ``TEE_LIVE_KUBECONFIG`` (None when unset; a failure when it holds the collection's objects)."""
     return external_cluster
+
+
+def _as_someones_cluster(cluster: LiveCluster) -> tuple[LiveCluster, dict[str, str]]:
+    """This session's cluster standing in for someone's: its Nodes registered (by its kubelets) and another tool's
+    RuntimeClass in it. The view ``live_cluster`` builds from ``TEE_LIVE_KUBECONFIG`` alone, and every WATCHED
+    object's resourceVersion before anything ran there (:meth:`LiveCluster.versions`)."""
+    cluster.register_simulated_nodes()
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "theirs"}}
+    cluster.apply([{**runtime_class, "handler": "runc"}], manager="someone-else")
+    before = cluster.versions()
+    view = external_cluster({"TEE_LIVE_KUBECONFIG": str(cluster.kubeconfig)})
+    assert view is not None and not view.private
+    return view, before
+
+
+@pytest.fixture(scope="session")
+def as_someones_cluster():
+    """``view, versions_before = as_someones(cluster)`` (private clusters only): :func:`_as_someones_cluster`."""
+    return _as_someones_cluster
 
 
 @pytest.fixture(scope="session")
