@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "simulator"), str(REPO / "scripts")]
 
 from bench_cluster import generated_inventory  # noqa: E402
-from kube_control_plane import ControlPlane, kubevirt_crds  # noqa: E402
+from kube_control_plane import ControlPlane, installed_kubevirt, kubevirt_crds  # noqa: E402
 from playbook_timer import Run, run_playbook  # noqa: E402
 from teesim.fixtures import k8s_objects  # noqa: E402
 
@@ -43,14 +43,6 @@ PLAYBOOK = REPO / "playbooks" / "cluster.yml"
 CRDS = REPO.parent / "shared" / "reference" / "crds"
 WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE")
 SAMPLE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
-# An installed KubeVirt (as tests/live/test_kubevirt_live.py has it): the collection configures it, never installs it.
-KUBEVIRT = {
-    "apiVersion": "kubevirt.io/v1",
-    "kind": "KubeVirt",
-    "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
-    "spec": {"configuration": {"developerConfiguration": {"featureGates": ["Snapshot"]}}},
-    "status": {"phase": "Deployed", "observedKubeVirtVersion": "v1.9.0"},
-}
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -64,7 +56,7 @@ def start_plane(nodes: list[str]) -> ControlPlane:
                 k8s_objects.node(name, f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", {}, {}, "6.16.0", "Debian 13")
                 for i, name in enumerate(nodes)
             ]
-            + [KUBEVIRT]
+            + [installed_kubevirt()]
         )
     except BaseException:
         plane.stop()

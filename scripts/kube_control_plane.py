@@ -185,6 +185,18 @@ def kubevirt_crds() -> list[Path]:
     return sorted((Path(built.stdout.strip().rpartition("=")[2]) / "crds").glob("*.yaml"))
 
 
+def installed_kubevirt(feature_gates: tuple[str, ...] = ("Snapshot",)) -> dict:
+    """A KubeVirt CR as an installed KubeVirt v1.9.0 has it (status Deployed), with ``feature_gates`` someone set:
+    the collection configures KubeVirt, never installs it."""
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "KubeVirt",
+        "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+        "spec": {"configuration": {"developerConfiguration": {"featureGates": list(feature_gates)}}},
+        "status": {"phase": "Deployed", "observedKubeVirtVersion": "v1.9.0"},
+    }
+
+
 class ControlPlane:
     """etcd + kube-apiserver (+ kube-scheduler) in ``workdir``; use as a context manager or call start/stop."""
 

@@ -158,6 +158,14 @@ class LiveCluster:
         ]
         self.plane.load_objects(nodes)
 
+    def versions(self) -> dict[str, str]:
+        """Every object of the WATCHED kinds by kind/name, with the resourceVersion the server gave its last write."""
+        versions = {}
+        for resource in WATCHED:
+            for item in self.get(resource)["items"]:
+                versions[f"{resource}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+        return versions
+
     def collection_objects(self) -> dict[str, dict]:
         """The objects confidential.tee manages now (field manager confidential-tee), by kind/name."""
         found = {}
@@ -170,6 +178,13 @@ class LiveCluster:
 
 # The cluster-scoped kinds the cluster playbook applies (names vary with the plan).
 COLLECTION_KINDS = ("nodefeaturerules.nfd.k8s-sigs.io", "runtimeclasses.node.k8s.io")
+# The kinds whose objects a cluster has whoever runs it: a run on "someone's cluster" must leave each as it found it.
+WATCHED = (
+    "nodes",
+    "namespaces",
+    "customresourcedefinitions.apiextensions.k8s.io",
+    *COLLECTION_KINDS,
+)
 FIELD_MANAGER = "confidential-tee"
 
 
@@ -272,26 +287,21 @@ def live(live_cluster: LiveCluster):
         yield live_cluster
 
 
-@pytest.fixture
-def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
-    """``run(live, *args, kubeconfig=None, consumers=("kata",), **cluster_vars)``: cluster.yml, applying.
-
-    ``consumers``: every node's tee_node_consumers, or a dict of them by node name.
-
-    The inventory holds the simulated nodes (teesim host trees).
-
-    ``live`` may be ``None`` when ``kubeconfig`` is given. ``KUBECONFIG`` is pointed nowhere: the inventory alone
-    chooses the cluster, as the collection's messages say.
-    """
+def _cluster_runner(tmp_path: Path, teesim_node, ansible_playbook_cli):
+    """The ``cluster_run`` fixture's runner, its node trees and inventory under ``tmp_path``."""
     roots = {
         name: teesim_node(tmp_path / "nodes" / name, "--vendor", vendor)
         for name, (vendor, _address, _labels) in NODES.items()
     }
 
-    def run(live, *args: str, kubeconfig=None, consumers=("kata",), **cluster_vars):
+    def run(live, *args: str, kubeconfig=None, consumers=("kata",), node_vars=None, **cluster_vars):
         by_node = consumers if isinstance(consumers, dict) else dict.fromkeys(roots, consumers)
         hosts = {
-            name: {"tee_host_root": str(root), "tee_node_consumers": list(by_node[name])}
+            name: {
+                "tee_host_root": str(root),
+                "tee_node_consumers": list(by_node[name]),
+                **(node_vars or {}).get(name, {}),
+            }
             for name, root in roots.items()
         }
         access = {"tee_kubeconfig": str(kubeconfig or live.kubeconfig)}
@@ -312,7 +322,30 @@ def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
         path.write_text(yaml.safe_dump(inventory))
         return ansible_playbook_cli(CLUSTER_PLAYBOOK, "-i", str(path), *args, env={"KUBECONFIG": "/nonexistent"})
 
+    run.roots = roots  # the nodes' host trees, by name
     return run
+
+
+@pytest.fixture
+def cluster_run(tmp_path, teesim_node, ansible_playbook_cli):
+    """``run(live, *args, kubeconfig=None, consumers=("kata",), node_vars=None, **cluster_vars)``: cluster.yml,
+    applying.
+
+    ``consumers``: every node's tee_node_consumers, or a dict of them by node name; ``node_vars``: more host
+    variables by node name.
+
+    The inventory holds the simulated nodes (teesim host trees).
+
+    ``live`` may be ``None`` when ``kubeconfig`` is given. ``KUBECONFIG`` is pointed nowhere: the inventory alone
+    chooses the cluster, as the collection's messages say.
+    """
+    return _cluster_runner(tmp_path, teesim_node, ansible_playbook_cli)
+
+
+@pytest.fixture(scope="module")
+def module_cluster_run(tmp_path_factory, teesim_node, ansible_playbook_cli):
+    """``cluster_run`` for a module-scoped fixture: the runs a file's tests share (its node trees, one inventory)."""
+    return _cluster_runner(tmp_path_factory.mktemp("cluster"), teesim_node, ansible_playbook_cli)
 
 
 @pytest.fixture(scope="session")
@@ -320,6 +353,25 @@ def someones_cluster():
     """``external_cluster(environ)``: the cluster ``live_cluster`` would use for ``environ``'s
     ``TEE_LIVE_KUBECONFIG`` (None when unset; a failure when it holds the collection's objects)."""
     return external_cluster
+
+
+def _as_someones_cluster(cluster: LiveCluster) -> tuple[LiveCluster, dict[str, str]]:
+    """This session's cluster standing in for someone's: its Nodes registered (by its kubelets) and another tool's
+    RuntimeClass in it. The view ``live_cluster`` builds from ``TEE_LIVE_KUBECONFIG`` alone, and every WATCHED
+    object's resourceVersion before anything ran there (:meth:`LiveCluster.versions`)."""
+    cluster.register_simulated_nodes()
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "theirs"}}
+    cluster.apply([{**runtime_class, "handler": "runc"}], manager="someone-else")
+    before = cluster.versions()
+    view = external_cluster({"TEE_LIVE_KUBECONFIG": str(cluster.kubeconfig)})
+    assert view is not None and not view.private
+    return view, before
+
+
+@pytest.fixture(scope="session")
+def as_someones_cluster():
+    """``view, versions_before = as_someones(cluster)`` (private clusters only): :func:`_as_someones_cluster`."""
+    return _as_someones_cluster
 
 
 @pytest.fixture(scope="session")
