@@ -4,7 +4,9 @@
 // cgroup in the node's misc tree through teesim's kernel model; the charge is held while the connection is
 // open, so it is released when this process exits, however it exits, as KVM releases the key with the VM.
 //
-// Usage: teesim-guest [-socket PATH] [-guest snp|sev-es] RESOURCE [AMOUNT]
+// Usage: teesim-guest [-socket PATH] [-guest snp|sev-es] [-hold DURATION] RESOURCE [AMOUNT]
+// -hold: the guest's lifetime (Go's duration syntax, 90s, 1.5m): once charged it exits 0 after that long, as a
+// guest shut down from inside; without it the guest runs until SIGTERM (teesim run --real-node sets it).
 // On a refused launch it prints the kernel's error and exits 1 (the container fails to start, as a
 // virt-launcher or a Kata shim does when QEMU cannot create the guest).
 package main
@@ -19,14 +21,16 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
 	socket := flag.String("socket", "/run/teesim/kernel.sock", "teesim's kernel service")
 	guest := flag.String("guest", "", "guest kind for sev_es: snp (default) or sev-es")
+	hold := flag.Duration("hold", 0, "exit 0 this long after the launch (0: run until SIGTERM)")
 	flag.Parse()
-	if flag.NArg() < 1 || flag.NArg() > 2 {
-		fmt.Fprintln(os.Stderr, "usage: teesim-guest [-socket PATH] [-guest snp|sev-es] RESOURCE [AMOUNT]")
+	if flag.NArg() < 1 || flag.NArg() > 2 || *hold < 0 {
+		fmt.Fprintln(os.Stderr, "usage: teesim-guest [-socket PATH] [-guest snp|sev-es] [-hold DURATION] RESOURCE [AMOUNT]")
 		os.Exit(2)
 	}
 	amount := "1"
@@ -37,10 +41,10 @@ func main() {
 		}
 		amount = flag.Arg(1)
 	}
-	os.Exit(run(*socket, flag.Arg(0), amount, *guest))
+	os.Exit(run(*socket, flag.Arg(0), amount, *guest, *hold))
 }
 
-func run(socket, resource, amount, guest string) int {
+func run(socket, resource, amount, guest string, hold time.Duration) int {
 	// SIGTERM (the kubelet stopping the pod) ends the guest; registered before the launch so none is lost.
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
@@ -67,7 +71,15 @@ func run(socket, resource, amount, guest string) int {
 		return 1
 	}
 	fmt.Printf("teesim-guest: %s %s charged to %s; running\n", resource, amount, detail)
-	<-stop
-	fmt.Println("teesim-guest: stopping; the key is released with this process")
+	var ended <-chan time.Time // nil (never) without -hold
+	if hold > 0 {
+		ended = time.After(hold)
+	}
+	select {
+	case <-stop:
+		fmt.Println("teesim-guest: stopping; the key is released with this process")
+	case <-ended:
+		fmt.Printf("teesim-guest: held for %s; the key is released with this process\n", hold)
+	}
 	return 0
 }
