@@ -15,19 +15,24 @@
 Each arrival comes at its time divided by the pace: a Kata pod (the RuntimeClass), a virt-launcher-shaped pod (the
 strategy's VMI request in its ``compute`` container) or, for a VM outside Kubernetes, a process in the node's own
 cgroup launching through the kernel's socket. Every guest holds its key for its duration divided by the pace
-(``teesim-guest -hold``), then exits. A failed launch is not retried: the pod ends Failed with the kernel's error as
-its termination message. At the scenario's end (divided by the pace) :func:`observe` reads what happened from the
-API server (pod phases and reasons, termination messages), the VMs' answers and ``misc.current``. Everything started
-is stopped and removed on the way out, also on Ctrl-C or a failure (``RealNode.stop``, the plane's ``__exit__``).
+(``teesim-guest -hold``), then exits 0. A refused launch is tried again by the guest itself, after the model's waits
+divided by the pace (``real_node.retry_flags``: virt-handler's back-off for a VMI, the kubelet's sandbox retry for a
+Kata pod), its pod keeping its device and its place in the scheduler's count meanwhile; a VM outside Kubernetes is
+not retried. At the scenario's end (divided by the pace) :func:`observe` reads what happened: the pods from the API
+server (binding, the kubelet's admission reasons), every launch from the guests' logs, the VMs' answers and
+``misc.current``. Everything started is stopped and removed on the way out, also on Ctrl-C or a failure
+(``RealNode.stop``, the plane's ``__exit__``).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,7 +43,8 @@ sys.path.insert(0, str(REPO_ROOT / "simulator"))
 from teesim._collection import collection_module, tee
 from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import Arrival
-from teesim.report.real_node import NodePlan, empty_outcome, launch_errors, uid
+from teesim.report.real_node import NodePlan, empty_outcome, launch_errors, retry_flags, uid
+from teesim.sim.simulation import Settings
 
 runtimeclasses = collection_module("plugins.module_utils.cluster.runtimeclasses")
 pool_policy = collection_module("plugins.module_utils.common.pool_policy")
@@ -71,8 +77,9 @@ def play(node_plan: NodePlan, pace: float, say: Callable[[str], None]) -> dict:
         with RealNode(plane, node_plan.node.name, runtime_handlers=HANDLERS, capacity=capacity, labels=LABELS) as node:
             say(f"node {node.name} up in {time.monotonic() - started:.0f} s (workdir {node.workdir})")
             advertise(plane, node, node_plan)
+            began = datetime.datetime.now(datetime.UTC)
             externals = arrive(plane, node, node_plan, pace, say)
-            return observe(plane, node, node_plan, externals)
+            return observe(plane, node, node_plan, externals, Clock(began, pace))
 
 
 def advertise(plane: ControlPlane, node: RealNode, node_plan: NodePlan) -> None:
@@ -120,7 +127,8 @@ def arrive(plane: ControlPlane, node: RealNode, node_plan: NodePlan, pace: float
         due = [a for a in pending if a.time <= now]
         pending = pending[len(due) :]
         vmi_requests = node_plan.strategy.vmi_requests(Guest.TDX)
-        pods = [pod(a, node, pace, vmi_requests) for a in due if a.consumer is not Consumer.EXTERNAL]
+        settings = node_plan.scenario.world.settings
+        pods = [pod(a, node, pace, vmi_requests, settings) for a in due if a.consumer is not Consumer.EXTERNAL]
         if pods:
             apply(plane, *pods)
         for arrival in (a for a in due if a.consumer is Consumer.EXTERNAL):
@@ -137,7 +145,7 @@ def arrive(plane: ControlPlane, node: RealNode, node_plan: NodePlan, pace: float
         time.sleep(min(max((upcoming - now) / pace, 0.05), 1.0))
 
 
-def pod(arrival: Arrival, node: RealNode, pace: float, vmi_requests: dict[str, int]) -> dict:
+def pod(arrival: Arrival, node: RealNode, pace: float, vmi_requests: dict[str, int], settings: Settings) -> dict:
     """A Kata pod or a virt-launcher-shaped pod whose guest holds one TDX key for the arrival's duration / pace."""
     if arrival.kind is not Guest.TDX:
         raise ValueError(f"{uid(arrival)}: a {arrival.kind.value} guest; the real node runs TDX guests only")
@@ -145,14 +153,19 @@ def pod(arrival: Arrival, node: RealNode, pace: float, vmi_requests: dict[str, i
         "name": "compute" if arrival.consumer is Consumer.KUBEVIRT else "workload",
         "image": node.build["images"]["guest"],
         "imagePullPolicy": "Never",
-        "terminationMessagePolicy": "FallbackToLogsOnError",  # the kernel's error, readable from the API
-        "args": ["-socket", "/run/teesim/kernel.sock", "-hold", f"{arrival.duration / pace:.3f}s", "tdx"],
+        "terminationMessagePolicy": "FallbackToLogsOnError",  # a guest's own error, readable from the API
+        "args": [
+            "-socket",
+            "/run/teesim/kernel.sock",
+            "-hold",
+            f"{arrival.duration / pace:.3f}s",
+            *retry_flags(arrival.consumer, settings, pace),
+            "tdx",
+        ],
         "volumeMounts": [{"name": "teesim-kernel", "mountPath": "/run/teesim"}],
     }
     spec = {
-        # A failed launch is tried again while the pod keeps its place in both pools, as the model's Kata sandbox
-        # retries and virt-handler's do (with the kubelet's crash back-off, in wall time: 10 s doubling).
-        "restartPolicy": "OnFailure",
+        "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 5,
         "containers": [container],
@@ -174,24 +187,38 @@ def pod(arrival: Arrival, node: RealNode, pace: float, vmi_requests: dict[str, i
     }
 
 
-def observe(plane: ControlPlane, node: RealNode, node_plan: NodePlan, externals: list[str]) -> dict:
-    """What the real node shows now, counted as the model's outcome is (``real_node.model_outcome``)."""
+@dataclass(frozen=True)
+class Clock:
+    """Wall-clock stamps as scenario seconds since the first arrival could come."""
+
+    began: datetime.datetime
+    pace: float
+
+    def scenario_time(self, stamp: str) -> float:
+        seen = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        return round((seen - self.began).total_seconds() * self.pace)
+
+
+def observe(plane: ControlPlane, node: RealNode, node_plan: NodePlan, externals: list[str], clock: Clock) -> dict:
+    """What the real node shows now, counted as the model's outcome is (``real_node.model_outcome``): the pods from
+    the API server, their guests' launches from the containers' logs, the VMs' answers, ``misc.current``."""
     out, failed = empty_outcome(), []
     for arrival in node_plan.arrivals:
         out["arrived"][arrival.consumer.value] += 1
     for item in json.loads(plane.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json").stdout)["items"]:
-        consumer, error = item["metadata"]["labels"]["teesim.dev/consumer"], launch_error(item)
-        reason = item["status"].get("reason", "")
+        consumer, reason = item["metadata"]["labels"]["teesim.dev/consumer"], item["status"].get("reason", "")
+        guest = launches(node, item, clock)
+        out["guests"][item["metadata"]["name"]] = guest
         if reason.startswith("OutOf") or reason == "UnexpectedAdmissionError":  # the kubelet's admission
             out["admission_rejected"][consumer] += 1
             continue
-        if error:
+        if guest["errors"]:
             out["failed_launch"][consumer] += 1
-            failed.append((consumer, error))
-        if guest_started(item):
+            failed.append((consumer, guest["errors"][0]))
+        if guest["started"] is not None:
             out["started"][consumer] += 1
-        elif not error:
-            out["unscheduled" if not item["spec"].get("nodeName") else "not_started"][consumer] += 1
+        elif not guest["errors"]:
+            out["unscheduled" if guest["bound"] is None else "not_started"][consumer] += 1
     for name in externals:
         answer = node.log_tail(name).partition("\n")[0].split()
         if answer[:1] == ["ok"]:
@@ -203,24 +230,29 @@ def observe(plane: ControlPlane, node: RealNode, node_plan: NodePlan, externals:
             out["not_started"]["external"] += 1
     out["launch_errors"] = launch_errors(failed)
     out["misc_current"] = int((node.root / "sys/fs/cgroup/misc.current").read_text().split()[1])
+    for guest in out["guests"].values():
+        del guest["errors"]
     return out
 
 
-def guest_started(item: dict) -> bool:
-    """Whether the pod's guest launched: its container runs, or ended as a guest does after its hold (exit 0)."""
-    for status in item["status"].get("containerStatuses", []):
-        state = status.get("state", {})
-        if "running" in state or state.get("terminated", {}).get("exitCode") == 0:
-            return True
-    return False
-
-
-def launch_error(item: dict) -> str | None:
-    """The kernel's errno name the pod's guest failed to launch with, in its last try or the one before (the
-    termination message of a failed guest, ``teesim-guest: launch of tdx 1 failed: ENOSPC: ...``)."""
-    for status in item["status"].get("containerStatuses", []):
-        for state in (status.get("state", {}), status.get("lastState", {})):
-            message = state.get("terminated", {}).get("message", "")
+def launches(node: RealNode, item: dict, clock: Clock) -> dict:
+    """A pod's binding and its guest's launches, in scenario seconds, from its container's log in the kubelet's
+    ``podLogsDirectory`` (CRI format: ``<RFC 3339 time> <stream> <tag> <line>``): each refused launch is a line
+    ``teesim-guest: launch of tdx 1 failed: ENOSPC: ...``, the one that succeeds ``... charged to ...``."""
+    scheduled = [c for c in item["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+    bound = scheduled[0]["lastTransitionTime"] if scheduled and scheduled[0]["status"] == "True" else None
+    meta = item["metadata"]
+    errors, started = [], None
+    for log in sorted((node.workdir / "pod-logs").glob(f"{meta['namespace']}_{meta['name']}_{meta['uid']}/*/*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            stamp, _, message = line.partition(" ")
             if "failed: " in message:
-                return message.split("failed: ", 1)[1].split(":", 1)[0]
-    return None
+                errors.append(message.split("failed: ", 1)[1].split(":", 1)[0])
+            elif " charged to " in message and started is None:
+                started = clock.scenario_time(stamp)
+    return {
+        "bound": None if bound is None else clock.scenario_time(bound),
+        "started": started,
+        "tries": len(errors) + (started is not None),
+        "errors": errors,
+    }

@@ -34,8 +34,9 @@ from teesim._collection import CHECKOUT
 from teesim.cluster.pods import Consumer, Guest, Phase
 from teesim.cluster.workload import Arrival
 from teesim.kernel.node import NodeSpec
+from teesim.kubelet import podworkers
 from teesim.sim.scenario import Scenario
-from teesim.sim.simulation import Simulation, World
+from teesim.sim.simulation import Settings, Simulation, World
 from teesim.strategies.base import STRATEGIES, Advertiser, Strategy, get_strategy
 
 # Strategies whose node needs only what a real node here can run: KubeVirt v1.9.0's own TDX device plugin (its
@@ -140,6 +141,20 @@ def _arrivals_of(scenario: Scenario, name: str, strategy: Strategy) -> tuple[Arr
     )
 
 
+def retry_flags(consumer: Consumer, settings: Settings, pace: float) -> list[str]:
+    """``teesim-guest``'s retry of a refused launch, the model's rule with its waits divided by ``pace``: a VMI's
+    is virt-handler's back-off (``teesim.cluster.virthandler``: the base doubling to the cap), a Kata pod's the
+    kubelet's sandbox retry (``teesim.kubelet.podworkers.sandbox_retry_at``: the back-off period plus up to half
+    of it at random; the sync loop's 1 s tick left out)."""
+    if consumer is Consumer.KUBEVIRT:
+        first, factor, cap, jitter = settings.virt_handler_backoff_base, 2.0, settings.virt_handler_backoff_max, 0.0
+    else:
+        first, factor, cap, jitter = podworkers.BACKOFF_PERIOD, 1.0, 0.0, podworkers.JITTER_FACTOR
+        jitter *= podworkers.BACKOFF_PERIOD
+    waits = {"-retry": first, "-retry-max": cap, "-retry-jitter": jitter}
+    return [*(f"{flag}={seconds / pace:.6f}s" for flag, seconds in waits.items()), f"-retry-factor={factor:g}"]
+
+
 # -- the machine --------------------------------------------------------------------------------------------------
 def scripts_dir() -> Path:
     """The checkout's ``scripts/`` holding the real node's code; refused outside a checkout."""
@@ -181,7 +196,8 @@ def play(node_plan: NodePlan, pace: float, say: Callable[[str], None]) -> dict[s
 # -- the model's column --------------------------------------------------------------------------------------------
 def empty_outcome() -> dict[str, Any]:
     counts = ("arrived", "started", "failed_launch", "admission_rejected", "unscheduled", "not_started")
-    return {**{key: dict.fromkeys(CONSUMERS, 0) for key in counts}, "launch_errors": {}, "misc_current": 0}
+    empty = {key: dict.fromkeys(CONSUMERS, 0) for key in counts}
+    return {**empty, "launch_errors": {}, "misc_current": 0, "guests": {}}
 
 
 def model_outcome(node_plan: NodePlan) -> dict[str, Any]:
@@ -208,6 +224,14 @@ def model_outcome(node_plan: NodePlan) -> dict[str, Any]:
         elif pod.phase is Phase.BOUND and not pod.attempts:
             out["not_started"][pod.consumer.value] += 1
     out["misc_current"] = sim.nodes[node_plan.node.name].usage(Guest.TDX.misc_resource)
+    out["guests"] = {
+        pod.uid: {
+            "bound": None if pod.bound_at is None else round(pod.bound_at),
+            "started": None if pod.started_at is None else round(pod.started_at),
+            "tries": pod.attempts,
+        }
+        for pod in sim.pods
+    }
     return out
 
 
@@ -250,8 +274,8 @@ def format_outcomes(node_plan: NodePlan, pace: float, real: dict[str, Any], mode
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for row in rows:
         lines.append(f"{row[0].ljust(widths[0])}  {row[1].rjust(widths[1])}  {row[2].rjust(widths[2])}".rstrip())
-    lines.append("a failed launch is retried on both: on the real node by the kubelet's crash back-off, in wall time;")
-    lines.append("in the model by the sandbox's and virt-handler's back-off, in scenario time (docs/simulator.md)")
+    lines.append("a refused launch is tried again on both, after the model's waits (on the real node divided by the")
+    lines.append("pace, by the guest); \"failed a launch\" counts guests refused at least once (docs/simulator.md)")
     return "\n".join(lines) + "\n"
 
 

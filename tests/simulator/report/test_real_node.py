@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from teesim.cli import main
+from teesim.cluster.pods import Consumer
 from teesim.report import real_node
 from teesim.sim.scenario import load_scenario
+from teesim.sim.simulation import Settings
 
 # The scenario tests/node/test_real_node_run.py plays on a real node (a VM outside Kubernetes, five pods, 3 keys).
 SMALL = str(Path(__file__).resolve().parents[2] / "node" / "real-node-small.yaml")
@@ -93,3 +95,11 @@ def test_on_several_nodes_the_node_gets_what_the_models_scheduler_bound_there() 
     assert all(a.node == "tdx-2" for a in plan.arrivals if a.consumer.value == "external")
     pods = [a for a in scenario.world.arrivals if a.consumer.value != "external"]
     assert len([a for a in plan.arrivals + others.arrivals if a.consumer.value != "external"]) <= len(pods)
+
+
+def test_the_guests_retry_by_the_models_rules_divided_by_the_pace() -> None:
+    # virt-handler's back-off (5 ms doubling to 1000 s) and the kubelet's sandbox retry (10 s plus up to 5 s).
+    vmi = real_node.retry_flags(Consumer.KUBEVIRT, Settings(), 2.0)
+    assert vmi == ["-retry=0.002500s", "-retry-max=500.000000s", "-retry-jitter=0.000000s", "-retry-factor=2"]
+    kata = real_node.retry_flags(Consumer.KATA, Settings(), 5.0)
+    assert kata == ["-retry=2.000000s", "-retry-max=0.000000s", "-retry-jitter=1.000000s", "-retry-factor=1"]
