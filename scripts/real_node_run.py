@@ -14,8 +14,9 @@
 
 Each arrival comes at its time divided by the pace: a Kata pod (the RuntimeClass), a virt-launcher-shaped pod (the
 strategy's VMI request in its ``compute`` container) or, for a VM outside Kubernetes, a process in the node's own
-cgroup launching through the kernel's socket. Every guest holds its key for its duration divided by the pace
-(``teesim-guest -hold``), then exits 0. A refused launch is tried again by the guest itself, after the model's waits
+cgroup launching through the kernel's socket. A pod's guest launches the model's launch delay / pace after the
+pod's creation, or when its container starts if later (``teesim-guest -not-before``), holds its key for its
+duration / pace (``-hold``), then exits 0. A refused launch is tried again by the guest itself, after the model's waits
 divided by the pace (``real_node.retry_flags``: virt-handler's back-off for a VMI, the kubelet's sandbox retry for a
 Kata pod), its pod keeping its device and its place in the scheduler's count meanwhile; a VM outside Kubernetes is
 not retried. At the scenario's end (divided by the pace) :func:`observe` reads what happened: the pods from the API
@@ -115,10 +116,13 @@ def apply(plane: ControlPlane, *objects: dict) -> None:
     plane.kubectl("apply", "--server-side", "--field-manager=teesim-real-run", "-f", "-", input=text)
 
 
-def arrive(plane: ControlPlane, node: RealNode, node_plan: NodePlan, pace: float, say) -> list[str]:
-    """Create each arrival at its time / ``pace``; returns the VMs started outside Kubernetes. Returns at the
-    scenario's end / ``pace``."""
+def arrive(
+    plane: ControlPlane, node: RealNode, node_plan: NodePlan, pace: float, say: Callable[[str], None]
+) -> list[str]:
+    """Create each arrival at its time / ``pace``; returns, at the scenario's end / ``pace``, the VMs started
+    outside Kubernetes."""
     start, duration = time.monotonic(), node_plan.scenario.world.duration
+    vmi_requests, settings = node_plan.strategy.vmi_requests(Guest.TDX), node_plan.scenario.world.settings
     pending = sorted(node_plan.arrivals)
     externals: list[str] = []
     next_report = 0.0
@@ -126,9 +130,9 @@ def arrive(plane: ControlPlane, node: RealNode, node_plan: NodePlan, pace: float
         now = (time.monotonic() - start) * pace  # scenario time
         due = [a for a in pending if a.time <= now]
         pending = pending[len(due) :]
-        vmi_requests = node_plan.strategy.vmi_requests(Guest.TDX)
-        settings = node_plan.scenario.world.settings
-        pods = [pod(a, node, pace, vmi_requests, settings) for a in due if a.consumer is not Consumer.EXTERNAL]
+        created = time.time()
+        made = {"vmi_requests": vmi_requests, "settings": settings, "created": created}
+        pods = [pod(a, node, pace, **made) for a in due if a.consumer is not Consumer.EXTERNAL]
         if pods:
             apply(plane, *pods)
         for arrival in (a for a in due if a.consumer is Consumer.EXTERNAL):
@@ -145,8 +149,12 @@ def arrive(plane: ControlPlane, node: RealNode, node_plan: NodePlan, pace: float
         time.sleep(min(max((upcoming - now) / pace, 0.05), 1.0))
 
 
-def pod(arrival: Arrival, node: RealNode, pace: float, vmi_requests: dict[str, int], settings: Settings) -> dict:
-    """A Kata pod or a virt-launcher-shaped pod whose guest holds one TDX key for the arrival's duration / pace."""
+def pod(
+    arrival: Arrival, node: RealNode, pace: float, *, vmi_requests: dict[str, int], settings: Settings, created: float
+) -> dict:
+    """A Kata pod or a virt-launcher-shaped pod whose guest launches the model's launch delay / ``pace`` after the
+    pod's creation (``created``, Unix time; or as soon as it runs) and holds one TDX key for the arrival's
+    duration / ``pace``."""
     if arrival.kind is not Guest.TDX:
         raise ValueError(f"{uid(arrival)}: a {arrival.kind.value} guest; the real node runs TDX guests only")
     container = {
@@ -157,6 +165,7 @@ def pod(arrival: Arrival, node: RealNode, pace: float, vmi_requests: dict[str, i
         "args": [
             "-socket",
             "/run/teesim/kernel.sock",
+            f"-not-before={created + arrival.launch_delay / pace:.3f}",
             "-hold",
             f"{arrival.duration / pace:.3f}s",
             *retry_flags(arrival.consumer, settings, pace),

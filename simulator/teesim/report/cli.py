@@ -10,6 +10,7 @@ the scenario on a real kubelet and containerd instead (root, a checkout, ``make 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,14 +68,18 @@ def _cmd_real_node(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr, flush=True)
 
     say(f"{scenario.name}, node {plan.node.name}, {plan.strategy.name}: {len(plan.arrivals)} guests, pace {pace:g}")
+    # SIGTERM (a CI job's timeout, kill) stops the run as Ctrl-C does: through the cleanup, not around it.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         real = real_node.play(plan, pace, say)
     except KeyboardInterrupt:
-        print("teesim run: interrupted; the real node and its control plane were stopped and removed", file=sys.stderr)
+        print("teesim run: stopped; the real node and its control plane were stopped and removed", file=sys.stderr)
         return 130
     except RuntimeError as failed:  # a start that failed: the component's own words and log tail
         print(f"teesim run: error: the real node failed: {failed}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         sys.stdout.write(deterministic_json({"real": real, "model": model, "pace": pace}))
     else:

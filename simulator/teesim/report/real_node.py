@@ -260,7 +260,7 @@ def format_outcomes(node_plan: NodePlan, pace: float, real: dict[str, Any], mode
     scenario, world = node_plan.scenario, node_plan.scenario.world
     lines = [
         f"scenario {scenario.name} (seed {scenario.seed}), node {node_plan.node.name} ({node_plan.keys} TDX keys), "
-        f"strategy {node_plan.strategy.name}: {world.duration:g} s at pace {pace:g} ({world.duration / pace:.0f} s)"
+        f"strategy {node_plan.strategy.name}: {world.duration:g} s at pace {pace:.3g} ({world.duration / pace:.0f} s)"
     ]
     rows = [("", "real", "model")]
     for label, key in ROWS:

@@ -4,8 +4,11 @@
 // cgroup in the node's misc tree through teesim's kernel model; the charge is held while the connection is
 // open, so it is released when this process exits, however it exits, as KVM releases the key with the VM.
 //
-// Usage: teesim-guest [-socket PATH] [-guest snp|sev-es] [-hold DURATION] [-retry DURATION] [-retry-factor F]
-// [-retry-max DURATION] [-retry-jitter DURATION] RESOURCE [AMOUNT]
+// Usage: teesim-guest [-socket PATH] [-guest snp|sev-es] [-not-before UNIX_SECONDS] [-hold DURATION]
+// [-retry DURATION] [-retry-factor F] [-retry-max DURATION] [-retry-jitter DURATION] RESOURCE [AMOUNT]
+//
+// -not-before: the first launch waits until then (the VMM's setup before it creates the guest; teesim run
+// --real-node sets the pod's creation plus the model's launch delay, divided by its pace).
 // -hold: the guest's lifetime (Go's duration syntax, 90s, 1.5m): once charged it exits 0 after that long, as a
 // guest shut down from inside; without it the guest runs until SIGTERM. -retry: a refused launch is tried again
 // after this long, each wait -retry-factor times the last, at most -retry-max, plus up to -retry-jitter at random:
@@ -53,6 +56,7 @@ func main() {
 	socket := flag.String("socket", "/run/teesim/kernel.sock", "teesim's kernel service")
 	guest := flag.String("guest", "", "guest kind for sev_es: snp (default) or sev-es")
 	hold := flag.Duration("hold", 0, "exit 0 this long after the launch (0: run until SIGTERM)")
+	notBefore := flag.Float64("not-before", 0, "launch no earlier than this Unix time, in seconds")
 	var retry backoff
 	flag.DurationVar(&retry.first, "retry", 0, "try a refused launch again after this long (0: exit 1)")
 	flag.Float64Var(&retry.factor, "retry-factor", 1, "each wait this many times the last")
@@ -60,7 +64,7 @@ func main() {
 	flag.DurationVar(&retry.jitter, "retry-jitter", 0, "up to this much added to each wait at random")
 	flag.Parse()
 	if flag.NArg() < 1 || flag.NArg() > 2 || *hold < 0 || retry.first < 0 || retry.factor < 1 || retry.jitter < 0 {
-		fmt.Fprintln(os.Stderr, "usage: teesim-guest [-socket PATH] [-guest snp|sev-es] [-hold DURATION] "+
+		fmt.Fprintln(os.Stderr, "usage: teesim-guest [-socket PATH] [-guest snp|sev-es] [-not-before UNIX_SECONDS] [-hold DURATION] "+
 			"[-retry DURATION [-retry-factor F] [-retry-max DURATION] [-retry-jitter DURATION]] RESOURCE [AMOUNT]")
 		os.Exit(2)
 	}
@@ -71,6 +75,9 @@ func main() {
 			os.Exit(2)
 		}
 		amount = flag.Arg(1)
+	}
+	if wait := time.Until(time.UnixMilli(int64(*notBefore * 1000))); wait > 0 {
+		time.Sleep(wait)
 	}
 	os.Exit(run(*socket, flag.Arg(0), amount, *guest, *hold, retry))
 }
