@@ -275,7 +275,7 @@ def format_outcomes(node_plan: NodePlan, pace: float, real: dict[str, Any], mode
     for row in rows:
         lines.append(f"{row[0].ljust(widths[0])}  {row[1].rjust(widths[1])}  {row[2].rjust(widths[2])}".rstrip())
     lines.append("a refused launch is tried again on both, after the model's waits (on the real node divided by the")
-    lines.append("pace, by the guest); \"failed a launch\" counts guests refused at least once (docs/simulator.md)")
+    lines.append('pace, by the guest); "failed a launch" counts guests refused at least once (docs/simulator.md)')
     return "\n".join(lines) + "\n"
 
 
