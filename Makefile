@@ -110,7 +110,8 @@ BOTH_BUILDS_TESTS := tests/simulator/serve tests/simulator/kubelet tests/simulat
 	tests/simulator/external_plugins tests/simulator/test_grpc_run.py tests/simulator/test_cli_help.py \
 	tests/simulator/test_cli_numbers.py tests/simulator/test_native_subclasses.py tests/simulator/report/test_cli_run.py \
 	tests/simulator/kernel/test_cli.py tests/simulator/fixtures/test_fleet.py tests/simulator/report/test_engines.py \
-	tests/simulator/report/test_sweep.py tests/simulator/sim/test_placer.py tests/upstream/test_scheduler_cli.py
+	tests/simulator/report/test_sweep.py tests/simulator/sim/test_placer.py tests/upstream/test_scheduler_cli.py \
+	tests/simulator/report/test_real_node.py
 pytest: collection upstream
 ifeq ($(TEESIM_NATIVE),0)
 	$(BIN)/python -m pytest -n 2 --dist loadfile

@@ -383,7 +383,8 @@ class RealNode:
             "cgroupRoot": f"/{self.id}",
             "failCgroupV1": False,  # the deprecated path (KEP-4569); see the module docstring
             "failSwapOn": False,
-            "podLogsDirectory": str(self.workdir / "pod-logs"),
+            # podLogsDir (v1.29+): the pods' logs stay in the node's directory, not the host's /var/log/pods.
+            "podLogsDir": str(self.workdir / "pod-logs"),
             "registerNode": True,
             "syncFrequency": "5s",
             "fileCheckFrequency": "5s",

@@ -13,8 +13,15 @@
 #                     crds/: KubeVirt's CRDs as its virt-operator generates them (upstream/kubevirt-plugins/crdgen,
 #                     run once here; the live tests install them)
 #
-# Usage: upstream/build.sh [NAME...]   (default: both). Prints NAME=DIR per program; exit 3 without Go.
+# Usage: upstream/build.sh [--print] [NAME...]   (default: both). Prints NAME=DIR per program; exit 3 without Go.
+# --print builds nothing: NAME=DIR for each program already built, exit 1 if one is not.
 set -euo pipefail
+
+print_only=false
+if [[ "${1:-}" == --print ]]; then
+  print_only=true
+  shift
+fi
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${TEESIM_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/confidential-tee/upstream}"
@@ -51,6 +58,9 @@ build() {
     } | sha256sum | cut -c1-16
   )"
   dir="$cache/$name-$key"
+  if [[ ! -f "$dir/.complete" ]] && "$print_only"; then
+    exit 1
+  fi
   if [[ ! -f "$dir/.complete" ]]; then
     mkdir -p "$cache"
     tmp="$(mktemp -d "$cache/.$name-XXXXXX")"

@@ -1,7 +1,8 @@
 """Argument types for teesim's command lines: a number outside its range is refused by argparse (exit 2,
 ``argument --x: ...``) before anything starts, never taken as a wait of -5 s or NaN seconds.
 
-``integer(1)`` is an integer >= 1; ``seconds(maximum=...)`` a finite number of seconds > 0.
+``integer(1)`` is an integer >= 1; ``seconds(maximum=...)`` a finite number of seconds > 0; ``positive(maximum)`` a
+finite number > 0 (a ratio such as ``teesim run --real-node --pace``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ def integer(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
 
 def seconds(maximum: float = MAX_WAIT_S) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds > 0 and <= ``maximum``."""
-    shown = f"a number of seconds > 0 and <= {maximum:g}"
+    return positive(maximum, f"a number of seconds > 0 and <= {maximum:g}", "seconds")
+
+
+def positive(maximum: float, shown: str = "", name: str = "number") -> Callable[[str], float]:
+    """An argparse type: a finite number > 0 and <= ``maximum`` (``shown`` says so in the error)."""
+    shown = shown or f"a number > 0 and <= {maximum:g}"
 
     def parse(text: str) -> float:
         try:
@@ -46,7 +52,7 @@ def seconds(maximum: float = MAX_WAIT_S) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"expected {shown}, got {text!r}")
         return value
 
-    parse.__name__ = "seconds"
+    parse.__name__ = name
     return parse
 
 

@@ -7,7 +7,7 @@ import argparse
 import importlib
 
 import pytest
-from teesim._args import MAX_SEED, integer, seconds
+from teesim._args import MAX_SEED, integer, positive, seconds
 from teesim.cli import build_parser, main
 
 SERVE = ["serve", "serve-double-pool-tdx", "--root", "/nonexistent-never-created/root"]
@@ -15,6 +15,7 @@ REFUSED = [
     (SERVE, "--registration-timeout", ["-5", "0", "nan", "inf", "1e12", "x"]),
     (SERVE, "--seed", ["-1", str(MAX_SEED + 1), "1.5", "x"]),
     (["run", "serve-double-pool-tdx"], "--seed", ["-1", "x"]),
+    (["run", "quick", "--real-node"], "--pace", ["0", "-2", "nan", "inf", "1e7", "x"]),
     (["sweep", "serve-double-pool-tdx"], "--workers", ["0", "-2", "100000"]),
     (["grpc"], "--changes", ["0", "-1", "1000001"]),
     (["grpc"], "--capacity", ["1", "0", "99999"]),
@@ -64,6 +65,7 @@ def test_no_option_of_the_cli_takes_a_number_without_a_range():
 def test_the_types_accept_their_range():
     assert integer(1, 3)("3") == 3 and integer(0)("0") == 0
     assert seconds()("0.5") == 0.5 and seconds(60.0)("60") == 60.0
+    assert positive(10.0)("0.25") == 0.25 and positive(10.0)("10") == 10.0
     with pytest.raises(argparse.ArgumentTypeError, match="an integer from 1 to 3, got '4'"):
         integer(1, 3)("4")
 

@@ -15,6 +15,7 @@ PRODUCED_BY = {
     "cluster plan": "tests/roles/test_cluster_worked_example.py",
     "cluster manifests": "tests/roles/test_cluster_worked_example.py",
     "cluster double pool": "tests/roles/test_cluster_worked_example.py",
+    "teesim run --real-node": "tests/node/test_real_node_run.py",
 }
 
 
