@@ -342,9 +342,10 @@ def kubevirt_plugins() -> Path:
 
 def kata_runtime_class() -> dict:
     """The collection's Kata TDX RuntimeClass, its key on NFD's name, with a CPU and memory overhead of a tenth of
-    the default: the real node has 2 CPUs, and Kubernetes 1.37 counts a running Kata pod's overhead twice
-    (kubernetes/kubernetes#139627), so with the default (1 CPU) a second Kata pod is refused for CPU before its key
-    counts (``Insufficient cpu``). The model's Kata pods never run short of CPU either (``Settings.node_cpu``)."""
+    the default: the real node has 2 CPUs, and Kubernetes 1.37 counts a running Kata pod's overhead twice when it
+    has CPU or memory (kubernetes/kubernetes#139627; ``Settings.overhead_counted_twice``), so with the default (1 CPU)
+    a second Kata pod is refused for CPU before its key counts (``Insufficient cpu``). The model's Kata pods never
+    run short of CPU either (``Settings.node_cpu``)."""
     overhead = {"kata-qemu-tdx": {"cpu": "100m", "memory": "200Mi"}}
     return kata_classes({"kata": {"tdx": {"resource": NFD_KEYS}}}, overheads=overhead)[0]
 
