@@ -5,8 +5,10 @@ every guest holding its key past the scenario's end, the strategy ``double-pool`
 kubelet admit all five pods (NFD's 3 keys for Kata, KubeVirt v1.9.0's 3 devices for VMIs), and the kernel
 refuses the launches past its 3 keys with ENOSPC: the same guests start and fail, with the same errors, as in the
 model's run of the same node (``teesim.report.real_node.model_outcome``). The arrivals are 5 s of wall time apart
-at pace 3, so the order they launch in does not depend on how busy the machine is. Then nothing of the run is
-left: its node's directory, mounts, cgroups and processes are gone.
+at pace 3: the split of the failures between Kata and VMIs holds while a pod's guest launches within 5 s of the
+next arrival (about 1 s here, even at load 6); a machine slower than that can swap which guests fail (the total
+of three does not change). Then nothing of the run is left: its node's directory, mounts, cgroups and processes are
+gone.
 """
 
 from __future__ import annotations
