@@ -3,12 +3,13 @@ node's ResourceSlice).
 
 Each device plugin registers with :class:`~teesim.kubelet.devicemanager.DeviceManager` (``Register``),
 sends device lists (``ListAndWatch`` responses), answers ``Allocate``, has its stream broken when it
-crashes, and re-registers after a kubelet restart. They read host files through :meth:`SimNode.read`
-and parse them with the collection's parser, so a torn or unreadable file affects them as it would
-the real processes.
+crashes, and re-registers after a kubelet restart (all but KubeVirt v1.9.0's TDX plugin). They read host
+files through :meth:`SimNode.read` and parse them with the collection's parser, so a torn or unreadable
+file affects them as it would the real processes.
 
 * :class:`StaticPlugin`: KubeVirt's TDX / SEV-ESID plugin: ``misc.capacity`` read when virt-handler
-  builds it; a missing line (or an unreadable file) means no plugin is registered at all.
+  builds it; a missing line (or an unreadable file) means no plugin is registered at all. KubeVirt
+  v1.9.0's TDX plugin does not register again after a kubelet restart (kubevirt/kubevirt#17122).
 * :class:`GenericPlugin`: KubeVirt's ``/dev/sev`` plugin: a fixed number of slots (1000).
 * :class:`ReconcilingPlugin`: polls ``misc.current`` every ``poll_interval`` and applies
   :func:`teesim.plugins.reconcile.next_unhealthy`, the function the real gRPC plugin runs. Its own
@@ -178,14 +179,36 @@ class InProcessPlugin:
 
 class StaticPlugin(InProcessPlugin):
     """KubeVirt's key plugin: N = ``misc.capacity`` read at start, every device Healthy. Without a
-    positive capacity virt-handler builds no plugin (``updateTdxDevice`` returns an error)."""
+    positive capacity virt-handler builds no plugin (``updateTdxDevice`` returns an error).
+
+    ``reregisters=False`` is KubeVirt v1.9.0's TDX plugin: its health check never watches the kubelet's
+    device-plugin directory, so it does not see the new kubelet remove its socket and never registers again;
+    only a virt-handler restart (:meth:`crash` then :meth:`start`) builds and registers it again."""
+
+    def __init__(
+        self, node: SimNode, clock: VirtualClock, resource_name: str, misc_resource: str, reregisters: bool = True
+    ):
+        super().__init__(node, clock, resource_name, misc_resource)
+        self.reregisters = reregisters
+        # The kubelet restarted under a plugin that does not notice: nothing registers until virt-handler restarts.
+        self.deaf_until_restart = False
 
     def start(self) -> None:
         capacity = self.capacity()
         if not capacity:
             self.running = False
             return
+        self.deaf_until_restart = False
         super().start()
+
+    def register(self) -> None:
+        if self.deaf_until_restart:
+            return
+        super().register()
+
+    def kubelet_restarted(self) -> None:
+        super().kubelet_restarted()
+        self.deaf_until_restart = not self.reregisters
 
 
 class GenericPlugin(InProcessPlugin):

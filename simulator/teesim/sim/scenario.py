@@ -10,7 +10,7 @@ Format (every key except ``nodes`` and ``workloads`` optional)::
                kubelet_restart_downtime: 10, plugin_restart_delay: 10, reregister_delay: 1,
                node_status_interval: 10, external_reserve: {tdx: 2}, kata_nodes: [node-a-2],
                plugin_list_latency: 0, plugin_tracks_allocate: true, min_list_interval: 0.1,
-               pod_resources_background_qps: 0}
+               pod_resources_background_qps: 0, kubevirt_tdx_reregisters: false}
     nodes:
       - {name: node-a, vendor: intel, profile: current, capacity: {tdx: 15}, count: 2}
     workloads:
@@ -308,7 +308,8 @@ _POSITIVE_SETTINGS = frozenset(
     }
 )
 _NON_NEGATIVE_SETTINGS = frozenset({"plugin_list_latency", "pod_resources_background_qps", "api_latency"})
-_OTHER_SETTINGS = frozenset({"reserved", "external_reserve", "plugin_tracks_allocate", "kata_nodes"})
+_BOOL_SETTINGS = frozenset({"plugin_tracks_allocate", "kubevirt_tdx_reregisters"})
+_OTHER_SETTINGS = frozenset({"reserved", "external_reserve", "kata_nodes"}) | _BOOL_SETTINGS
 
 
 def _settings(raw: Any, where: str, node_names: set[str]) -> Settings:
@@ -322,10 +323,10 @@ def _settings(raw: Any, where: str, node_names: set[str]) -> Settings:
     for key in ("reserved", "external_reserve"):
         if key in data:
             values[key] = _counts(data[key], f"{where}.{key}")
-    if "plugin_tracks_allocate" in data:
-        if not isinstance(data["plugin_tracks_allocate"], bool):
-            raise ScenarioError(f"{where}.plugin_tracks_allocate: expected true or false")
-        values["plugin_tracks_allocate"] = data["plugin_tracks_allocate"]
+    for key in _BOOL_SETTINGS & set(data):
+        if not isinstance(data[key], bool):
+            raise ScenarioError(f"{where}.{key}: expected true or false")
+        values[key] = data[key]
     if "kata_nodes" in data:
         kata = data["kata_nodes"]
         if not isinstance(kata, list) or not all(isinstance(n, str) and n in node_names for n in kata):

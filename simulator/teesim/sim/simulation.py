@@ -91,6 +91,10 @@ class Settings:
     # twice once that status reaches them (kubernetes/kubernetes#139627, open). Measured on the real kubelet v1.37.2
     # (tests/node/test_real_node.py). Off: the rule before 1.36 and after the proposed fix, what the sweep assumes.
     overhead_counted_twice: bool = False
+    # KubeVirt v1.9.0's TDX plugin does not register again after a kubelet restart: devices.kubevirt.io/tdx stays
+    # at 0 until virt-handler restarts (kubevirt/kubevirt#17122; shown on the real kubelet by
+    # tests/node/test_kubelet_restart.py). True: a KubeVirt with the fix proposed in #18669.
+    kubevirt_tdx_reregisters: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,6 +268,7 @@ class Simulation:
             s.external_reserve,
             s.api_latency,
             s.reserved,
+            s.kubevirt_tdx_reregisters,
         )
 
     def _setup(self) -> None:

@@ -55,6 +55,12 @@ KATA_KEYS: dict[str, str] = dict(NFD_RESOURCES)
 SEV_DEVICE = KUBEVIRT_SEV
 SEV_DEVICE_SLOTS = KUBEVIRT_SEV_SLOTS
 DRA_DRIVER = "tee-keys.teesim.dev"
+# The misc resources whose KubeVirt plugin is a SocketDevicePlugin: KubeVirt v1.9.0's TDX plugin never sees the
+# new kubelet remove its socket and does not register again until virt-handler restarts (``healthCheck`` adds the
+# device's directory to its watcher twice and never the device-plugin directory,
+# pkg/virt-handler/device-manager/socket_device.go v1.9.0; kubevirt/kubevirt#17122, fix proposed in #18669).
+# The SNP capacity plugin (#17638, open) is built on the generic plugin, which watches that directory.
+KUBEVIRT_DEAF_TO_KUBELET_RESTART = frozenset({"tdx"})
 
 
 class Advertiser(StrEnum):

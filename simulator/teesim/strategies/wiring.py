@@ -25,7 +25,15 @@ from teesim.plugins.models import (
     StaticPlugin,
     UnifiedPlugin,
 )
-from teesim.strategies.base import DRA_DRIVER, SEV_DEVICE, SEV_DEVICE_SLOTS, Advertiser, Role, Strategy
+from teesim.strategies.base import (
+    DRA_DRIVER,
+    KUBEVIRT_DEAF_TO_KUBELET_RESTART,
+    SEV_DEVICE,
+    SEV_DEVICE_SLOTS,
+    Advertiser,
+    Role,
+    Strategy,
+)
 
 Advertising = InProcessPlugin | DRADriver | KernelPoolAgent
 Poller = ReconcilingPlugin | DRADriver | KernelPoolAgent  # advertisers that read misc.current every poll_interval
@@ -43,6 +51,8 @@ class PluginOptions:
     # The operator's planned headroom for VMs outside Kubernetes (settings.reserved): the kernel-pool agent's
     # --reserve in the strategies that set reserve_external.
     reserved: Mapping[str, int] = field(default_factory=dict)
+    # A KubeVirt whose TDX plugin registers again after a kubelet restart (kubevirt/kubevirt#18669); v1.9.0's does not.
+    kubevirt_tdx_reregisters: bool = False
 
 
 @dataclass
@@ -77,7 +87,8 @@ def _key_plugin(
     headroom: bool = False,
 ) -> Advertising:
     if kind is Advertiser.STATIC:
-        return StaticPlugin(node, clock, name, misc)
+        deaf = misc in KUBEVIRT_DEAF_TO_KUBELET_RESTART and not options.kubevirt_tdx_reregisters
+        return StaticPlugin(node, clock, name, misc, reregisters=not deaf)
     if kind is Advertiser.KERNEL:
         reserve = (options.reserved if headroom else options.external_reserve).get(misc, 0)
         return KernelPoolAgent(node, clock, name, misc, reserve=reserve, publish_latency=options.api_latency)
