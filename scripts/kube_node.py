@@ -54,6 +54,12 @@ import contextlib
 
 from kube_control_plane import REPO_ROOT, ControlPlane, free_port, write_kubeconfig
 
+sys.path.insert(0, str(REPO_ROOT / "simulator"))
+from teesim._collection import collection_module, tee
+
+runtimeclasses = collection_module("plugins.module_utils.cluster.runtimeclasses")
+pool_policy = collection_module("plugins.module_utils.common.pool_policy")
+
 CGROUP_FS = Path("/sys/fs/cgroup")
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 RUNC = "/usr/sbin/runc"
@@ -477,3 +483,95 @@ def _toml(table: dict, prefix: str = "") -> str:
             lines.append(f"{quoted} = {json.dumps(value)}")
     text = (f"[{prefix}]\n" if prefix and lines else "") + "".join(line + "\n" for line in lines)
     return text + "".join(_toml(sub, name) for name, sub in subtables)
+
+
+# -- what runs on a node: the collection's Kata handlers, KubeVirt's TDX plugin, guests, VMs outside Kubernetes --
+# Every Kata RuntimeClass handler the collection renders; RealNode's containerd maps each to runc.
+KATA_HANDLERS = (*(runtimeclasses.class_name(t, gpu) for t in ("tdx", "snp") for gpu in (False, True)), "kata-cc")
+# The labels the collection's TDX Kata RuntimeClass selects.
+TDX_NODE_LABELS = {runtimeclasses.KATA_RUNTIME_LABEL: "true", runtimeclasses.TEE_LABELS["tdx"]: "true"}
+# The feature gate that starts KubeVirt's TDX plugin (virt-handler's device controller).
+KUBEVIRT_TDX_GATE = pool_policy.ADVERTISERS["kubevirt"].gates[tee.INTEL]
+# Where a guest's container sees the directory of the node's kernel socket.
+GUEST_KERNEL_DIR = "/run/teesim"
+# A VM outside Kubernetes (libvirt's QEMU): a process in the node's own cgroup (not kubepods) making one launch
+# through teesim's kernel socket (the protocol of simulator/teesim/kernel/service.py), printing the kernel's answer,
+# and holding the key for argv[2] seconds, or until SIGTERM without it.
+OUTSIDE_VM = """
+import signal, socket, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+kernel = socket.socket(socket.AF_UNIX)
+kernel.connect(sys.argv[1])
+kernel.sendall(b"launch tdx 1\\n")
+answer = kernel.makefile().readline().strip()
+print(answer, flush=True)
+if answer.startswith("ok "):
+    if len(sys.argv) > 2:
+        time.sleep(float(sys.argv[2]))
+    else:
+        while True:
+            time.sleep(3600)
+"""
+
+
+def outside_vm(kernel_socket: Path, hold: float | None = None) -> list[str]:
+    """The command of a VM outside Kubernetes holding one TDX key for ``hold`` seconds (None: until SIGTERM)."""
+    return [sys.executable, "-c", OUTSIDE_VM, str(kernel_socket), *([] if hold is None else [f"{hold:.3f}"])]
+
+
+def kubevirt_plugins(build: bool = True) -> Path:
+    """KubeVirt v1.9.0's device plugins as ``make upstream`` builds them: built now if missing, or (``build``
+    false, where the caller checked they are built) only looked up."""
+    command = [str(REPO_ROOT / "upstream" / "build.sh"), *([] if build else ["--print"]), "kubevirt-plugins"]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise RuntimeError(f"upstream/build.sh kubevirt-plugins failed:\n{built.stderr[-4000:]}")
+    return Path(built.stdout.strip().rpartition("=")[2]) / "kubevirt-plugins"
+
+
+def kubevirt_tdx_plugin(node: RealNode) -> list[str]:
+    """The command that runs KubeVirt's TDX plugin for ``node`` (``node.start_plugin("kubevirt", ...)``)."""
+    return [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE]
+
+
+def guest_pod(
+    name: str,
+    node: RealNode,
+    *,
+    guest_args: tuple[str, ...] = (),
+    requests: dict[str, int] | None = None,
+    runtime_class: str | None = None,
+    container: str = "compute",
+    **metadata: object,
+) -> dict:
+    """A pod whose one container is teesim's guest (``make node``'s image) launching one TDX guest through
+    ``node``'s kernel socket, with ``guest_args`` before the TEE (``-hold``, ``-not-before``, the retry flags):
+    virt-launcher-shaped with extended-resource ``requests``, Kata-shaped with a ``runtime_class`` whose overhead
+    holds the key. ``metadata`` (``namespace``, ``labels``) goes to the pod's; ``nodeName`` binds it without the
+    scheduler."""
+    guest = {
+        "name": container,
+        "image": node.build["images"]["guest"],
+        "imagePullPolicy": "Never",
+        # The guest's error (the kernel's) becomes the container's termination message, readable from the API.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "args": ["-socket", f"{GUEST_KERNEL_DIR}/kernel.sock", *guest_args, "tdx"],
+        "volumeMounts": [{"name": "teesim-kernel", "mountPath": GUEST_KERNEL_DIR}],
+    }
+    if requests:
+        devices = {resource: str(n) for resource, n in requests.items()}
+        guest["resources"] = {"limits": devices, "requests": devices}
+    kernel_dir = str(node.kernel_socket.parent)
+    spec: dict = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [guest],
+        "volumes": [{"name": "teesim-kernel", "hostPath": {"path": kernel_dir, "type": "Directory"}}],
+    }
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    node_name = metadata.pop("nodeName", None)
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **metadata}, "spec": spec}

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -38,44 +37,33 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kube_control_plane import REPO_ROOT, ControlPlane
-from kube_node import RealNode
+from kube_node import (
+    KATA_HANDLERS,
+    TDX_NODE_LABELS,
+    RealNode,
+    guest_pod,
+    kubevirt_tdx_plugin,
+    outside_vm,
+    runtimeclasses,
+)
 
 sys.path.insert(0, str(REPO_ROOT / "simulator"))
-from teesim._collection import collection_module, tee
+from teesim._collection import tee
 from teesim.cluster.pods import Consumer, Guest
 from teesim.cluster.workload import Arrival
 from teesim.report.real_node import NodePlan, empty_outcome, launch_errors, retry_flags, uid
 from teesim.sim.simulation import Settings
 
-runtimeclasses = collection_module("plugins.module_utils.cluster.runtimeclasses")
-pool_policy = collection_module("plugins.module_utils.common.pool_policy")
-
 NAMESPACE = "tee-real-run"
 KATA_CLASS = runtimeclasses.class_name("tdx", False)
-# Every Kata handler the collection renders runs as runc here (kube_node.py), as in tests/node.
-HANDLERS = (*(runtimeclasses.class_name(t, gpu) for t in ("tdx", "snp") for gpu in (False, True)), "kata-cc")
-LABELS = {runtimeclasses.KATA_RUNTIME_LABEL: "true", runtimeclasses.TEE_LABELS["tdx"]: "true"}
-KUBEVIRT_TDX_GATE = pool_policy.ADVERTISERS["kubevirt"].gates[tee.INTEL]
-# A VM outside Kubernetes (libvirt's QEMU): one launch through the kernel's socket (simulator/teesim/kernel/service.py),
-# its answer printed, the key held for argv[2] seconds.
-OUTSIDE_VM = """
-import socket, sys, time
-kernel = socket.socket(socket.AF_UNIX)
-kernel.connect(sys.argv[1])
-kernel.sendall(b"launch tdx 1\\n")
-answer = kernel.makefile().readline().strip()
-print(answer, flush=True)
-if answer.startswith("ok "):
-    time.sleep(float(sys.argv[2]))
-"""
 
 
 def play(node_plan: NodePlan, pace: float, say: Callable[[str], None]) -> dict:
     """Run the node, paced; returns what the real node showed (``teesim.report.real_node.empty_outcome``'s shape)."""
     started = time.monotonic()
     with ControlPlane(scheduler=True) as plane:
-        capacity = {"tdx": node_plan.keys}
-        with RealNode(plane, node_plan.node.name, runtime_handlers=HANDLERS, capacity=capacity, labels=LABELS) as node:
+        options = {"runtime_handlers": KATA_HANDLERS, "capacity": {"tdx": node_plan.keys}, "labels": TDX_NODE_LABELS}
+        with RealNode(plane, node_plan.node.name, **options) as node:
             say(f"node {node.name} up in {time.monotonic() - started:.0f} s (workdir {node.workdir})")
             advertise(plane, node, node_plan)
             began = datetime.datetime.now(datetime.UTC)
@@ -90,25 +78,13 @@ def advertise(plane: ControlPlane, node: RealNode, node_plan: NodePlan) -> None:
         plane.kubectl("patch", "node", node.name, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
         node.wait_allocatable(tee.NFD_TDX_KEYS, node_plan.nfd_keys)
     if node_plan.kubevirt_plugin:
-        command = [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE]
-        node.start_plugin("kubevirt", command, run_dirs=("tdx-qgs",))
+        node.start_plugin("kubevirt", kubevirt_tdx_plugin(node), run_dirs=("tdx-qgs",))
         node.wait_allocatable(tee.KUBEVIRT_TDX, node_plan.keys)
     key = node_plan.strategy.kata_key_name("tdx")
     kata_class = runtimeclasses.kata_classes({"kata": {"tdx": {"resource": key}}}, overheads={KATA_CLASS: {}})[0]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}}
     apply(plane, namespace, account, kata_class)
-
-
-def kubevirt_plugins() -> Path:
-    """KubeVirt v1.9.0's device plugins as ``make upstream`` built them (``teesim run`` checked they are)."""
-    built = subprocess.run(
-        [str(REPO_ROOT / "upstream" / "build.sh"), "--print", "kubevirt-plugins"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(built.stdout.strip().rpartition("=")[2]) / "kubevirt-plugins"
 
 
 def apply(plane: ControlPlane, *objects: dict) -> None:
@@ -137,8 +113,7 @@ def arrive(
             apply(plane, *pods)
         for arrival in (a for a in due if a.consumer is Consumer.EXTERNAL):
             externals.append(uid(arrival))
-            hold = f"{arrival.duration / pace:.3f}"
-            node._spawn(uid(arrival), [sys.executable, "-c", OUTSIDE_VM, str(node.kernel_socket), hold])
+            node._spawn(uid(arrival), outside_vm(node.kernel_socket, arrival.duration / pace))
         if now >= next_report:
             created = len(node_plan.arrivals) - len(pending)
             say(f"{now:6.0f} of {duration:g} s: {created} of {len(node_plan.arrivals)} guests created")
@@ -157,43 +132,22 @@ def pod(
     duration / ``pace``."""
     if arrival.kind is not Guest.TDX:
         raise ValueError(f"{uid(arrival)}: a {arrival.kind.value} guest; the real node runs TDX guests only")
-    container = {
-        "name": "compute" if arrival.consumer is Consumer.KUBEVIRT else "workload",
-        "image": node.build["images"]["guest"],
-        "imagePullPolicy": "Never",
-        "terminationMessagePolicy": "FallbackToLogsOnError",  # a guest's own error, readable from the API
-        "args": [
-            "-socket",
-            "/run/teesim/kernel.sock",
+    kata = arrival.consumer is Consumer.KATA
+    return guest_pod(
+        uid(arrival),
+        node,
+        guest_args=(
             f"-not-before={created + arrival.launch_delay / pace:.3f}",
             "-hold",
             f"{arrival.duration / pace:.3f}s",
             *retry_flags(arrival.consumer, settings, pace),
-            "tdx",
-        ],
-        "volumeMounts": [{"name": "teesim-kernel", "mountPath": "/run/teesim"}],
-    }
-    spec = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 5,
-        "containers": [container],
-        "volumes": [
-            {"name": "teesim-kernel", "hostPath": {"path": str(node.kernel_socket.parent), "type": "Directory"}}
-        ],
-    }
-    if arrival.consumer is Consumer.KATA:
-        spec["runtimeClassName"] = KATA_CLASS
-    else:
-        requests = {name: str(n) for name, n in vmi_requests.items()}
-        container["resources"] = {"limits": requests, "requests": requests}
-    labels = {"teesim.dev/consumer": arrival.consumer.value}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": uid(arrival), "namespace": NAMESPACE, "labels": labels},
-        "spec": spec,
-    }
+        ),
+        requests=None if kata else vmi_requests,
+        runtime_class=KATA_CLASS if kata else None,
+        container="workload" if kata else "compute",
+        namespace=NAMESPACE,
+        labels={"teesim.dev/consumer": arrival.consumer.value},
+    )
 
 
 @dataclass(frozen=True)

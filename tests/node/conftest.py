@@ -20,7 +20,6 @@ import pytest
 import yaml
 from kube_control_plane import ControlPlane
 from kube_node import RUNC, RealNode
-from kubelet_comparison import kubevirt_plugins  # noqa: F401 - the tests' fixture helper, one home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 collect_ignore: list[str] = []

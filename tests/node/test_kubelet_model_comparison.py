@@ -6,7 +6,8 @@ scripts/kubelet_comparison.py runs them on one TDX node with 3 keys:
   VM outside Kubernetes, three VMIs, the plugin killed, a VMI bound by name while it is dead, the plugin started
   again, the kubelet restarted with VMIs running;
 * ``double-pool``: KubeVirt v1.9.0's own TDX plugin and NFD's keys for Kata, a VM outside Kubernetes, Kata pods and
-  VMIs, two of them admitted by their pool and failing to launch in the kernel;
+  VMIs, two of them admitted by their pool and failing to launch in the kernel, then a kubelet restart after which
+  KubeVirt's plugin does not register again (kubevirt/kubevirt#17122) and a new VMI waits;
 * ``kernel-pool``: the collection's node agent (tee-key-agent, ``tee_key_pool_mode: kernel``) keeps one pool at
   what the kernel has free; a VM outside Kubernetes shrinks it and a VMI waits instead of failing.
 

@@ -34,7 +34,7 @@ import re
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import (
     kata_classes,
 )
-from kubelet_comparison import NODE_LABELS
+from kube_node import KATA_HANDLERS, TDX_NODE_LABELS, guest_pod, kubevirt_tdx_plugin
 from teesim.cluster.pods import Consumer, Phase
 from teesim.cluster.workload import Arrival, FaultSpec
 from teesim.kernel.node import NodeSpec
@@ -42,8 +42,8 @@ from teesim.kernel.profiles import CURRENT
 from teesim.sim.simulation import Simulation, World
 from teesim.strategies import get_strategy
 
-from .conftest import apply, delete_every_pod, get, kubevirt_plugins, wait_until
-from .test_real_node import HANDLERS, KUBEVIRT_TDX, KUBEVIRT_TDX_GATE, NAMESPACE, guest_pod, phase, with_kernel
+from .conftest import apply, delete_every_pod, get, wait_until
+from .test_real_node import KUBEVIRT_TDX, NAMESPACE, phase
 
 
 def model_rejection() -> tuple[str, str]:
@@ -83,21 +83,16 @@ def plugin_starts(node, resource: str) -> int:
 def test_a_kubelet_restart_rejects_a_kata_pod_whose_key_is_overhead_on_a_device_plugin_name(
     plane, node_factory
 ) -> None:
-    node = node_factory(name="tee-real-2", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=NODE_LABELS)
-    node.start_plugin(
-        "kubevirt",
-        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE],
-        run_dirs=("tdx-qgs",),
-    )
+    node = node_factory(name="tee-real-2", runtime_handlers=KATA_HANDLERS, capacity={"tdx": 2}, labels=TDX_NODE_LABELS)
+    node.start_plugin("kubevirt", kubevirt_tdx_plugin(node), run_dirs=("tdx-qgs",))
     node.wait_allocatable(KUBEVIRT_TDX, 2)
     kata_class = kata_classes({"kata": {"tdx": {"resource": KUBEVIRT_TDX}}})[0]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}}
     apply(plane, namespace, account, kata_class)
-    image, kernel_dir = node.build["images"]["guest"], str(node.kernel_socket.parent)
-    apply(plane, with_kernel(guest_pod("virt-launcher-3", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir))
+    apply(plane, guest_pod("virt-launcher-3", node, requests={KUBEVIRT_TDX: 1}, namespace=NAMESPACE))
     running(plane, "virt-launcher-3")
-    apply(plane, with_kernel(guest_pod("kata-2", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir))
+    apply(plane, guest_pod("kata-2", node, runtime_class=kata_class["metadata"]["name"], namespace=NAMESPACE))
     running(plane, "kata-2")
     misc = node.root / "sys/fs/cgroup"
     wait_until(lambda: (misc / "misc.current").read_text() == "tdx 2\n", "two keys charged")

@@ -12,8 +12,8 @@ teesim's double-pool model predicts.
 from __future__ import annotations
 
 from ansible_collections.confidential.tee.plugins.module_utils.cluster.runtimeclasses import kata_classes
-from kube_node import RealNode
-from kubelet_comparison import HANDLERS, KUBEVIRT_TDX_GATE, NFD_KEYS, NODE_LABELS
+from kube_node import KATA_HANDLERS, TDX_NODE_LABELS, RealNode, guest_pod, kubevirt_tdx_plugin
+from kubelet_comparison import NFD_KEYS
 from kubelet_comparison import RESOURCE as KUBEVIRT_TDX
 from teesim.cluster.pods import Consumer
 from teesim.cluster.workload import Arrival
@@ -22,39 +22,9 @@ from teesim.kernel.profiles import CURRENT
 from teesim.sim.simulation import Settings, Simulation, World
 from teesim.strategies import get_strategy
 
-from .conftest import apply, delete_every_pod, get, kubevirt_plugins, leftovers_of, wait_until
+from .conftest import apply, delete_every_pod, get, leftovers_of, wait_until
 
 NAMESPACE = "tee-guests"
-
-
-def guest_pod(name: str, image: str, *, runtime_class: str | None = None, devices: dict | None = None) -> dict:
-    """A pod whose one container is teesim's guest launching one TDX guest through the node's kernel socket."""
-    container = {
-        "name": "compute",
-        "image": image,
-        "imagePullPolicy": "Never",
-        # The guest's error (the kernel's) becomes the container's termination message, readable from the API.
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "args": ["-socket", "/run/teesim/kernel.sock", "tdx"],
-        "volumeMounts": [{"name": "teesim-kernel", "mountPath": "/run/teesim"}],
-    }
-    if devices:
-        container["resources"] = {"limits": devices, "requests": devices}
-    spec = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 5,
-        "containers": [container],
-        "volumes": [{"name": "teesim-kernel", "hostPath": {"path": "KERNEL_DIR", "type": "Directory"}}],
-    }
-    if runtime_class:
-        spec["runtimeClassName"] = runtime_class
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
-
-
-def with_kernel(pod: dict, kernel_dir: str) -> dict:
-    pod["spec"]["volumes"][0]["hostPath"]["path"] = kernel_dir
-    return pod
 
 
 def phase(plane, name: str) -> dict:
@@ -76,7 +46,7 @@ def model_second_kata_phases() -> dict[bool, str]:
 
 
 def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, node_factory) -> None:
-    node = node_factory(name="tee-real-1", runtime_handlers=HANDLERS, capacity={"tdx": 2}, labels=NODE_LABELS)
+    node = node_factory(name="tee-real-1", runtime_handlers=KATA_HANDLERS, capacity={"tdx": 2}, labels=TDX_NODE_LABELS)
     # The kubelet registered the Node itself: its version, containerd's, and Ready from the runtime's conditions.
     info = get(plane, "node", node.name)["status"]["nodeInfo"]
     assert info["kubeletVersion"] == node.build["kubernetes"]
@@ -94,20 +64,15 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
     )
     node.wait_allocatable(NFD_KEYS, 2)
     # KubeVirt's real TDX plugin, sized from teesim's misc.capacity, registered with the real kubelet.
-    node.start_plugin(
-        "kubevirt",
-        [str(kubevirt_plugins()), "--node-name", node.name, "--feature-gates", KUBEVIRT_TDX_GATE],
-        run_dirs=("tdx-qgs",),
-    )
+    node.start_plugin("kubevirt", kubevirt_tdx_plugin(node), run_dirs=("tdx-qgs",))
     node.wait_allocatable(KUBEVIRT_TDX, 2)
 
     kata_class = kata_classes({"kata": {"tdx": {"resource": NFD_KEYS}}})[0]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}}
     apply(plane, namespace, account, kata_class)
-    image, kernel_dir = node.build["images"]["guest"], str(node.kernel_socket.parent)
-    kata = with_kernel(guest_pod("kata-1", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir)
-    vmi = with_kernel(guest_pod("virt-launcher-1", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir)
+    kata = guest_pod("kata-1", node, runtime_class=kata_class["metadata"]["name"], namespace=NAMESPACE)
+    vmi = guest_pod("virt-launcher-1", node, requests={KUBEVIRT_TDX: 1}, namespace=NAMESPACE)
     apply(plane, kata, vmi)
 
     for name in ("kata-1", "virt-launcher-1"):
@@ -128,7 +93,7 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
 
     # A second VMI: KubeVirt still advertises a free device (it counts devices, not keys), the scheduler and the
     # kubelet admit it, and the launch fails in the kernel: the Kata pod holds the other key.
-    apply(plane, with_kernel(guest_pod("virt-launcher-2", image, devices={KUBEVIRT_TDX: "1"}), kernel_dir))
+    apply(plane, guest_pod("virt-launcher-2", node, requests={KUBEVIRT_TDX: 1}, namespace=NAMESPACE))
     failed = wait_until(
         lambda: phase(plane, "virt-launcher-2")["status"].get("phase") == "Failed" and phase(plane, "virt-launcher-2"),
         "the second VMI's launch fails",
@@ -144,7 +109,7 @@ def test_kata_and_kubevirt_guests_charge_teesims_kernel_on_a_real_node(plane, no
     # Settings(overhead_counted_twice=True).
     assert model_second_kata_phases() == {False: "Running", True: "Pending"}
     assert phase(plane, "kata-1")["status"]["allocatedResources"][NFD_KEYS] == "1"
-    apply(plane, with_kernel(guest_pod("kata-3", image, runtime_class=kata_class["metadata"]["name"]), kernel_dir))
+    apply(plane, guest_pod("kata-3", node, runtime_class=kata_class["metadata"]["name"], namespace=NAMESPACE))
     wait_until(
         lambda: any(
             f"Insufficient {NFD_KEYS}" in e["message"]
