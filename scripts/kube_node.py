@@ -575,3 +575,24 @@ def guest_pod(
     if node_name:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **metadata}, "spec": spec}
+
+
+# tee-key-agent's entry point imported from this checkout (teesim._collection), whether or not make collection ran.
+_AGENT_MAIN = (
+    "import sys; from teesim._collection import collection_module; "
+    "sys.exit(collection_module('plugins.module_utils.agent.cli').main())"
+)
+
+
+def tee_key_agent(
+    node: RealNode, kubeconfig: Path, interval: float, reserve: dict[str, int]
+) -> tuple[list[str], dict[str, str]]:
+    """The collection's node agent (``tee-key-agent``, ``tee_key_pool_mode: kernel``) for ``node``, with the
+    arguments its systemd unit and DaemonSet give it: its command and environment, for ``node._spawn("agent", ...)``.
+    """
+    command = [sys.executable, "-c", _AGENT_MAIN, "--node", node.name, "--host-root", str(node.root)]
+    command += ["--kubeconfig", str(kubeconfig), "--interval", str(interval)]
+    command += [f"--reserve={misc}={n}" for misc, n in sorted(reserve.items())]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "simulator"), env.get("PYTHONPATH")]))
+    return command, env

@@ -44,7 +44,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kube_control_plane import REPO_ROOT, ControlPlane
-from kube_node import KATA_HANDLERS, TDX_NODE_LABELS, RealNode, guest_pod, kubevirt_tdx_plugin, outside_vm
+from kube_node import (
+    KATA_HANDLERS,
+    TDX_NODE_LABELS,
+    RealNode,
+    guest_pod,
+    kubevirt_tdx_plugin,
+    outside_vm,
+    tee_key_agent,
+)
 
 sys.path.insert(0, str(REPO_ROOT / "simulator"))
 from teesim.cluster.pods import Consumer, Guest, Phase, vmi_pod
@@ -71,8 +79,6 @@ KEYS = 3
 STEP = 30.0  # model seconds between steps: every effect of a step has settled in the model by the next
 FOREVER = 100_000.0
 LAUNCH_DELAY = 2.0
-# The node agent of tee_key_pool_mode: kernel, as its systemd unit and DaemonSet run it (tee-key-agent).
-AGENT = "ansible_collections.confidential.tee.plugins.module_utils.agent.cli"
 
 
 @dataclass(frozen=True)
@@ -336,17 +342,14 @@ class RealRun:
             node.start_plugin("kubevirt", kubevirt_tdx_plugin(node), run_dirs=("tdx-qgs",))
             return
         if self.scenario.plugin == "agent":
-            name, command = "agent", [sys.executable, "-m", AGENT, "--node", node.name, "--host-root", str(node.root)]
-            command += ["--kubeconfig", str(self.plane.admin_kubeconfig), "--interval", str(settings.poll_interval)]
-            command += [f"--reserve={misc}={n}" for misc, n in settings.reserved.items()]
-            path = REPO_ROOT / ".build" / "collections"
-        else:
-            name, command = "plugin-teesim", [sys.executable, "-m", "teesim.plugins.reconciling"]
-            command += ["--host-root", str(node.root), "--resource-name", RESOURCE, "--misc-resource", "tdx"]
-            command += ["--poll-interval", str(settings.poll_interval)]
-            path = REPO_ROOT / "simulator"
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
-        node._spawn(name, command, env=env)
+            reserve = dict(settings.reserved)
+            node._spawn("agent", *tee_key_agent(node, self.plane.admin_kubeconfig, settings.poll_interval, reserve))
+            return
+        command = [sys.executable, "-m", "teesim.plugins.reconciling"]
+        command += ["--host-root", str(node.root), "--resource-name", RESOURCE, "--misc-resource", "tdx"]
+        command += ["--poll-interval", str(settings.poll_interval)]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT / "simulator"), env.get("PYTHONPATH")]))
+        node._spawn("plugin-teesim", command, env=env)
 
     def start(self) -> None:
         """The namespace, the Kata RuntimeClass, NFD's keys on the Node (as nfd-master patches its status), the

@@ -9,6 +9,9 @@
   ``secure-guest-resources``);
 * KubeVirt v1.9.0's own TDX device plugin (``upstream/build.sh kubevirt-plugins``) against the real kubelet, as
   ``tests/node/test_real_node.py`` runs it, where the strategy's VMIs request ``devices.kubevirt.io/tdx``;
+* the collection's node agent (``tee-key-agent``, ``tee_key_pool_mode: kernel``) for the kernel-pool strategies: it
+  keeps ``tdx.intel.com/keys`` at what the kernel has free less its ``--reserve``, polling at the model's interval
+  divided by the pace; VMIs and Kata pods both take that name;
 * the collection's ``kata-qemu-tdx`` RuntimeClass with the strategy's key in its overhead (its CPU and memory
   overhead left out: the node is this machine, whose CPUs would refuse pods the model's node takes).
 
@@ -45,6 +48,7 @@ from kube_node import (
     kubevirt_tdx_plugin,
     outside_vm,
     runtimeclasses,
+    tee_key_agent,
 )
 
 sys.path.insert(0, str(REPO_ROOT / "simulator"))
@@ -65,13 +69,13 @@ def play(node_plan: NodePlan, pace: float, say: Callable[[str], None]) -> dict:
         options = {"runtime_handlers": KATA_HANDLERS, "capacity": {"tdx": node_plan.keys}, "labels": TDX_NODE_LABELS}
         with RealNode(plane, node_plan.node.name, **options) as node:
             say(f"node {node.name} up in {time.monotonic() - started:.0f} s (workdir {node.workdir})")
-            advertise(plane, node, node_plan)
+            advertise(plane, node, node_plan, pace)
             began = datetime.datetime.now(datetime.UTC)
             externals = arrive(plane, node, node_plan, pace, say)
             return observe(plane, node, node_plan, externals, Clock(began, pace))
 
 
-def advertise(plane: ControlPlane, node: RealNode, node_plan: NodePlan) -> None:
+def advertise(plane: ControlPlane, node: RealNode, node_plan: NodePlan, pace: float) -> None:
     """What the strategy's node advertises, and the namespace and RuntimeClass the pods use."""
     if node_plan.nfd_keys is not None:
         patch = {"status": {"capacity": {tee.NFD_TDX_KEYS: str(node_plan.nfd_keys)}}}
@@ -80,6 +84,11 @@ def advertise(plane: ControlPlane, node: RealNode, node_plan: NodePlan) -> None:
     if node_plan.kubevirt_plugin:
         node.start_plugin("kubevirt", kubevirt_tdx_plugin(node), run_dirs=("tdx-qgs",))
         node.wait_allocatable(tee.KUBEVIRT_TDX, node_plan.keys)
+    if node_plan.agent_reserve is not None:
+        interval = node_plan.scenario.world.settings.poll_interval / pace  # the model's poll, in wall time
+        reserve = {"tdx": node_plan.agent_reserve}
+        node._spawn("agent", *tee_key_agent(node, plane.admin_kubeconfig, interval, reserve))
+        node.wait_allocatable(tee.NFD_TDX_KEYS, max(node_plan.keys - node_plan.agent_reserve, 0))
     key = node_plan.strategy.kata_key_name("tdx")
     kata_class = runtimeclasses.kata_classes({"kata": {"tdx": {"resource": key}}}, overheads={KATA_CLASS: {}})[0]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}

@@ -9,6 +9,9 @@ at pace 3: the split of the failures between Kata and VMIs holds while a pod's g
 next arrival (about 1 s here, even at load 6); a machine slower than that can swap which guests fail (the total
 of three does not change). Then nothing of the run is left: its node's directory, mounts, cgroups and processes are
 gone.
+
+The same scenario under ``kernel-pool`` (the collection's node agent, tee-key-agent, keeping ``tdx.intel.com/keys`` at
+what the kernel has free): no launch fails; the three pods that would have failed wait unscheduled, as in the model.
 """
 
 from __future__ import annotations
@@ -55,3 +58,21 @@ def test_a_paced_run_on_the_real_node_matches_the_model(
     assert node_id not in Path("/proc/self/mountinfo").read_text()
     assert not [c for c in Path("/sys/fs/cgroup").glob(f"*/{node_id}")]
     assert not [line for line in command_lines() if node_id in line]
+
+
+def test_the_kernel_pool_on_the_real_node_fails_no_launch(
+    capsys: pytest.CaptureFixture[str], check_worked_output
+) -> None:
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    assert main(["run", "--real-node", str(SCENARIO), "--pace", "3", "--strategy", "kernel-pool", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    real, model = report["real"], report["model"]
+    assert real["failed_launch"] == {"kata": 0, "kubevirt": 0, "external": 0}
+    assert real["unscheduled"] == {"kata": 1, "kubevirt": 2, "external": 0}
+    assert {k: v for k, v in real.items() if k != "guests"} == {k: v for k, v in model.items() if k != "guests"}
+    plan = real_node.plan(load_scenario(str(SCENARIO)), None, ["kernel-pool"])
+    check_worked_output(
+        "teesim run --real-node --strategy kernel-pool", real_node.format_outcomes(plan, report["pace"], real, model)
+    )

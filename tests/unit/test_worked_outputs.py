@@ -16,6 +16,7 @@ PRODUCED_BY = {
     "cluster manifests": "tests/roles/test_cluster_worked_example.py",
     "cluster double pool": "tests/roles/test_cluster_worked_example.py",
     "teesim run --real-node": "tests/node/test_real_node_run.py",
+    "teesim run --real-node --strategy kernel-pool": "tests/node/test_real_node_run.py",
 }
 
 

@@ -43,10 +43,10 @@ from teesim.sim.simulation import Settings, Simulation, World
 from teesim.strategies.base import STRATEGIES, Advertiser, Strategy, get_strategy
 
 # Strategies whose node needs only what a real node here can run: KubeVirt v1.9.0's own TDX device plugin (its
-# static count of misc.capacity) and NFD's count patched into the Node's status as nfd-master does. The
-# reconciling, unified, kernel-pool and DRA strategies need teesim's plugins, the node agent or a DRA driver
-# wired to the real kubelet: not driven yet.
-DRIVEN_ADVERTISERS = (Advertiser.STATIC, Advertiser.NFD)
+# static count of misc.capacity), NFD's count patched into the Node's status as nfd-master does, and the collection's
+# node agent (tee-key-agent, the kernel pool). The reconciling, unified and DRA strategies need teesim's plugins or a
+# DRA driver wired to the real kubelet: not driven yet.
+DRIVEN_ADVERTISERS = (Advertiser.STATIC, Advertiser.NFD, Advertiser.KERNEL)
 SUPPORTED = tuple(name for name, s in STRATEGIES.items() if s.advertiser in DRIVEN_ADVERTISERS and not s.split_nodes)
 # A bundled scenario in about three minutes of wall time by default.
 DEFAULT_WALL_S = 180.0
@@ -91,6 +91,16 @@ class NodePlan:
     def kubevirt_plugin(self) -> bool:
         return self.strategy.layout("tdx").plugin is Advertiser.STATIC
 
+    @property
+    def agent_reserve(self) -> int | None:
+        """The node agent's ``--reserve`` of TDX keys where the strategy is the kernel pool, else None: the scenario's
+        headroom (``reserved``) for ``kernel-pool``, ``external_reserve`` (default none) for the variant without it,
+        as the model wires it (``teesim.strategies.wiring``)."""
+        if self.strategy.layout("tdx").plugin is not Advertiser.KERNEL:
+            return None
+        settings = self.scenario.world.settings
+        return (settings.reserved if self.strategy.reserve_external else settings.external_reserve).get("tdx", 0)
+
     def default_pace(self) -> float:
         return max(self.scenario.world.duration / DEFAULT_WALL_S, 1.0)
 
@@ -125,8 +135,8 @@ def _one_strategy(strategies: list[str] | None) -> Strategy:
         raise RealNodeRefused(f"--real-node runs one --strategy, got {', '.join(chosen)}")
     if chosen[0] not in SUPPORTED:
         raise RealNodeRefused(
-            f"--real-node drives {', '.join(SUPPORTED)} (KubeVirt's static TDX plugin, NFD's count); "
-            f"{chosen[0]} needs teesim's plugins, the node agent or a DRA driver on the real kubelet: not driven yet"
+            f"--real-node drives {', '.join(SUPPORTED)} (KubeVirt's static TDX plugin, NFD's count, the node agent); "
+            f"{chosen[0]} needs teesim's plugins or a DRA driver on the real kubelet: not driven yet"
         )
     return get_strategy(chosen[0])
 
