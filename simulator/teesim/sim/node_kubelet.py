@@ -17,7 +17,8 @@
 4. a restart: the device manager keeps only its checkpoint, pods bound meanwhile wait, and when the
    kubelet is back it admits again every pod it had admitted, in creation order
    (``HandlePodAdditions``, ``pkg/kubelet/kubelet.go`` v1.34), before the waiting ones; the plugins
-   register again ``reregister_delay`` later.
+   register again ``reregister_delay`` later, but for KubeVirt v1.9.0's TDX plugin, which does not
+   (:class:`teesim.plugins.models.StaticPlugin`).
 
 One instance per node. It talks to the simulation only through :class:`KubeletEnv`: the clock and
 settings, the one retry random stream (shared by every node, so that a run draws in event order), the
