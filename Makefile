@@ -116,7 +116,7 @@ pytest: collection upstream
 ifeq ($(TEESIM_NATIVE),0)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 else
-	TEESIM_NATIVE=1 $(BIN)/python -m pytest -n 2 --dist loadfile
+	TEESIM_NATIVE=1 $(BIN)/python -m pytest -n 2 --dist loadfile --durations=30
 	TEESIM_NATIVE=0 $(BIN)/python -m pytest -n 2 --dist loadfile $(BOTH_BUILDS_TESTS)
 endif
 
@@ -175,11 +175,14 @@ vm-test-grub: collection vm-image-grub
 # sysdeps first: Molecule needs podman, the fleet report's browser test Debian's chromium. Then two streams at once,
 # one per core: the checks (lint, sanity) beside the Go builds (k8s, upstream, node), the builds one after another so
 # that the packages the kubelet shares with the control plane are compiled once (cached: seconds). The live tests need
-# the control plane, the upstream tests NFD's and KubeVirt's builds, tests/node make node's. The VMs last, all four
-# files (docs/host-truth.md, "Time").
+# the control plane, the upstream tests NFD's and KubeVirt's builds, tests/node make node's. Last, tests/node beside
+# the VMs (all four files, docs/host-truth.md "Time"): the node's tests mostly wait on the kubelet and use about a third
+# of a core, the VMs' emulated CPUs take the rest; neither shares anything else (QEMU's user network, the node's own
+# cgroups, mounts and ports).
 test: sysdeps collection
 	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-checks test-builds
-	$(MAKE) --no-print-directory pytest molecule node-test vm-test
+	$(MAKE) --no-print-directory pytest molecule
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse node-test vm-test
 
 test-checks:
 	$(MAKE) --no-print-directory lint sanity
