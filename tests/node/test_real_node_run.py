@@ -7,8 +7,8 @@ refuses the launches past its 3 keys with ENOSPC: the same guests start and fail
 model's run of the same node (``teesim.report.real_node.model_outcome``). The arrivals are 7.5 s of wall time apart
 at pace 2: the split of the failures between Kata and VMIs holds while a pod's guest launches within 7.5 s of the
 next arrival (about 1 s here at load 6; make test runs these tests beside the VMs, at a load of 5 or so); a machine
-slower than that can swap which guests fail (the total of three does not change). Then nothing of the run is left: its node's directory, mounts, cgroups and processes are
-gone.
+slower than that can swap which guests fail (the total of three does not change). Then nothing of the run is left:
+its node's directory, mounts, cgroups and processes are gone.
 
 The same scenario under ``kernel-pool`` (the collection's node agent, tee-key-agent, keeping ``tdx.intel.com/keys`` at
 what the kernel has free): no launch fails; the three pods that would have failed wait unscheduled, as in the model.
