@@ -59,7 +59,8 @@ DRA_DRIVER = "tee-keys.teesim.dev"
 # new kubelet remove its socket and does not register again until virt-handler restarts (``healthCheck`` adds the
 # device's directory to its watcher twice and never the device-plugin directory,
 # pkg/virt-handler/device-manager/socket_device.go v1.9.0; kubevirt/kubevirt#17122, fix proposed in #18669).
-# The SNP capacity plugin (#17638, open) is built on the generic plugin, which watches that directory.
+# The SNP capacity plugin (#17638, open) is taken to register again like the generic plugin, which watches that
+# directory: its predecessor #16262 was a generic plugin without a device path.
 KUBEVIRT_DEAF_TO_KUBELET_RESTART = frozenset({"tdx"})
 
 
