@@ -519,10 +519,9 @@ def outside_vm(kernel_socket: Path, hold: float | None = None) -> list[str]:
     return [sys.executable, "-c", OUTSIDE_VM, str(kernel_socket), *([] if hold is None else [f"{hold:.3f}"])]
 
 
-def kubevirt_plugins(build: bool = True) -> Path:
-    """KubeVirt v1.9.0's device plugins as ``make upstream`` builds them: built now if missing, or (``build``
-    false, where the caller checked they are built) only looked up."""
-    command = [str(REPO_ROOT / "upstream" / "build.sh"), *([] if build else ["--print"]), "kubevirt-plugins"]
+def kubevirt_plugins() -> Path:
+    """KubeVirt v1.9.0's device plugins as ``make upstream`` builds them (built now if missing)."""
+    command = [str(REPO_ROOT / "upstream" / "build.sh"), "kubevirt-plugins"]
     built = subprocess.run(command, capture_output=True, text=True, check=False)
     if built.returncode != 0:
         raise RuntimeError(f"upstream/build.sh kubevirt-plugins failed:\n{built.stderr[-4000:]}")
