@@ -541,13 +541,14 @@ def guest_pod(
     requests: dict[str, int] | None = None,
     runtime_class: str | None = None,
     container: str = "compute",
+    node_name: str | None = None,
     **metadata: object,
 ) -> dict:
     """A pod whose one container is teesim's guest (``make node``'s image) launching one TDX guest through
     ``node``'s kernel socket, with ``guest_args`` before the TEE (``-hold``, ``-not-before``, the retry flags):
     virt-launcher-shaped with extended-resource ``requests``, Kata-shaped with a ``runtime_class`` whose overhead
-    holds the key. ``metadata`` (``namespace``, ``labels``) goes to the pod's; ``nodeName`` binds it without the
-    scheduler."""
+    holds the key. ``node_name`` binds it without the scheduler; ``metadata`` (``namespace``, ``labels``) goes to the
+    pod's."""
     guest = {
         "name": container,
         "image": node.build["images"]["guest"],
@@ -570,7 +571,6 @@ def guest_pod(
     }
     if runtime_class:
         spec["runtimeClassName"] = runtime_class
-    node_name = metadata.pop("nodeName", None)
     if node_name:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **metadata}, "spec": spec}

@@ -377,7 +377,7 @@ class RealRun:
         elif step.action == "kata":
             self.apply(guest_pod(step.pod, node, runtime_class=self.kata_class["metadata"]["name"]))
         elif step.action == "by-name":
-            self.apply(guest_pod(step.pod, node, requests={RESOURCE: 1}, nodeName=node.name))
+            self.apply(guest_pod(step.pod, node, requests={RESOURCE: 1}, node_name=node.name))
         elif step.action == "plugin-kill":
             node.processes.pop("plugin-teesim").send_signal(signal.SIGKILL)
         elif step.action == "plugin-start":
